@@ -1,0 +1,5 @@
+import sys
+
+from orthrus.cli import main
+
+sys.exit(main())

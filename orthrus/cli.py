@@ -1,0 +1,36 @@
+"""`orthrus <command> ...`: one entry point; each command lives in the module that does the work."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> module with a `main(argv)` function. Imported lazily so `orthrus --help` is fast.
+COMMANDS = {
+    "train-teacher": "orthrus.world.teacher",
+    "prompts": "orthrus.prompts",
+    "corpus": "orthrus.corpus",
+    "train": "orthrus.train",
+    "decode": "orthrus.trajectories",
+    "analyze": "orthrus.analysis",
+    "forensics": "orthrus.forensics",
+    "figures": "orthrus.figures",
+    "lm-eval": "orthrus.lmeval",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        known = "\n  ".join(COMMANDS)
+        msg = f"usage: orthrus <command> [options]\n\ncommands:\n  {known}\n"
+        if argv and argv[0] not in ("-h", "--help"):
+            sys.stderr.write(f"orthrus: unknown command {argv[0]!r}\n{msg}")
+            return 2
+        sys.stdout.write(msg)
+        return 0
+    module = importlib.import_module(COMMANDS[argv[0]])
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Atomic file output: a killed stage never leaves a half-written file behind."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary sibling path; move it onto `path` only if the block succeeds.
+
+    Works for files and directories (e.g. a saved model): the caller writes to the
+    yielded path, and readers see either nothing or the complete result.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    target = tmp / path.name
+    try:
+        yield target
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(path, obj) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet(path, df) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+
+
+def write_table(df, csv_path) -> None:
+    """Write a results table as CSV plus a Markdown twin beside it."""
+    csv_path = Path(csv_path)
+    with atomic_path(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_path(csv_path.with_suffix(".md")) as tmp:
+        tmp.write_text(df.to_markdown(index=False, floatfmt=".4g") + "\n")
