@@ -1,0 +1,137 @@
+"""Small statistics helpers shared by the analysis and figure stages.
+
+Intervals: Wilson score intervals for match rates (as in the study's Tables 3, 4, 8) and
+Student-t intervals for means (tokens per forward, perplexity). Trajectory comparison:
+first divergence, common prefix length and token-level Levenshtein distance.
+
+Perplexity itself is computed elsewhere (`orthrus.perplexity`) from log-probs.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "wilson_ci",
+    "t_ci",
+    "t_halfwidth",
+    "first_divergence",
+    "common_prefix_len",
+    "levenshtein",
+    "as_token_list",
+]
+
+
+def wilson_ci(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval for k successes out of n trials; (nan, nan) when n == 0."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    k, n = int(k), int(n)
+    if n <= 0:
+        return (math.nan, math.nan)
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson_ci: need 0 <= k <= n, got k={k}, n={n}")
+    low, high = proportion_confint(k, n, alpha=alpha, method="wilson")
+    return (float(low), float(high))
+
+
+def t_ci(values, alpha: float = 0.05) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t confidence interval for the mean of `values`.
+
+    NaNs are ignored. With no values everything is NaN; with one value the bounds are NaN;
+    with zero spread the interval collapses onto the mean.
+    """
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    half = t_halfwidth(x, alpha)
+    return (mean, mean - half, mean + half)
+
+
+def t_halfwidth(values, alpha: float = 0.05) -> float:
+    """Half-width of the Student-t confidence interval for the mean (NaN if fewer than 2 values)."""
+    from scipy import stats as _st
+
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n < 2:
+        return math.nan
+    sem = float(x.std(ddof=1)) / math.sqrt(n)
+    if sem == 0.0:
+        return 0.0
+    return float(_st.t.ppf(1.0 - alpha / 2.0, n - 1) * sem)
+
+
+def as_token_list(x) -> list[int]:
+    """Tokens as a plain list of ints (accepts lists, tuples, numpy arrays, Arrow-backed values)."""
+    if x is None:
+        return []
+    if isinstance(x, float) and math.isnan(x):
+        return []
+    return [int(t) for t in x]
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first position where `a` and `b` differ; None if they are identical.
+
+    A length difference counts as a divergence at the shorter length (one trajectory
+    stopped, the other went on).
+    """
+    a = as_token_list(a)
+    b = as_token_list(b)
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    if len(a) != len(b):
+        return n
+    return None
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading tokens `a` and `b` share."""
+    a = as_token_list(a)
+    b = as_token_list(b)
+    d = first_divergence(a, b)
+    return len(a) if d is None else d
+
+
+def levenshtein(a: Sequence[int], b: Sequence[int]) -> int:
+    """Token-level edit distance (insertions, deletions, substitutions, each of cost 1)."""
+    a = as_token_list(a)
+    b = as_token_list(b)
+    # Common prefix and suffix never change the distance; strip them first.
+    p = 0
+    while p < len(a) and p < len(b) and a[p] == b[p]:
+        p += 1
+    a, b = a[p:], b[p:]
+    s = 0
+    while s < len(a) and s < len(b) and a[-1 - s] == b[-1 - s]:
+        s += 1
+    if s:
+        a, b = a[:-s], b[:-s]
+    if not a:
+        return len(b)
+    if not b:
+        return len(a)
+    if len(a) < len(b):
+        a, b = b, a
+    bb = np.asarray(b, dtype=np.int64)
+    m = bb.size
+    idx = np.arange(m + 1, dtype=np.int64)
+    prev = idx.copy()
+    for i, ta in enumerate(a, start=1):
+        # substitution (diagonal) and deletion (from above), vectorised
+        cur = np.empty(m + 1, dtype=np.int64)
+        cur[0] = i
+        cur[1:] = np.minimum(prev[:-1] + (bb != ta), prev[1:] + 1)
+        # insertion (from the left): cur[j] = min_k<=j cur[k] + (j - k)
+        cur = np.minimum.accumulate(cur - idx) + idx
+        prev = cur
+    return int(prev[-1])

@@ -1,0 +1,127 @@
+"""orthrus.stats against hand-computed values."""
+import functools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from orthrus.stats import (
+    common_prefix_len,
+    first_divergence,
+    levenshtein,
+    t_ci,
+    t_halfwidth,
+    wilson_ci,
+)
+
+
+def test_wilson_45_of_100():
+    # p = .45, z = 1.959964, z^2 = 3.841459
+    # centre = (p + z^2/2n) / (1 + z^2/n) = 0.4692073 / 1.0384146 = 0.451849
+    # half   = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n) = 1.959964 * 0.0507054 / 1.0384146 = 0.095704
+    low, high = wilson_ci(45, 100)
+    assert low == pytest.approx(0.451849 - 0.095704, abs=2e-6)
+    assert high == pytest.approx(0.451849 + 0.095704, abs=2e-6)
+
+
+def test_wilson_edges():
+    low, high = wilson_ci(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-12)
+    # z^2/(n+z^2) = 3.841459/13.841459 = 0.277532
+    assert high == pytest.approx(0.277532, abs=2e-6)
+    low, high = wilson_ci(10, 10)
+    assert high == pytest.approx(1.0)
+    assert low == pytest.approx(1 - 0.277532, abs=2e-6)
+    assert all(math.isnan(v) for v in wilson_ci(0, 0))
+    with pytest.raises(ValueError):
+        wilson_ci(3, 2)
+
+
+def test_t_ci_1234():
+    # mean 2.5, sd = sqrt(5/3) = 1.290994, sem = 0.645497, t_{.975,3} = 3.182446 -> half 2.054260
+    mean, low, high = t_ci([1, 2, 3, 4])
+    assert mean == 2.5
+    assert low == pytest.approx(2.5 - 2.054260, abs=1e-5)
+    assert high == pytest.approx(2.5 + 2.054260, abs=1e-5)
+    assert t_halfwidth([1, 2, 3, 4]) == pytest.approx(2.054260, abs=1e-5)
+
+
+def test_t_ci_edges():
+    assert all(math.isnan(v) for v in t_ci([]))
+    mean, low, high = t_ci([5.0])
+    assert mean == 5.0 and math.isnan(low) and math.isnan(high)
+    assert t_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+    mean, low, high = t_ci([1, 2, 3, 4, float("nan")])  # NaNs ignored
+    assert mean == 2.5 and low == pytest.approx(0.44574, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "a, b, div, cpl",
+    [
+        ([], [], None, 0),
+        ([1, 2, 3], [1, 2, 3], None, 3),
+        ([], [7], 0, 0),
+        ([7], [], 0, 0),
+        ([1, 2], [1, 2, 3], 2, 2),  # prefix of the other: divergence at the shorter length
+        ([1, 2, 3, 4], [1, 2], 2, 2),
+        ([1, 2, 3], [1, 9, 3], 1, 1),
+        ([5, 2, 3], [1, 2, 3], 0, 0),
+        (np.array([1, 2, 3]), (1, 2, 4), 2, 2),
+    ],
+)
+def test_first_divergence_and_prefix(a, b, div, cpl):
+    assert first_divergence(a, b) == div
+    assert first_divergence(b, a) == div
+    assert common_prefix_len(a, b) == cpl
+
+
+@pytest.mark.parametrize(
+    "a, b, d",
+    [
+        ([], [], 0),
+        ([1, 2, 3], [], 3),
+        ([], [4, 5], 2),
+        ([1, 2, 3], [1, 2, 3], 0),
+        ([1, 2, 3], [3, 2, 1], 2),
+        ([1, 2, 3], [1, 3], 1),  # one deletion
+        ([1, 3], [1, 2, 3], 1),  # one insertion
+        ([1, 2, 3, 4], [2, 3, 4, 5], 2),  # shift: delete head, insert tail
+        # "kitten" -> "sitting" as tokens: k->s, e->i, +g
+        (list(b"kitten"), list(b"sitting"), 3),
+        (list(b"flaw"), list(b"lawn"), 2),
+    ],
+)
+def test_levenshtein_hand(a, b, d):
+    assert levenshtein(a, b) == d
+    assert levenshtein(b, a) == d
+
+
+def _lev_ref(a, b):
+    @functools.lru_cache(maxsize=None)
+    def f(i, j):
+        if i == 0:
+            return j
+        if j == 0:
+            return i
+        return min(f(i - 1, j) + 1, f(i, j - 1) + 1, f(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
+
+    return f(len(a), len(b))
+
+
+def test_levenshtein_matches_recursive_reference():
+    rng = random.Random(0)
+    for _ in range(200):
+        a = tuple(rng.randrange(4) for _ in range(rng.randrange(9)))
+        b = tuple(rng.randrange(4) for _ in range(rng.randrange(9)))
+        assert levenshtein(a, b) == _lev_ref(a, b), (a, b)
+
+
+def test_levenshtein_long_lists_fast():
+    rng = random.Random(1)
+    a = [rng.randrange(50) for _ in range(300)]
+    b = list(a)
+    b[100] = -1
+    del b[200]
+    assert levenshtein(a, b) == 2
+    assert levenshtein(a, list(reversed(a))) <= 300
