@@ -63,7 +63,7 @@ def t_halfwidth(values, alpha: float = 0.05) -> float:
     if n < 2:
         return math.nan
     sem = float(x.std(ddof=1)) / math.sqrt(n)
-    if sem == 0.0:
+    if sem == 0.0 or np.all(x == x[0]):
         return 0.0
     return float(_st.t.ppf(1.0 - alpha / 2.0, n - 1) * sem)
 

@@ -1,0 +1,387 @@
+"""`orthrus figures`: the study's figures from the tables `orthrus analyze` wrote.
+
+    orthrus figures --tables results/tables --out-dir results/figures
+
+Always writes exactly `figure_files(out_dir)`: every name in FIGURES as PNG and PDF. A figure
+whose data are empty (no divergences at all in fp32, no perplexities, no forensics) is an
+annotated empty panel, never a crash or a missing file.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orthrus.io import atomic_path
+
+# The workflow declares these outputs: {out_dir}/{name}.{fmt} for name in FIGURES, fmt in FORMATS.
+FIGURES = [
+    "match_by_domain",        # match rate per domain and precision, Wilson CI, one panel per attention
+    "match_vs_ppl",           # binned match probability against reference-response PPL + logistic fit
+    "survival",               # fraction of trajectories still matching after t tokens
+    "first_divergence_hist",  # histogram of first-divergence positions
+    "tpf_by_domain",          # tokens per forward per domain (verify-only and all forwards)
+    "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
+    "pairwise_match",         # heat map of match rates between all decoding results
+]
+FORMATS = ("png", "pdf")
+
+# tables read (written by `orthrus analyze`); the optional ones may be absent
+REQUIRED_TABLES = ["trajectories.parquet", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv"]
+OPTIONAL_TABLES = ["forensics_rows.parquet", "forensics.csv"]
+_STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
+                              "a_model", "a_decoder", "a_precision", "a_attention",
+                              "b_model", "b_decoder", "b_precision", "b_attention")}
+
+
+class FigureError(ValueError):
+    pass
+
+
+def figure_files(out_dir) -> list[Path]:
+    out_dir = Path(out_dir)
+    return [out_dir / f"{name}.{fmt}" for name in FIGURES for fmt in FORMATS]
+
+
+# ---- helpers ---------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _empty(ax, msg: str) -> None:
+    ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.3",
+            wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _label(row, keys) -> str:
+    return "/".join(str(row[k]) for k in keys)
+
+
+def _read_table(tables_dir: Path, name: str, required: bool):
+    path = tables_dir / name
+    if not path.exists():
+        if required:
+            raise FigureError(f"table {path} does not exist (run `orthrus analyze` first)")
+        return None
+    if name.endswith(".parquet"):
+        return pd.read_parquet(path)
+    return pd.read_csv(path, dtype=_STR_COLS)
+
+
+def _need(df: pd.DataFrame, cols, name: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise FigureError(f"table {name} lacks column(s) {', '.join(map(repr, missing))}")
+
+
+def _errbar(rate, low, high):
+    rate, low, high = (np.asarray(x, dtype=float) for x in (rate, low, high))
+    return np.vstack([np.clip(rate - low, 0, None), np.clip(high - rate, 0, None)])
+
+
+# ---- figures ---------------------------------------------------------------------------
+def fig_match_by_domain(mbd: pd.DataFrame):
+    plt = _plt()
+    d = mbd[mbd["decoder"] == "orthrus"] if len(mbd) else mbd
+    attentions = sorted(d["attention"].unique()) if len(d) else []
+    fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(6.5 * max(1, len(attentions)), 4.2),
+                             squeeze=False)
+    if not attentions:
+        _empty(axes[0, 0], "no Orthrus match results")
+        axes[0, 0].set_title("Exact trajectory match by domain")
+        return fig
+    for ax, att in zip(axes[0], attentions):
+        g = d[d["attention"] == att]
+        domains = sorted(g["domain"].unique())
+        x = np.arange(len(domains))
+        series = list(g.groupby(["model", "precision"], sort=True))
+        width = 0.5 / max(1, len(series))
+        for i, ((model, prec), s) in enumerate(series):
+            s = s.set_index("domain").reindex(domains)
+            off = (i - (len(series) - 1) / 2) * width
+            ax.errorbar(x + off, s["match_rate"], yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
+                        fmt="o", capsize=3, label=f"{model} {prec}")
+        ax.set_xticks(x, domains, rotation=45, ha="right")
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_ylabel("exact match rate (Wilson 95% CI)")
+        ax.set_title(f"Orthrus vs AR reference, attention={att}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _simple_logit(logppl: np.ndarray, match: np.ndarray):
+    """(b0, b1) of logit P(match) = b0 + b1 log PPL, or None when it cannot be estimated."""
+    import warnings
+
+    import statsmodels.api as sm
+
+    if len(match) < 5 or np.unique(match).size < 2 or np.unique(logppl).size < 2:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = sm.Logit(match.astype(float), sm.add_constant(logppl)).fit(disp=0, maxiter=200)
+    except Exception:
+        return None
+    b = np.asarray(res.params, dtype=float)
+    if not res.mle_retvals.get("converged", True) or not np.all(np.isfinite(b)):
+        return None
+    return float(b[0]), float(b[1])
+
+
+def fig_match_vs_ppl(traj: pd.DataFrame, n_bins: int = 8):
+    from orthrus.stats import wilson_ci
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_title("Match probability vs reference-response perplexity")
+    d = traj[(traj["decoder"] == "orthrus") & traj["ppl"].notna() & (traj["ppl"] > 0)] if len(traj) else traj
+    if d is None or not len(d):
+        _empty(ax, "no perplexities (run analyze with --ppl)")
+        return fig
+    for (model, prec, att), g in d.groupby(["model", "precision", "attention"], sort=True):
+        lp = np.log(g["ppl"].to_numpy(float))
+        m = g["match"].to_numpy(bool)
+        nb = int(min(n_bins, max(1, len(g) // 10)))
+        edges = np.unique(np.quantile(lp, np.linspace(0, 1, nb + 1)))
+        idx = np.clip(np.searchsorted(edges, lp, side="right") - 1, 0, max(0, len(edges) - 2))
+        xs, ys, lo, hi = [], [], [], []
+        for b in np.unique(idx):
+            sel = idx == b
+            k, n = int(m[sel].sum()), int(sel.sum())
+            low, high = wilson_ci(k, n)
+            xs.append(float(np.exp(np.median(lp[sel]))))
+            ys.append(k / n)
+            lo.append(low)
+            hi.append(high)
+        line = ax.errorbar(xs, ys, yerr=_errbar(ys, lo, hi), fmt="o", capsize=3,
+                           label=f"{model} {prec} {att} (n={len(g)})")
+        fit = _simple_logit(lp, m)
+        if fit is not None:
+            grid = np.linspace(lp.min(), lp.max(), 200)
+            ax.plot(np.exp(grid), 1 / (1 + np.exp(-(fit[0] + fit[1] * grid))), "-",
+                    color=line[0].get_color(), lw=1.2)
+    ax.set_xscale("log")
+    lo, hi = float(d["ppl"].min()), float(d["ppl"].max())
+    ticks = np.unique(np.round(np.geomspace(lo, max(hi, lo * 1.01), 6), 2))
+    ax.minorticks_off()
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("PPL(y | x) of the reference response (log scale)")
+    ax.set_ylabel("P(exact match)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def survival_curve(first_div, match, t_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """t = 0..t_max and the fraction of trajectories whose first t tokens all match."""
+    fd = np.array([np.inf if (mm or pd.isna(f)) else float(f) for f, mm in zip(first_div, match)])
+    t = np.arange(t_max + 1)
+    if fd.size == 0:
+        return t, np.full(t.shape, np.nan)
+    return t, (fd[None, :] >= t[:, None]).mean(axis=1)
+
+
+def fig_survival(traj: pd.DataFrame):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_title("Trajectories still identical to the AR reference")
+    if not len(traj):
+        _empty(ax, "no trajectory comparisons")
+        return fig
+    for key, g in traj.groupby(["model", "decoder", "precision", "attention"], sort=True):
+        t_max = int(max(g["n_tokens"].max(), g["ref_n_tokens"].max(), 1))
+        t, s = survival_curve(g["first_divergence"], g["match"].to_numpy(bool), t_max)
+        ax.step(t, s, where="post", label="/".join(key), ls="--" if key[1] == "ar" else "-")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("t (generated tokens)")
+    ax.set_ylabel("fraction matching the first t tokens")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_first_divergence_hist(traj: pd.DataFrame):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_title("Position of the first divergence")
+    d = traj[~traj["match"].astype(bool)] if len(traj) else traj
+    if not len(d):
+        _empty(ax, "no divergences: every trajectory matches its reference")
+        return fig
+    hi = int(d["first_divergence"].max())
+    bins = np.linspace(0, hi + 1, min(40, hi + 2))
+    for key, g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
+        ax.hist(g["first_divergence"].astype(float), bins=bins, histtype="step", lw=1.5,
+                label=f"{'/'.join(key)} (n={len(g)})")
+    ax.set_xlabel("first diverging token position")
+    ax.set_ylabel("prompts")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_tpf_by_domain(tpf: pd.DataFrame):
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), squeeze=False)
+    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)")]
+    for ax, (col, ylabel) in zip(axes[0], cols):
+        ax.set_title(f"Orthrus tokens per forward: {ylabel}")
+        d = tpf.dropna(subset=[col]) if len(tpf) else tpf
+        if not len(d):
+            _empty(ax, "no Orthrus decoding results")
+            continue
+        domains = sorted(x for x in d["domain"].unique() if x != "all")
+        domains += ["all"] if "all" in set(d["domain"]) else []
+        x = np.arange(len(domains))
+        series = list(d.groupby(["model", "precision", "attention"], sort=True))
+        width = 0.5 / max(1, len(series))
+        for i, (key, s) in enumerate(series):
+            s = s.set_index("domain").reindex(domains)
+            off = (i - (len(series) - 1) / 2) * width
+            ax.errorbar(x + off, s[col], yerr=s[f"{col}_ci"].fillna(0).to_numpy(float), fmt="o", capsize=3,
+                        label=" ".join(key))
+        ax.set_xticks(x, domains, rotation=45, ha="right")
+        ax.set_ylabel(f"{col} (95% t CI)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_margin_at_divergence(fx: pd.DataFrame | None, near_tie: float | None = None):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.set_title("AR top-1/top-2 logit margin at the first divergence")
+    d = fx.dropna(subset=["margin_native"]) if fx is not None and len(fx) else None
+    if d is None or not len(d):
+        _empty(ax, "no divergences with forensics" if fx is not None else "no forensics data")
+        return fig
+    hi = float(d["margin_native"].max())
+    bins = np.linspace(0, hi if hi > 0 else 1.0, 30)
+    for key, g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
+        ax.hist(g["margin_native"].astype(float), bins=bins, histtype="step", lw=1.5,
+                label=f"{'/'.join(key)} (n={len(g)})")
+    if near_tie is not None and math.isfinite(near_tie):
+        ax.axvline(near_tie, color="0.4", ls="--", lw=1, label=f"near-tie threshold {near_tie:g}")
+    ax.set_xlabel("margin (logits, native precision)")
+    ax.set_ylabel("divergences")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_pairwise_match(pw: pd.DataFrame):
+    plt = _plt()
+    keys = ["model", "decoder", "precision", "attention"]
+    if not len(pw):
+        fig, ax = plt.subplots(figsize=(6.5, 5))
+        ax.set_title("Pairwise exact-match rate")
+        _empty(ax, "no decoding results")
+        return fig
+    a = pw.apply(lambda r: "/".join(str(r[f"a_{k}"]) for k in keys), axis=1)
+    b = pw.apply(lambda r: "/".join(str(r[f"b_{k}"]) for k in keys), axis=1)
+    labels = sorted(set(a) | set(b))
+    mat = pd.DataFrame({"a": a, "b": b, "r": pw["match_rate"].astype(float)}).pivot_table(
+        index="a", columns="b", values="r", aggfunc="mean").reindex(index=labels, columns=labels)
+    size = max(5.0, 0.55 * len(labels) + 3)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    im = ax.imshow(mat.to_numpy(float), vmin=0, vmax=1, cmap="viridis")
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    if len(labels) <= 20:
+        for i in range(len(labels)):
+            for j in range(len(labels)):
+                v = mat.iat[i, j]
+                if np.isfinite(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="black" if v > 0.6 else "white")
+    fig.colorbar(im, ax=ax, label="exact match rate")
+    ax.set_title("Pairwise exact-match rate")
+    fig.tight_layout()
+    return fig
+
+
+# ---- driver ----------------------------------------------------------------------------
+def make_figures(tables_dir, out_dir) -> list[Path]:
+    plt = _plt()
+    tables_dir, out_dir = Path(tables_dir), Path(out_dir)
+    traj = _read_table(tables_dir, "trajectories.parquet", True)
+    _need(traj, ["model", "decoder", "precision", "attention", "match", "first_divergence",
+                 "n_tokens", "ref_n_tokens", "ppl"], "trajectories.parquet")
+    mbd = _read_table(tables_dir, "match_by_domain.csv", True)
+    _need(mbd, ["model", "decoder", "precision", "attention", "domain", "match_rate", "ci_low", "ci_high"],
+          "match_by_domain.csv")
+    tpf = _read_table(tables_dir, "tpf_by_domain.csv", True)
+    _need(tpf, ["model", "precision", "attention", "domain", "tpf_verify", "tpf_verify_ci", "tpf_all",
+                "tpf_all_ci"], "tpf_by_domain.csv")
+    pw = _read_table(tables_dir, "pairwise_match.csv", True)
+    _need(pw, ["a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder",
+               "b_precision", "b_attention", "match_rate"], "pairwise_match.csv")
+    fx = _read_table(tables_dir, "forensics_rows.parquet", False)
+    if fx is not None:
+        _need(fx, ["model", "decoder", "precision", "attention", "margin_native"], "forensics_rows.parquet")
+        fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
+    fsum = _read_table(tables_dir, "forensics.csv", False)
+    near_tie = None
+    if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):
+        near_tie = float(fsum["near_tie_threshold"].iloc[0])
+    traj["match"] = traj["match"].astype(bool)
+    traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")
+
+    builders = {
+        "match_by_domain": lambda: fig_match_by_domain(mbd),
+        "match_vs_ppl": lambda: fig_match_vs_ppl(traj),
+        "survival": lambda: fig_survival(traj),
+        "first_divergence_hist": lambda: fig_first_divergence_hist(traj),
+        "tpf_by_domain": lambda: fig_tpf_by_domain(tpf),
+        "margin_at_divergence": lambda: fig_margin_at_divergence(fx, near_tie),
+        "pairwise_match": lambda: fig_pairwise_match(pw),
+    }
+    assert list(builders) == FIGURES
+    written = []
+    for name in FIGURES:
+        fig = builders[name]()
+        for fmt in FORMATS:
+            path = out_dir / f"{name}.{fmt}"
+            meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus figures", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tables", required=True, help="directory written by `orthrus analyze`")
+    ap.add_argument("--out-dir", required=True, help="directory for the figures (PNG and PDF)")
+    ap.add_argument("--list", action="store_true", help="print the files that would be written and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join(map(str, figure_files(args.out_dir))))
+        return 0
+    try:
+        written = make_figures(args.tables, args.out_dir)
+    except FigureError as exc:
+        sys.stderr.write(f"orthrus figures: error: {exc}\n")
+        return 2
+    for p in written:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

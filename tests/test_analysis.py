@@ -1,0 +1,345 @@
+"""orthrus analyze / orthrus figures on synthetic decoding results."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orthrus import analysis, figures
+from orthrus.analysis import AnalysisError, analyze, fit_ppl_logit
+
+DOMAINS = ["code", "math", "qa"]
+N_PER_DOMAIN = 40
+REF = "teacher"
+MODEL = "orth"
+
+
+def _row(model, decoder, precision, pid, dom, tokens, n_verify=None, n_diffusion=None):
+    n = len(tokens)
+    nv = n_verify if n_verify is not None else (n if decoder != "orthrus" else 0)
+    return dict(model=model, decoder=decoder, precision=precision, attention="eager", prompt_id=pid,
+                domain=dom, prompt_len=5, tokens=list(tokens), accepted=[],
+                n_prefill=1, n_diffusion=n_diffusion if n_diffusion is not None else 0,
+                n_verify=nv, seconds=0.01, finish_reason="length", error=None, env=json.dumps({}))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Reference at bf16/fp32, Orthrus + own AR view at bf16, Orthrus at fp32, a PPL and forensics file.
+
+    bf16 Orthrus diverges with probability decreasing in log PPL (noisy, not separable);
+    fp32 Orthrus matches everywhere.
+    """
+    tmp = tmp_path_factory.mktemp("world")
+    rng = np.random.default_rng(0)
+    rows = {k: [] for k in ("ref-bf16", "ref-fp32", "orth-bf16", "ar-bf16", "orth-fp32")}
+    ppl_rows, fx_rows, truth = [], [], {}
+    for dom in DOMAINS:
+        for i in range(N_PER_DOMAIN):
+            pid = f"{dom}-{i:03d}"
+            toks = [int(t) for t in rng.integers(2, 90, size=24)]
+            # reference fp32 differs from reference bf16 on every third prompt
+            toks32 = list(toks)
+            if i % 3 == 0:
+                toks32[10] = 1000
+            rows["ref-bf16"].append(_row(REF, "ar-ref", "bf16", pid, dom, toks))
+            rows["ref-fp32"].append(_row(REF, "ar-ref", "fp32", pid, dom, toks32))
+            rows["ar-bf16"].append(_row(MODEL, "ar", "bf16", pid, dom, toks))
+            # orthrus: 24 tokens in 5 verify passes and 5 diffusion passes
+            rows["orth-fp32"].append(_row(MODEL, "orthrus", "fp32", pid, dom, toks32, 5, 5))
+            ppl = float(np.exp(rng.uniform(0.0, 0.6)))
+            p_match = 1 / (1 + np.exp(-(3.0 - 12.0 * np.log(ppl))))
+            matched = bool(rng.random() < p_match)
+            if matched:
+                o = list(toks)
+            elif i % 2:
+                o = list(toks)
+                pos = int(rng.integers(0, 24))
+                o[pos] = 999  # substitution: first divergence at pos, Levenshtein 1
+                fx_rows.append(dict(model=MODEL, decoder="orthrus", precision="bf16", attention="eager",
+                                    prompt_id=pid, domain=dom, position=pos,
+                                    margin_native=[0.0, 0.0625, 0.5][i % 3], margin_fp32=0.01,
+                                    first_layer_diverging=[1, 1, None][i % 3],
+                                    max_abs_hidden_diff=[0.0, 0.1]))
+            else:
+                o = toks[:20]  # stopped early: divergence at 20, Levenshtein 4
+            truth[pid] = matched
+            rows["orth-bf16"].append(_row(MODEL, "orthrus", "bf16", pid, dom, o, 5, 5))
+            ppl_rows.append(dict(prompt_id=pid, ppl=ppl, n_tokens=24, model=REF, precision="fp32"))
+    paths = {}
+    for k, r in rows.items():
+        p = tmp / f"{k}.parquet"
+        pd.DataFrame(r).to_parquet(p, index=False)
+        paths[k] = p
+    ppl_path = tmp / "ppl.parquet"
+    pd.DataFrame(ppl_rows).to_parquet(ppl_path, index=False)
+    fx_path = tmp / "forensics.parquet"
+    pd.DataFrame(fx_rows).to_parquet(fx_path, index=False)
+    tables = analyze(list(paths.values()), REF, ppl_path, fx_path)
+    return dict(tmp=tmp, paths=paths, ppl=ppl_path, fx=fx_path, tables=tables, truth=truth,
+                fx_rows=fx_rows)
+
+
+def test_columns_are_the_contract(world):
+    t = world["tables"]
+    assert list(t) == list(analysis.TABLES)
+    for name, cols in analysis.TABLES.items():
+        assert list(t[name].columns) == cols, name
+    assert list(t["match_overall.csv"].columns) == [
+        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"]
+    assert list(t["match_by_domain.csv"].columns) == [
+        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high"]
+    assert list(t["tpf_by_domain.csv"].columns) == [
+        "model", "precision", "attention", "domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all",
+        "tpf_all_ci"]
+    assert list(t["pairwise_match.csv"].columns) == [
+        "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
+        "b_attention", "n", "match_rate"]
+    assert list(t["ppl_by_match.csv"].columns) == [
+        "model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
+    assert list(t["ppl_logit.csv"].columns) == [
+        "model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+
+
+def test_match_rates_and_trajectories(world):
+    t, truth = world["tables"], world["truth"]
+    n = len(DOMAINS) * N_PER_DOMAIN
+    mo = t["match_overall.csv"].set_index(["decoder", "precision"])
+    k = sum(truth.values())
+    assert 0.2 * n < k < 0.8 * n  # the construction gives a mixed outcome
+    assert mo.loc[("orthrus", "bf16"), "n"] == n
+    assert mo.loc[("orthrus", "bf16"), "match_rate"] == pytest.approx(k / n)
+    low, high = analysis.wilson_ci(k, n)
+    assert mo.loc[("orthrus", "bf16"), "ci_low"] == pytest.approx(low)
+    assert mo.loc[("orthrus", "bf16"), "ci_high"] == pytest.approx(high)
+    assert mo.loc[("orthrus", "fp32"), "match_rate"] == 1.0
+    assert mo.loc[("ar", "bf16"), "match_rate"] == 1.0
+    assert set(mo.reset_index()["model"]) == {MODEL}  # the reference is not compared with itself
+
+    mbd = t["match_by_domain.csv"]
+    bf = mbd[(mbd.decoder == "orthrus") & (mbd.precision == "bf16")].set_index("domain")
+    for dom in DOMAINS:
+        exp = np.mean([v for p, v in truth.items() if p.startswith(dom)])
+        assert bf.loc[dom, "match_rate"] == pytest.approx(exp)
+        assert bf.loc[dom, "n"] == N_PER_DOMAIN
+
+    tr = t["trajectories.parquet"]
+    o = tr[(tr.decoder == "orthrus") & (tr.precision == "bf16")].set_index("prompt_id")
+    assert o["match"].to_dict() == truth
+    for r in world["fx_rows"]:  # substitutions
+        row = o.loc[r["prompt_id"]]
+        assert row["first_divergence"] == r["position"] == row["common_prefix_len"]
+        assert row["levenshtein"] == 1
+    short = o[o["n_tokens"] == 20]
+    assert len(short) and (short["first_divergence"] == 20).all() and (short["levenshtein"] == 4).all()
+    assert o.loc[o["match"], "first_divergence"].isna().all()
+    assert (o.loc[o["match"], "levenshtein"] == 0).all()
+    assert o["ppl"].notna().all()
+
+
+def test_tpf(world):
+    tpf = world["tables"]["tpf_by_domain.csv"]
+    assert set(tpf["precision"]) == {"bf16", "fp32"}  # Orthrus decoder only, no AR rows
+    fp32 = tpf[tpf.precision == "fp32"].set_index("domain")
+    assert list(fp32.index) == DOMAINS + ["all"]
+    assert np.allclose(fp32["tpf_verify"], 24 / 6)
+    assert np.allclose(fp32["tpf_all"], 24 / 11)
+    assert (fp32["tpf_verify_ci"] == 0).all()
+    assert fp32.loc["all", "n"] == len(DOMAINS) * N_PER_DOMAIN
+    bf = tpf[(tpf.precision == "bf16") & (tpf.domain == "all")].iloc[0]
+    tr = world["tables"]["trajectories.parquet"]
+    ntok = tr[(tr.decoder == "orthrus") & (tr.precision == "bf16")]["n_tokens"].to_numpy(float)
+    assert bf["tpf_verify"] == pytest.approx(np.mean(ntok / 6))
+    assert bf["tpf_verify_ci"] > 0
+
+
+def test_pairwise(world):
+    pw = world["tables"]["pairwise_match.csv"]
+    diag = pw[(pw.a_model == pw.b_model) & (pw.a_decoder == pw.b_decoder)
+              & (pw.a_precision == pw.b_precision) & (pw.a_attention == pw.b_attention)]
+    assert len(diag) == 5 and (diag["match_rate"] == 1.0).all()
+    assert len(pw) == 25  # every ordered pair shares all prompts
+
+    def rate(a, b):
+        sel = pw[(pw.a_model == a[0]) & (pw.a_decoder == a[1]) & (pw.a_precision == a[2])
+                 & (pw.b_model == b[0]) & (pw.b_decoder == b[1]) & (pw.b_precision == b[2])]
+        assert len(sel) == 1
+        return sel["match_rate"].iloc[0]
+
+    # reference bf16 vs fp32 differ on every third prompt (i % 3 == 0: 14 of 40 per domain)
+    assert rate((REF, "ar-ref", "bf16"), (REF, "ar-ref", "fp32")) == pytest.approx(26 / 40)
+    assert rate((REF, "ar-ref", "fp32"), (REF, "ar-ref", "bf16")) == pytest.approx(26 / 40)
+    assert rate((MODEL, "orthrus", "fp32"), (REF, "ar-ref", "fp32")) == 1.0
+    assert rate((MODEL, "ar", "bf16"), (REF, "ar-ref", "bf16")) == 1.0
+
+
+def test_ppl_tables(world):
+    t, truth = world["tables"], world["truth"]
+    pbm = t["ppl_by_match.csv"]
+    bf = pbm[pbm.precision == "bf16"].set_index("matched")
+    assert bf.loc[True, "n"] == sum(truth.values())
+    assert bf.loc[True, "mean_ppl"] < bf.loc[False, "mean_ppl"]
+    assert bf.loc[True, "ci_low"] < bf.loc[True, "mean_ppl"] < bf.loc[True, "ci_high"]
+    fp = pbm[pbm.precision == "fp32"].set_index("matched")
+    assert fp.loc[False, "n"] == 0 and math.isnan(fp.loc[False, "mean_ppl"])
+
+    lg = t["ppl_logit.csv"].set_index("precision")
+    assert lg.loc["bf16", "beta1"] < 0
+    assert lg.loc["bf16", "ci_low"] < lg.loc["bf16", "beta1"] < lg.loc["bf16", "ci_high"]
+    assert lg.loc["bf16", "p_value"] < 0.01
+    # fp32: every trajectory matches -> cannot be estimated, NaN with a note
+    assert math.isnan(lg.loc["fp32", "beta1"]) and math.isnan(lg.loc["fp32", "p_value"])
+    assert "all matched" in lg.loc["fp32", "note"]
+
+
+def _logit_df(n, seed, beta=-10.0):
+    rng = np.random.default_rng(seed)
+    lp = rng.uniform(0, 0.6, n)
+    length = rng.integers(20, 129, n)
+    dom = rng.choice(["a", "b", "c"], n)
+    p = 1 / (1 + np.exp(-(2.5 + beta * lp + 0.002 * (length - 70))))
+    return pd.DataFrame(dict(match=rng.random(n) < p, ppl=np.exp(lp), length=length, domain=dom))
+
+
+def test_logit_recovers_negative_slope():
+    fit = fit_ppl_logit(_logit_df(500, 1))
+    assert fit["note"] == ""
+    assert fit["n"] == 500
+    assert -16 < fit["beta1"] < -5
+    assert fit["ci_low"] < fit["beta1"] < fit["ci_high"] < 0
+    assert fit["p_value"] < 1e-6
+
+
+def test_logit_cannot_be_estimated():
+    d = _logit_df(60, 2)
+    for frame, words in [
+        (d.assign(match=True), "all matched"),
+        (d.assign(match=False), "none matched"),
+        (d.head(4), "too few rows"),
+        (d.assign(match=np.log(d["ppl"]) < 0.3), "separation"),  # perfectly separated by PPL
+        (d.assign(ppl=1.2), "no variance in log(ppl)"),
+    ]:
+        fit = fit_ppl_logit(frame)
+        assert math.isnan(fit["beta1"]) and math.isnan(fit["ci_low"]) and math.isnan(fit["p_value"])
+        assert words in fit["note"], (words, fit["note"])
+    # a domain whose outcome is constant is dropped, and the fit still runs
+    d = _logit_df(400, 3)
+    d.loc[d.domain == "c", "match"] = True
+    fit = fit_ppl_logit(d)
+    assert fit["beta1"] < 0 and "dropped 1 domain" in fit["note"] and fit["n"] < 400
+    # constant length: the term is dropped, not a singular fit
+    fit = fit_ppl_logit(_logit_df(400, 4).assign(length=128))
+    assert fit["beta1"] < 0 and "length constant" in fit["note"]
+
+
+def test_forensics_summary(world):
+    fs = world["tables"]["forensics.csv"]
+    assert list(fs.columns) == analysis.FORENSICS_COLUMNS
+    assert len(fs) == 1
+    r = fs.iloc[0]
+    rows = world["fx_rows"]
+    margins = np.array([x["margin_native"] for x in rows])
+    assert r["n_divergences"] == len(rows)
+    assert r["median_margin_native"] == pytest.approx(np.median(margins))
+    assert r["median_margin_fp32"] == pytest.approx(0.01)
+    assert r["frac_exact_tie"] == pytest.approx(np.mean(margins == 0))
+    assert r["frac_near_tie"] == pytest.approx(np.mean(margins < 0.125))
+    assert r["mode_first_layer"] == 1
+    # the threshold is a parameter
+    fs2 = analysis.forensics_summary(analysis.load_forensics(world["fx"]), near_tie=0.01)
+    assert fs2.iloc[0]["frac_near_tie"] == pytest.approx(np.mean(margins < 0.01))
+    assert fs2.iloc[0]["near_tie_threshold"] == 0.01
+
+
+def test_missing_column_and_file_errors(world, tmp_path, capsys):
+    bad = tmp_path / "bad.parquet"
+    pd.read_parquet(world["paths"]["orth-bf16"]).drop(columns="tokens").to_parquet(bad)
+    with pytest.raises(AnalysisError, match=r"bad\.parquet.*'tokens'"):
+        analyze([world["paths"]["ref-bf16"], bad], REF)
+    rc = analysis.main(["--decode", str(world["paths"]["ref-bf16"]), str(bad), "--out-dir", str(tmp_path / "t")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "bad.parquet" in err and "'tokens'" in err
+    with pytest.raises(AnalysisError, match="nope.parquet.*does not exist"):
+        analyze([tmp_path / "nope.parquet"], REF)
+    badppl = tmp_path / "ppl.parquet"
+    pd.read_parquet(world["ppl"]).drop(columns="ppl").to_parquet(badppl)
+    with pytest.raises(AnalysisError, match=r"perplexity file .*ppl\.parquet.*'ppl'"):
+        analyze([world["paths"]["ref-bf16"]], REF, ppl_path=badppl)
+    badfx = tmp_path / "fx.parquet"
+    pd.read_parquet(world["fx"]).drop(columns="margin_fp32").to_parquet(badfx)
+    with pytest.raises(AnalysisError, match=r"forensics file .*fx\.parquet.*'margin_fp32'"):
+        analyze([world["paths"]["ref-bf16"]], REF, forensics_path=badfx)
+    with pytest.raises(AnalysisError, match="no decoding result with decoder 'ar-ref' and model 'nobody'"):
+        analyze([world["paths"]["ref-bf16"], world["paths"]["orth-bf16"]], "nobody")
+
+
+def test_cli_and_figures(world, tmp_path):
+    out = tmp_path / "tables"
+    p = world["paths"]
+    argv = ["--decode", *map(str, p.values()), "--reference", REF, "--ppl", str(world["ppl"]),
+            "--forensics", str(world["fx"]), "--out-dir", str(out)]
+    assert analysis.main(argv) == 0
+    for name in analysis.TABLES:
+        assert (out / name).stat().st_size > 0
+        if name.endswith(".csv"):
+            assert (out / name).with_suffix(".md").exists()
+            assert list(pd.read_csv(out / name).columns) == analysis.TABLES[name]
+    figdir = tmp_path / "figs"
+    assert figures.main(["--tables", str(out), "--out-dir", str(figdir)]) == 0
+    _check_figures(figdir)
+
+
+def _check_figures(figdir):
+    produced = sorted(x.name for x in figdir.iterdir() if not x.name.startswith("."))
+    assert produced == sorted(f.name for f in figures.figure_files(figdir))
+    assert len(produced) == 2 * len(figures.FIGURES)
+    for f in figures.figure_files(figdir):
+        head = f.read_bytes()[:8]
+        assert f.stat().st_size > 1000
+        assert head.startswith(b"\x89PNG") if f.suffix == ".png" else head.startswith(b"%PDF")
+
+
+def test_figures_on_empty_inputs(world, tmp_path):
+    """fp32 only, no PPL, no forensics: no divergences anywhere, every figure still drawn."""
+    p = world["paths"]
+    out = tmp_path / "tables"
+    assert analysis.main(["--decode", str(p["ref-fp32"]), str(p["orth-fp32"]), "--out-dir", str(out)]) == 0
+    assert pd.read_csv(out / "ppl_logit.csv").empty
+    assert pd.read_csv(out / "forensics.csv").empty
+    figdir = tmp_path / "figs"
+    assert figures.main(["--tables", str(out), "--out-dir", str(figdir)]) == 0
+    _check_figures(figdir)
+    # and with the optional forensics tables absent altogether
+    (out / "forensics_rows.parquet").unlink()
+    (out / "forensics.csv").unlink()
+    assert figures.main(["--tables", str(out), "--out-dir", str(tmp_path / "figs2")]) == 0
+    _check_figures(tmp_path / "figs2")
+
+
+def test_figures_missing_table(tmp_path, capsys):
+    assert figures.main(["--tables", str(tmp_path), "--out-dir", str(tmp_path / "f")]) == 2
+    assert "trajectories.parquet" in capsys.readouterr().err
+
+
+def test_survival_curve():
+    t, s = figures.survival_curve([None, 2, 0, None], [True, False, False, True], 4)
+    assert list(t) == [0, 1, 2, 3, 4]
+    assert list(s) == [1.0, 0.75, 0.75, 0.5, 0.5]  # S(t): first t tokens identical
+
+
+def test_ppl_join_per_precision(world, tmp_path):
+    """Perplexities scored at several precisions are joined on precision as well."""
+    p = world["paths"]
+    base = pd.read_parquet(world["ppl"])
+    two = pd.concat([base.assign(precision="bf16", ppl=2.0), base.assign(precision="fp32", ppl=3.0)])
+    path = tmp_path / "ppl2.parquet"
+    two.to_parquet(path)
+    t = analyze([p["ref-bf16"], p["ref-fp32"], p["orth-bf16"], p["orth-fp32"]], REF, ppl_path=path)
+    tr = t["trajectories.parquet"]
+    assert (tr.loc[tr.precision == "bf16", "ppl"] == 2.0).all()
+    assert (tr.loc[tr.precision == "fp32", "ppl"] == 3.0).all()
+    two.assign(precision="bf16").to_parquet(path)
+    with pytest.raises(AnalysisError, match="several rows per prompt_id/precision"):
+        analyze([p["ref-bf16"], p["orth-bf16"]], REF, ppl_path=path)
