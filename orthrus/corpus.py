@@ -1,0 +1,189 @@
+"""One shard of the teacher corpus: batched greedy answers of the teacher to distillation prompts.
+
+`orthrus corpus --teacher DIR_OR_HUB_ID --prompts distill.parquet --shard I --num-shards N
+ --out shard.parquet [--batch-size B] [--max-new-tokens T] [--dtype fp32|bf16|fp16]
+ [--threads K] [--attention eager|sdpa] [--revision REV]`
+
+Shard I takes prompts I, I+N, I+2N, ... of the prompt file (in file order), so the N
+shards partition the prompts. Prompts are rendered with `orthrus.prompts.render_chat`,
+batched in order of rendered length (stable), LEFT-padded and decoded greedily with
+`model.generate(do_sample=False)`. Padding is stripped; `response_ids` end at the first
+EOS (included) or after T tokens. Output columns (see docs/DESIGN.md): `prompt_id,
+domain, prompt, response, prompt_ids, response_ids, finish_reason ("eos"|"length"),
+teacher, dtype, batch_size`, in the shard's prompt order. The file is written atomically.
+The teacher is loaded with safetensors only and never with remote code.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from orthrus.io import write_parquet
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
+           "finish_reason", "teacher", "dtype", "batch_size"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
+    return getattr(torch, DTYPES[name])
+
+
+def resolve_teacher(teacher: str) -> str:
+    """Return `teacher` if it is an existing directory or looks like a hub id; otherwise
+    raise FileNotFoundError naming it."""
+    if Path(teacher).is_dir():
+        return teacher
+    looks_local = (teacher.startswith((".", "/", "~")) or teacher.endswith("/")
+                   or os.sep in teacher.strip("/").replace("/", "", 1)
+                   or not _HUB_ID.match(teacher))
+    if looks_local or Path(teacher).exists():
+        raise FileNotFoundError(f"teacher model directory not found: {teacher!r}")
+    return teacher
+
+
+def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None,
+                 revision: str | None = None):
+    """(model, tokenizer) through the Auto classes, safetensors only, no remote code."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = resolve_teacher(teacher)
+    kwargs = {"revision": revision} if revision else {}
+    try:
+        tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
+        if attention:
+            kwargs["attn_implementation"] = attention
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=_torch_dtype(dtype), use_safetensors=True, trust_remote_code=False,
+            **kwargs)
+    except (OSError, ValueError) as e:
+        if Path(src).is_dir():
+            raise
+        raise FileNotFoundError(
+            f"teacher {teacher!r} is neither a local directory nor a loadable hub id: {e}"
+        ) from e
+    model.eval()
+    return model, tok
+
+
+def shard_prompts(df: pd.DataFrame, shard: int, num_shards: int) -> pd.DataFrame:
+    """Every `num_shards`-th row starting at `shard` (file order)."""
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"need 0 <= shard < num_shards, got shard={shard}, "
+                         f"num_shards={num_shards}")
+    return df.iloc[shard::num_shards].reset_index(drop=True)
+
+
+def _eos_ids(model, tok) -> list[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tok.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos)
+    if tok.eos_token_id is not None and tok.eos_token_id not in eos:
+        eos.append(tok.eos_token_id)
+    return eos
+
+
+def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
+                       max_new_tokens: int = 128, progress: bool = True) -> list[dict]:
+    """Greedy answers, one dict per prompt (in input order): prompt_ids, response_ids,
+    response, finish_reason."""
+    import torch
+    from tqdm import tqdm
+
+    from orthrus.prompts import render_chat
+
+    eos = _eos_ids(model, tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    rendered = [render_chat(tok, p) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(rendered[i]))  # stable
+    out: list[dict | None] = [None] * len(prompts)
+    device = next(model.parameters()).device
+    batches = [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
+    for idx in tqdm(batches, desc="corpus", unit="batch", file=sys.stderr,
+                    disable=not progress):
+        n = max(len(rendered[i]) for i in idx)
+        ids = torch.tensor([[pad] * (n - len(rendered[i])) + rendered[i] for i in idx],
+                           device=device)
+        att = torch.tensor([[0] * (n - len(rendered[i])) + [1] * len(rendered[i])
+                            for i in idx], device=device)
+        with torch.no_grad():
+            gen = model.generate(input_ids=ids, attention_mask=att, do_sample=False,
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                 pad_token_id=pad, temperature=None, top_p=None, top_k=None)
+        for i, row in zip(idx, gen[:, n:].tolist()):
+            cut = next((k for k, t in enumerate(row) if t in eos), None)
+            if cut is None:
+                resp, reason = row[:max_new_tokens], "length"
+            else:
+                resp, reason = row[: cut + 1], "eos"
+            out[i] = {"prompt_ids": rendered[i], "response_ids": resp,
+                      "response": tok.decode(resp, skip_special_tokens=True),
+                      "finish_reason": reason}
+    return out  # type: ignore[return-value]
+
+
+def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
+                batch_size: int = 8, max_new_tokens: int = 128, dtype: str = "fp32",
+                threads: int | None = 1, attention: str | None = None,
+                revision: str | None = None, progress: bool = True) -> pd.DataFrame:
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    torch.manual_seed(0)
+    df = pd.read_parquet(prompts_path)
+    part = shard_prompts(df, shard, num_shards)
+    model, tok = load_teacher(teacher, dtype=dtype, attention=attention, revision=revision)
+    res = generate_responses(model, tok, list(part["prompt"]), batch_size=batch_size,
+                             max_new_tokens=max_new_tokens, progress=progress)
+    rows = [{"prompt_id": r.prompt_id, "domain": r.domain, "prompt": r.prompt, **g,
+             "teacher": teacher, "dtype": dtype, "batch_size": int(batch_size)}
+            for r, g in zip(part.itertuples(index=False), res)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus corpus",
+                                 description="One shard of the teacher corpus (greedy).")
+    ap.add_argument("--teacher", required=True, help="local HF directory or hub id")
+    ap.add_argument("--prompts", required=True, help="distillation prompts (Parquet)")
+    ap.add_argument("--shard", type=int, default=0)
+    ap.add_argument("--num-shards", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--dtype", choices=list(DTYPES), default="fp32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--attention", choices=["eager", "sdpa"], default=None,
+                    help="attention kernel (default: transformers' choice)")
+    ap.add_argument("--revision", default=None, help="hub revision of the teacher")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
+                         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                         dtype=args.dtype, threads=args.threads, attention=args.attention,
+                         revision=args.revision, progress=not args.no_progress)
+    except FileNotFoundError as e:
+        print(f"orthrus corpus: {e}", file=sys.stderr)
+        return 2
+    write_parquet(args.out, df)
+    n_eos = int((df["finish_reason"] == "eos").sum())
+    print(f"[corpus] shard {args.shard}/{args.num_shards}: {len(df)} responses "
+          f"({n_eos} eos, {len(df) - n_eos} length) -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

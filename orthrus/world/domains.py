@@ -1,0 +1,414 @@
+"""Twelve tiny synthetic domains mirroring the study's evaluation domains.
+
+Every generator is a pure function of a `random.Random` and returns `(prompt, answer)`,
+plain ASCII text. The domains differ in how predictable the answer is given the prompt:
+
+- near-deterministic: math, math-ru (worked sums), gec-en, gec-ru (templated grammar
+  correction), qa, qa-ru (key-value record lookup), code-ru (templated Python);
+- in between: wmt-ru-en (word-by-word translation from an invented language with
+  re-ordering and a few synonyms), code (real functions from the Python standard library,
+  too many to memorise);
+- high entropy: creative-en (stories from a random grammar), poetry-en, poetry-ru
+  (rhyming verse from random word choices).
+
+The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
+vocabulary stays small. Nothing here touches the network; `code` reads the local
+standard library sources (a fixed module list, deterministic selection).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import random
+import textwrap
+from typing import Callable
+
+DOMAINS: list[str] = [
+    "code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru",
+    "poetry-en", "poetry-ru", "qa", "qa-ru", "wmt-ru-en",
+]
+
+# --------------------------------------------------------------------------- words
+
+EN_NOUNS = ["cat", "dog", "bird", "fox", "girl", "boy", "king", "queen", "farmer", "baker",
+            "child", "wolf", "horse", "teacher", "sailor", "miller"]
+EN_VERBS = [("see", "sees", "saw"), ("like", "likes", "liked"), ("help", "helps", "helped"),
+            ("find", "finds", "found"), ("follow", "follows", "followed"),
+            ("call", "calls", "called"), ("watch", "watches", "watched"),
+            ("feed", "feeds", "fed")]
+EN_ADJ = ["big", "small", "old", "young", "red", "green", "quiet", "happy", "sad", "brave"]
+EN_PLACES = ["in the house", "in the garden", "at the market", "by the river", "on the hill",
+             "in the forest", "at school", "near the sea"]
+EN_TIMES = ["every day", "yesterday", "in the morning", "at night", "on sunday", "today"]
+
+# Ruvian: invented language. Dictionary Ruvian -> English (nouns, verbs, adjectives).
+RU_NOUNS = {"kata": "cat", "vosa": "dog", "pira": "bird", "lisa": "fox", "dena": "girl",
+            "malo": "boy", "koro": "king", "tsara": "queen", "zemo": "farmer", "hleba": "baker",
+            "deto": "child", "volka": "wolf", "kona": "horse", "ucho": "teacher",
+            "moro": "sailor", "melna": "miller"}
+RU_VERBS = {"vidi": "see", "lubi": "like", "pomo": "help", "nahi": "find", "sledu": "follow",
+            "zovi": "call", "gleda": "watch", "kormi": "feed"}
+RU_ADJ = {"bolo": "big", "malki": "small", "staro": "old", "mlado": "young", "krasno": "red",
+          "zelo": "green", "tiho": "quiet", "rado": "happy", "gorko": "sad", "hrabro": "brave"}
+_EN_VERB_FORMS = {v[0]: v for v in EN_VERBS}
+
+# Ruvian function words for the math / qa / gec / code prompts.
+RU_NUM_WORD = {"plus": "plu", "minus": "minu", "equals": "ravno", "step": "shag",
+               "answer": "otvet", "is": "est"}
+
+# --------------------------------------------------------------------------- math
+
+
+def _math_steps(rng: random.Random, n_terms: int):
+    terms = [rng.randint(1, 9) for _ in range(n_terms)]
+    ops = [rng.choice("+-") if i else "+" for i in range(n_terms)]
+    # keep the running total non-negative and small
+    total = terms[0]
+    steps = []
+    for op, t in zip(ops[1:], terms[1:]):
+        if op == "-" and total - t < 0:
+            op = "+"
+        new = total + t if op == "+" else total - t
+        steps.append((total, op, t, new))
+        total = new
+    expr = str(terms[0]) + "".join(f" {s[1]} {s[2]}" for s in steps)
+    return expr, steps, total
+
+
+def math_en(rng: random.Random) -> tuple[str, str]:
+    expr, steps, total = _math_steps(rng, rng.randint(3, 5))
+    prompt = f"Compute {expr}. Show the steps."
+    lines = [f"Step {i + 1}: {a} {op} {b} = {c}." for i, (a, op, b, c) in enumerate(steps)]
+    answer = " ".join(lines) + f" The answer is {total}."
+    return prompt, answer
+
+
+def math_ru(rng: random.Random) -> tuple[str, str]:
+    expr, steps, total = _math_steps(rng, rng.randint(3, 5))
+    w = RU_NUM_WORD
+    expr_ru = expr.replace("+", w["plus"]).replace("-", w["minus"])
+    prompt = f"Shitaj {expr_ru}. Pokazhi shagi."
+    lines = []
+    for i, (a, op, b, c) in enumerate(steps):
+        opw = w["plus"] if op == "+" else w["minus"]
+        lines.append(f"{w['step'].capitalize()} {i + 1}: {a} {opw} {b} {w['equals']} {c}.")
+    answer = " ".join(lines) + f" {w['answer'].capitalize()} {w['is']} {total}."
+    return prompt, answer
+
+
+# --------------------------------------------------------------------------- qa
+
+QA_KEYS = ["ana", "bo", "cid", "dara", "eli", "fen", "gus", "hana", "ivo", "jen", "kai", "lu"]
+QA_VALS = ["red", "blue", "green", "gold", "gray", "pink", "black", "white", "brown", "teal"]
+QA_VALS_RU = ["krasno", "sino", "zelo", "zlato", "sivo", "rozo", "cherno", "belo", "buro",
+              "morsko"]
+
+
+def _records(rng: random.Random, vals: list[str]):
+    keys = rng.sample(QA_KEYS, rng.randint(3, 5))
+    recs = [(k, rng.choice(vals), rng.randint(10, 99)) for k in keys]
+    return recs
+
+
+def qa_en(rng: random.Random) -> tuple[str, str]:
+    recs = _records(rng, QA_VALS)
+    k, color, age = rng.choice(recs)
+    table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
+    prompt = f"Records (name color age): {table}. Tell me about {k}."
+    answer = (f"The record for {k} says the color is {color} and the age is {age}. "
+              f"So {k} is {color} and {age} years old.")
+    return prompt, answer
+
+
+def qa_ru(rng: random.Random) -> tuple[str, str]:
+    recs = _records(rng, QA_VALS_RU)
+    k, color, age = rng.choice(recs)
+    table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
+    prompt = f"Zapisi (imja cvet let): {table}. Skazhi pro {k}."
+    answer = (f"Zapis pro {k} govorit cvet {color} i let {age}. "
+              f"Znachit {k} est {color} i {age} let.")
+    return prompt, answer
+
+
+# --------------------------------------------------------------------------- gec
+
+
+def _en_sentence(rng: random.Random):
+    subj = rng.choice(EN_NOUNS)
+    obj = rng.choice([n for n in EN_NOUNS if n != subj])
+    adj = rng.choice(EN_ADJ)
+    base, third, past = rng.choice(EN_VERBS)
+    time = rng.choice(EN_TIMES)
+    place = rng.choice(EN_PLACES)
+    verb = past if time == "yesterday" else third
+    correct = f"The {adj} {subj} {verb} the {obj} {place} {time}."
+    # one error per sentence
+    kind = rng.randrange(4)
+    if kind == 0:    # agreement / tense
+        wrong_verb = base
+        wrong = f"the {adj} {subj} {wrong_verb} the {obj} {place} {time}."
+    elif kind == 1:  # missing article
+        wrong = f"the {adj} {subj} {verb} {obj} {place} {time}."
+    elif kind == 2:  # a / an misuse
+        wrong = f"the {adj} {subj} {verb} a the {obj} {place} {time}."
+    else:            # missing full stop, lowercase
+        wrong = f"the {adj} {subj} {verb} the {obj} {place} {time}"
+    return wrong, correct
+
+
+def gec_en(rng: random.Random) -> tuple[str, str]:
+    pairs = [_en_sentence(rng) for _ in range(2)]
+    prompt = "Correct the grammar: " + " ".join(w for w, _ in pairs)
+    answer = "Corrected: " + " ".join(c for _, c in pairs)
+    return prompt, answer
+
+
+def _ru_sentence(rng: random.Random):
+    # Ruvian grammar: Subject-Object-Verb; verb takes suffix -t in present and -l in past;
+    # adjective before noun ends like the noun (-a / -o).
+    subj = rng.choice(list(RU_NOUNS))
+    obj = rng.choice([n for n in RU_NOUNS if n != subj])
+    adj = rng.choice(list(RU_ADJ))
+    verb = rng.choice(list(RU_VERBS))
+    past = rng.random() < 0.5
+    time = "vchera" if past else "sejchas"
+    vform = verb + ("l" if past else "t")
+    adj_ok = adj[:-1] + subj[-1] if adj[-1] in "ao" else adj
+    correct = f"{adj_ok.capitalize()} {subj} {obj}u {vform} {time}."
+    kind = rng.randrange(3)
+    if kind == 0:    # wrong tense suffix
+        wrong = f"{adj_ok} {subj} {obj}u {verb + ('t' if past else 'l')} {time}."
+    elif kind == 1:  # missing object case
+        wrong = f"{adj_ok} {subj} {obj} {vform} {time}."
+    else:            # bare verb
+        wrong = f"{adj_ok} {subj} {obj}u {verb} {time}."
+    return wrong, correct
+
+
+def gec_ru(rng: random.Random) -> tuple[str, str]:
+    pairs = [_ru_sentence(rng) for _ in range(2)]
+    prompt = "Ispravi grammatiku: " + " ".join(w for w, _ in pairs)
+    answer = "Ispravleno: " + " ".join(c for _, c in pairs)
+    return prompt, answer
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
+    """Ruvian (SOV, adjective after noun) -> English (SVO), with optional synonyms."""
+    ru, en = [], []
+    for _ in range(2):
+        subj, obj = rng.sample(list(RU_NOUNS), 2)
+        verb = rng.choice(list(RU_VERBS))
+        adj = rng.choice(list(RU_ADJ))
+        past = rng.random() < 0.5
+        ru.append(f"{subj.capitalize()} {adj} {obj}u {verb}{'l' if past else 't'}.")
+        forms = _EN_VERB_FORMS[RU_VERBS[verb]]
+        en.append(f"The {RU_ADJ[adj]} {RU_NOUNS[subj]} {forms[2] if past else forms[1]} "
+                  f"the {RU_NOUNS[obj]}.")
+    prompt = "Translate from Ruvian to English: " + " ".join(ru)
+    return prompt, " ".join(en)
+
+
+# --------------------------------------------------------------------------- code
+
+_CODE_MODULES = ["bisect", "colorsys", "fnmatch", "genericpath", "glob", "heapq", "keyword",
+                 "posixpath", "shlex", "statistics", "string", "textwrap", "calendar",
+                 "base64", "quopri", "random", "fractions", "difflib", "ntpath",
+                 "copy", "operator", "functools", "html", "json.encoder", "json.decoder",
+                 "urllib.parse", "email.utils", "tokenize", "ipaddress", "csv", "gettext"]
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_functions() -> tuple[tuple[str, str, str], ...]:
+    """Short top-level functions from local stdlib sources: (module, name, source).
+
+    Deterministic for a given Python installation: fixed module list, sorted output.
+    """
+    out = []
+    for modname in _CODE_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+            src = inspect.getsource(mod)
+        except Exception:  # module missing on this Python: skip it (deterministically)
+            continue
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        lines = src.splitlines()
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("__"):
+                continue
+            body = "\n".join(lines[node.lineno - 1: node.end_lineno])
+            body = _strip_docstring(body)
+            if not body.isascii() or not (60 <= len(body) <= 320):
+                continue
+            out.append((modname, node.name, body))
+    out.sort()
+    return tuple(out)
+
+
+def _strip_docstring(src: str) -> str:
+    tree = ast.parse(textwrap.dedent(src))
+    fn = tree.body[0]
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(
+            getattr(fn.body[0], "value", None), ast.Constant) and isinstance(
+            fn.body[0].value.value, str):
+        lines = src.splitlines()
+        doc = fn.body[0]
+        keep = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+        if len(fn.body) == 1:
+            keep.append(" " * (doc.col_offset) + "pass")
+        src = "\n".join(keep)
+    return "\n".join(line.rstrip() for line in src.splitlines() if line.strip())
+
+
+def code_en(rng: random.Random) -> tuple[str, str]:
+    funcs = stdlib_functions()
+    mod, name, body = funcs[rng.randrange(len(funcs))]
+    header = body.splitlines()[0].strip()
+    prompt = f"Write the Python function {name} from the {mod} module: {header}"
+    return prompt, body
+
+
+_CODE_RU_TASKS = [
+    # (Ruvian description, function name, body template)
+    ("summu spiska", "sum_{x}", "def sum_{x}({a}):\n    total = 0\n    for v in {a}:\n"
+     "        total += v\n    return total"),
+    ("maksimum spiska", "max_{x}", "def max_{x}({a}):\n    best = {a}[0]\n    for v in {a}:\n"
+     "        if v > best:\n            best = v\n    return best"),
+    ("chislo elementov", "count_{x}", "def count_{x}({a}):\n    n = 0\n    for _ in {a}:\n"
+     "        n += 1\n    return n"),
+    ("obratnyj spisok", "reverse_{x}", "def reverse_{x}({a}):\n    out = []\n"
+     "    for v in {a}:\n        out.insert(0, v)\n    return out"),
+    ("chetnye elementy", "even_{x}", "def even_{x}({a}):\n    return [v for v in {a} "
+     "if v % 2 == 0]"),
+    ("kvadraty elementov", "squares_{x}", "def squares_{x}({a}):\n    return [v * v for v in "
+     "{a}]"),
+    ("minimum spiska", "min_{x}", "def min_{x}({a}):\n    best = {a}[0]\n    for v in {a}:\n"
+     "        if v < best:\n            best = v\n    return best"),
+]
+_CODE_RU_NOUNS = ["items", "values", "nums", "scores", "prices", "ages", "sizes", "counts"]
+
+
+def code_ru(rng: random.Random) -> tuple[str, str]:
+    desc, fname, body = rng.choice(_CODE_RU_TASKS)
+    x = rng.choice(_CODE_RU_NOUNS)
+    a = rng.choice(["xs", "data", "seq", "arr"])
+    name = fname.format(x=x)
+    prompt = f"Napishi funkciju {name}({a}) na Pitone: {desc}."
+    return prompt, body.format(x=x, a=a)
+
+
+# --------------------------------------------------------------------------- creative
+
+_STORY_OPENERS = ["Once upon a time", "Long ago", "One cold morning", "Far away",
+                  "In a small village", "One summer night", "Not long ago"]
+_STORY_EVENTS = ["found a {adj} key", "lost a {adj} hat", "met a {adj} {noun}",
+                 "built a {adj} boat", "sang a {adj} song", "ran to the {adj} hill",
+                 "hid from the {adj} {noun}", "dreamed of a {adj} star",
+                 "gave bread to the {adj} {noun}", "climbed a {adj} tree"]
+_STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
+                  "and the village sang all night.", "and the sky turned gold.",
+                  "and that was the end of it.", "and they laughed until dawn."]
+
+
+def creative_en(rng: random.Random) -> tuple[str, str]:
+    hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
+    theme = rng.choice(["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"])
+    prompt = f"Write a short story about a {hero_adj} {hero} and {theme}."
+    sents = [f"{rng.choice(_STORY_OPENERS)}, there was a {hero_adj} {hero}."]
+    for _ in range(rng.randint(2, 4)):
+        ev = rng.choice(_STORY_EVENTS).format(adj=rng.choice(EN_ADJ), noun=rng.choice(EN_NOUNS))
+        who = rng.choice(["The " + hero, "It", "Then the " + hero, "Later the " + hero])
+        sents.append(f"{who} {ev}.")
+    sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
+    return prompt, " ".join(sents)
+
+
+# --------------------------------------------------------------------------- poetry
+
+_RHYMES_EN = [["night", "light", "bright", "flight", "sight"],
+              ["day", "way", "gray", "stay", "play"],
+              ["sea", "free", "tree", "me", "be"],
+              ["rain", "lane", "again", "plain", "chain"],
+              ["moon", "soon", "tune", "june", "noon"],
+              ["fire", "higher", "wire", "choir", "desire"]]
+_LINES_EN = ["the {adj} {noun} walks into the {w}", "I sing of the {adj} {w}",
+             "and all the {noun}s dream of {w}", "a {adj} wind will carry the {w}",
+             "under the {adj} sky of {w}", "my {adj} heart remembers {w}",
+             "the {noun} is waiting for the {w}"]
+
+_RHYMES_RU = [["noch", "doch", "proch", "moch"], ["zima", "tima", "sama", "dama"],
+              ["luna", "struna", "volna", "odna"], ["svet", "otvet", "let", "net"],
+              ["more", "gore", "vskore", "zore"]]
+_LINES_RU = ["{adj} {noun} idet v {w}", "ja poju pro {adj} {w}", "vse {noun}i snjat {w}",
+             "{adj} veter neset {w}", "pod {adj} nebom {w}", "moe {adj} serdce pomnit {w}"]
+
+
+def _poem(rng, rhymes, lines, nouns, adjs) -> str:
+    scheme = rng.choice(["AABB", "ABAB", "ABBA"])
+    groups = rng.sample(rhymes, 2)
+    words = {"A": rng.sample(groups[0], 2), "B": rng.sample(groups[1], 2)}
+    out = []
+    for letter in scheme:
+        w = words[letter].pop()
+        line = rng.choice(lines).format(adj=rng.choice(adjs), noun=rng.choice(nouns), w=w)
+        out.append(line[0].upper() + line[1:] + ",")
+    out[-1] = out[-1][:-1] + "."
+    return "\n".join(out)
+
+
+def poetry_en(rng: random.Random) -> tuple[str, str]:
+    topic = rng.choice(["the sea", "the night", "a friend", "the rain", "the moon", "home"])
+    prompt = (f"Write a short rhyming poem about {topic} and a {rng.choice(EN_ADJ)} "
+              f"{rng.choice(EN_NOUNS)}.")
+    return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ)
+
+
+def poetry_ru(rng: random.Random) -> tuple[str, str]:
+    topic = rng.choice(["more", "noch", "drug", "dozhd", "luna", "dom"])
+    prompt = (f"Napishi korotkij stih pro {topic} i {rng.choice(list(RU_ADJ))} "
+              f"{rng.choice(list(RU_NOUNS))}.")
+    return prompt, _poem(rng, _RHYMES_RU, _LINES_RU, list(RU_NOUNS), list(RU_ADJ))
+
+
+# --------------------------------------------------------------------------- registry
+
+GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
+    "code": code_en, "code-ru": code_ru, "creative-en": creative_en, "gec-en": gec_en,
+    "gec-ru": gec_ru, "math": math_en, "math-ru": math_ru, "poetry-en": poetry_en,
+    "poetry-ru": poetry_ru, "qa": qa_en, "qa-ru": qa_ru, "wmt-ru-en": wmt_ru_en,
+}
+assert list(GENERATORS) == DOMAINS
+
+# How predictable each domain is meant to be (documentation and sanity checks only).
+DETERMINISTIC = ("math", "math-ru", "gec-en", "gec-ru", "qa", "qa-ru", "code-ru", "wmt-ru-en")
+
+
+def sample(domain: str, rng: random.Random) -> tuple[str, str]:
+    """One `(prompt, answer)` pair from `domain`, drawn with `rng` (a `random.Random`)."""
+    try:
+        gen = GENERATORS[domain]
+    except KeyError:
+        raise KeyError(f"unknown domain {domain!r}; known: {', '.join(DOMAINS)}") from None
+    return gen(rng)
+
+
+def domain_rng(seed: int, domain: str, stream: str = "") -> random.Random:
+    """A `random.Random` seeded from (seed, domain, stream), independent of hash seeds."""
+    return random.Random(f"{seed}|{domain}|{stream}")
+
+
+def corpus_text(n_per_domain: int = 200, seed: int = 0):
+    """Yield world text (prompts and answers) for tokenizer training."""
+    for d in DOMAINS:
+        rng = domain_rng(seed, d, "tokenizer")
+        for _ in range(n_per_domain):
+            p, a = sample(d, rng)
+            yield p
+            yield a

@@ -1,0 +1,280 @@
+"""Train the tiny-world teacher: a small `Qwen3ForCausalLM` on chat-formatted world samples.
+
+`orthrus train-teacher --out DIR [--config CFG [--section teacher]] [--seed N]
+ [--steps N] [--threads N] [--set key=value ...]`
+
+Writes (atomically, as one directory) a Hugging Face checkpoint that loads with
+`AutoModelForCausalLM.from_pretrained(DIR)` / `AutoTokenizer.from_pretrained(DIR)`:
+`config.json`, `model.safetensors`, `generation_config.json` (eos `<|im_end|>`, greedy),
+the tokenizer files, `train_log.csv` (step, loss, lr, seconds), `teacher_eval.json`
+(greedy exact-match per domain on held-out world samples) and `teacher_config.json`
+(the resolved settings).
+
+`config.vocab_size` is `len(tokenizer)` rounded UP to a multiple of 64 with at least one
+spare row, so unused embedding rows exist (as in Qwen3, where the Orthrus mask token
+takes id `len(tokenizer)`).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+DEFAULTS: dict = {
+    "seed": 0,
+    "threads": 1,             # 1 is fastest on a shared 2-core machine
+    "vocab_size": 768,        # tokenizer vocabulary (incl. special tokens)
+    "hidden_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 384,
+    "max_len": 256,
+    "steps": 600,
+    "batch_size": 16,
+    "length_buckets": 4,      # draw batches of similar length from 4 x batch_size samples
+    "lr": 3e-3,
+    "min_lr_ratio": 0.05,
+    "warmup_steps": 30,
+    "weight_decay": 0.05,
+    "grad_clip": 1.0,
+    "domain_weights": None,   # {domain: weight}; default uniform
+    "eval_per_domain": 10,    # greedy held-out check at the end (0 = skip)
+    "eval_max_new_tokens": 128,
+    "log_every": 10,
+}
+
+
+def padded_vocab(n_tokens: int, multiple: int = 64) -> int:
+    """Smallest multiple of `multiple` strictly above `n_tokens`."""
+    return (n_tokens // multiple + 1) * multiple
+
+
+def make_model(cfg: dict, tokenizer):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    conf = Qwen3Config(
+        vocab_size=padded_vocab(len(tokenizer)),
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"],
+        num_key_value_heads=cfg["num_kv_heads"],
+        head_dim=cfg["head_dim"],
+        max_position_embeddings=max(512, cfg["max_len"] * 2),
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    torch.manual_seed(cfg["seed"])
+    model = Qwen3ForCausalLM(conf)
+    return model
+
+
+def _example(tokenizer, prompt: str, answer: str, max_len: int):
+    from orthrus.prompts import render_chat
+
+    p = render_chat(tokenizer, prompt)
+    a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    ids = (p + a)[:max_len]
+    labels = ([-100] * len(p) + a)[:max_len]
+    return ids, labels
+
+
+def _batch(examples, pad_id: int):
+    import torch
+
+    n = max(len(i) for i, _ in examples)
+    ids = torch.full((len(examples), n), pad_id, dtype=torch.long)
+    lab = torch.full((len(examples), n), -100, dtype=torch.long)
+    att = torch.zeros((len(examples), n), dtype=torch.long)
+    for r, (i, l) in enumerate(examples):
+        ids[r, : len(i)] = torch.tensor(i)
+        lab[r, : len(l)] = torch.tensor(l)
+        att[r, : len(i)] = 1
+    return ids, att, lab
+
+
+def _lr_at(step: int, cfg: dict) -> float:
+    w, total = cfg["warmup_steps"], cfg["steps"]
+    if step < w:
+        return cfg["lr"] * (step + 1) / w
+    frac = (step - w) / max(1, total - w)
+    lo = cfg["min_lr_ratio"]
+    return cfg["lr"] * (lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: int = 128,
+                batch_size: int = 16) -> dict:
+    """Greedy exact-match of the teacher against the world's reference answers, per domain,
+    on samples from a held-out stream; also the fraction of distinct outputs."""
+    import torch
+    from orthrus.prompts import render_chat
+    from orthrus.world.domains import DOMAINS, domain_rng, sample
+
+    model.eval()
+    out = {}
+    eos = tokenizer.eos_token_id
+    for d in DOMAINS:
+        rng = domain_rng(seed, d, "teacher-eval")
+        pairs = [sample(d, rng) for _ in range(per_domain)]
+        texts = []
+        for s in range(0, len(pairs), batch_size):
+            chunk = pairs[s: s + batch_size]
+            enc = [render_chat(tokenizer, p) for p, _ in chunk]
+            n = max(map(len, enc))
+            ids = torch.tensor([[tokenizer.pad_token_id] * (n - len(e)) + e for e in enc])
+            att = torch.tensor([[0] * (n - len(e)) + [1] * len(e) for e in enc])
+            with torch.no_grad():
+                gen = model.generate(input_ids=ids, attention_mask=att, do_sample=False,
+                                     max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                     pad_token_id=tokenizer.pad_token_id)
+            for row in gen[:, n:].tolist():
+                if eos in row:
+                    row = row[: row.index(eos)]
+                texts.append(tokenizer.decode(row, skip_special_tokens=True))
+        exact = sum(t.strip() == a.strip() for t, (_, a) in zip(texts, pairs))
+        out[d] = {"n": len(pairs), "exact": exact / max(1, len(pairs)),
+                  "distinct_outputs": len(set(texts)) / max(1, len(texts)),
+                  "example_prompt": pairs[0][0] if pairs else "",
+                  "example_output": texts[0] if texts else ""}
+    return out
+
+
+def train_teacher(cfg: dict | None, out_dir, verbose: bool = True) -> dict:
+    """Train a teacher with settings `DEFAULTS | cfg` and save it to `out_dir` (atomic).
+
+    Returns a summary dict (seconds, final loss, per-domain eval, parameters)."""
+    import torch
+    from transformers import GenerationConfig
+
+    from orthrus.io import atomic_path, write_json
+    from orthrus.world.domains import DOMAINS, domain_rng, sample
+    from orthrus.world.tokenizer import train_tokenizer
+
+    cfg = {**DEFAULTS, **(cfg or {})}
+    unknown = set(cfg) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown teacher settings: {sorted(unknown)}")
+    torch.set_num_threads(int(cfg["threads"]))
+    t0 = time.perf_counter()
+    tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
+    model = make_model(cfg, tok)
+    n_params = sum(p.numel() for p in model.parameters())
+    if verbose:
+        print(f"[teacher] {n_params / 1e6:.2f}M parameters, vocab {len(tok)} -> "
+              f"{model.config.vocab_size}", file=sys.stderr, flush=True)
+
+    weights = cfg["domain_weights"] or {}
+    w = [float(weights.get(d, 1.0)) for d in DOMAINS]
+    data_rng = random.Random(f"teacher-data|{cfg['seed']}")
+    dom_rngs = {d: domain_rng(cfg["seed"], d, "teacher-train") for d in DOMAINS}
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg["lr"], betas=(0.9, 0.95), eps=1e-8)
+    log_rows = []
+    model.train()
+    ema = None
+    bs, nb = int(cfg["batch_size"]), max(1, int(cfg["length_buckets"]))
+    queue: list = []
+    for step in range(int(cfg["steps"])):
+        if not queue:  # sort a pool by length, cut it into batches, shuffle the batches
+            doms = data_rng.choices(DOMAINS, weights=w, k=bs * nb)
+            pool = [_example(tok, *sample(d, dom_rngs[d]), cfg["max_len"]) for d in doms]
+            pool.sort(key=lambda e: len(e[0]))
+            queue = [pool[i * bs:(i + 1) * bs] for i in range(nb)]
+            data_rng.shuffle(queue)
+        ids, att, lab = _batch(queue.pop(), tok.pad_token_id)
+        lr = _lr_at(step, cfg)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        lv = loss.item()
+        ema = lv if ema is None else 0.9 * ema + 0.1 * lv
+        if step % cfg["log_every"] == 0 or step == cfg["steps"] - 1:
+            el = time.perf_counter() - t0
+            log_rows.append({"step": step, "loss": round(lv, 5), "lr": lr,
+                             "seconds": round(el, 2)})
+            if verbose:
+                print(f"[teacher] step {step} loss {lv:.4f} (ema {ema:.4f}) lr {lr:.2e} "
+                      f"{el:.1f}s", file=sys.stderr, flush=True)
+    train_seconds = time.perf_counter() - t0
+    model.eval()
+    model.generation_config = GenerationConfig(
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+        do_sample=False, max_new_tokens=128)
+    ev = {}
+    if cfg["eval_per_domain"]:
+        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]),
+                         int(cfg["eval_max_new_tokens"]))
+        if verbose:
+            for d, r in ev.items():
+                print(f"[teacher] eval {d:12s} exact {r['exact']:.2f} distinct "
+                      f"{r['distinct_outputs']:.2f}", file=sys.stderr, flush=True)
+    summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2),
+               "final_loss_ema": ema, "eval": ev}
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        with open(tmp / "train_log.csv", "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=["step", "loss", "lr", "seconds"])
+            wr.writeheader()
+            wr.writerows(log_rows)
+        (tmp / "teacher_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        (tmp / "teacher_eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _parse_value(v: str):
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    from orthrus.prompts import load_config
+
+    ap = argparse.ArgumentParser(prog="orthrus train-teacher",
+                                 description="Train the tiny-world Qwen3 teacher.")
+    ap.add_argument("--config", help="YAML/JSON file; its `teacher` section if present")
+    ap.add_argument("--section", default="teacher")
+    ap.add_argument("--out", required=True, help="output directory (HF format)")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help=f"override a setting; keys: {', '.join(DEFAULTS)}")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.section)
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        cfg[k.strip()] = _parse_value(v)
+    for k in ("seed", "steps", "threads"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    summary = train_teacher(cfg, args.out)
+    print(f"[teacher] saved to {args.out} ({summary['parameters'] / 1e6:.2f}M params, "
+          f"{summary['train_seconds']:.1f}s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

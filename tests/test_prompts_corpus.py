@@ -1,0 +1,172 @@
+"""Prompt sets (tiny world and HF datasets from local files) and the sharded teacher corpus."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from orthrus import corpus, prompts
+
+MICRO = {"steps": 2, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
+         "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
+         "intermediate_size": 64, "eval_per_domain": 0, "vocab_size": 384}
+
+
+def test_tiny_prompt_sets_disjoint_and_shaped(tmp_path, capsys):
+    ev, di = tmp_path / "eval.parquet", tmp_path / "distill.parquet"
+    assert prompts.main(["--eval-out", str(ev), "--distill-out", str(di),
+                         "--eval-per-domain", "5", "--distill-n", "120", "--seed", "1"]) == 0
+    e, d = pd.read_parquet(ev), pd.read_parquet(di)
+    assert list(e.columns) == ["prompt_id", "domain", "prompt"] == list(d.columns)
+    assert len(e) == 60 and e.groupby("domain").size().eq(5).all()
+    assert len(d) == 120 and d["domain"].nunique() == 12
+    assert e["prompt_id"].is_unique and d["prompt_id"].is_unique
+    assert not set(e["prompt"]) & set(d["prompt"])
+    assert d["prompt"].is_unique and e["prompt"].is_unique
+    err = capsys.readouterr().err
+    assert "eval math: kept 5" in err and "distill code:" in err
+    # deterministic
+    ev2 = tmp_path / "eval2.parquet"
+    prompts.main(["--eval-out", str(ev2), "--distill-out", str(tmp_path / "d2.parquet"),
+                  "--eval-per-domain", "5", "--distill-n", "120", "--seed", "1"])
+    pd.testing.assert_frame_equal(e, pd.read_parquet(ev2))
+
+
+def test_tiny_overlength_prompts_counted(capsys):
+    # every prompt longer than 40 characters is dropped, and counted per domain
+    e, d, log = prompts.tiny_prompts(seed=0, eval_per_domain=3, distill_n=10,
+                                     domains=["math", "qa"], max_chars=40, max_tries=5)
+    assert (e["prompt"].str.len() <= 40).all()
+    assert set(e["domain"]) == {"math"}           # qa prompts are all > 40 chars
+    assert log["eval"]["qa"]["too_long"] > 0 and log["eval"]["qa"].get("kept", 0) == 0
+    assert "eval qa: kept 0, dropped" in capsys.readouterr().err
+
+
+def test_check_prompt_reasons():
+    assert prompts.check_prompt("", 1, 10) == "empty"
+    assert prompts.check_prompt("   ", 1, 10) == "empty"
+    assert prompts.check_prompt(None, 1, 10) == "empty"
+    assert prompts.check_prompt("abc", 5, 10) == "too_short"
+    assert prompts.check_prompt("x" * 11, 1, 10) == "too_long"
+    assert prompts.check_prompt("hello", 1, 10) == "kept"
+
+
+def test_hf_source_from_local_jsonl(tmp_path, capsys):
+    rows = ([{"text": "A" * 60 + f" question {i}", "other": i} for i in range(30)]
+            + [{"text": "", "other": -1}, {"text": "short", "other": -2},
+               {"text": "B" * 1200, "other": -3}])
+    src = tmp_path / "qa.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = {"source": "hf", "seed": 0, "min_chars": 50, "max_chars": 1000,
+           "eval": {"qa": {"path": "json", "data_files": str(src), "split": "train",
+                           "column": "text", "n": 10},
+                    "gec-en": {"path": "json", "data_files": str(src),
+                               "template": "Fix: {text}", "n": 5}},
+           "distill": [{"domain": "qa", "path": "json", "data_files": str(src),
+                        "column": "text", "n": 100}]}
+    cfgfile = tmp_path / "cfg.json"
+    cfgfile.write_text(json.dumps({"prompts": cfg}))
+    ev, di = tmp_path / "e.parquet", tmp_path / "d.parquet"
+    assert prompts.main(["--config", str(cfgfile), "--eval-out", str(ev),
+                         "--distill-out", str(di)]) == 0
+    e, d = pd.read_parquet(ev), pd.read_parquet(di)
+    assert (e["domain"] == "qa").sum() == 10 and (e["domain"] == "gec-en").sum() == 5
+    assert e[e["domain"] == "gec-en"]["prompt"].str.startswith("Fix: ").all()
+    assert len(d) == 20                     # 30 usable rows, 10 already used for eval
+    assert not set(e["prompt"]) & set(d["prompt"])
+    lens = pd.concat([e, d])["prompt"].str.len()
+    assert lens.between(50, 1000).all()
+    err = capsys.readouterr().err
+    assert "distill qa: kept 20, dropped 13 (duplicate=10, empty=1, too_long=1, too_short=1)" in err
+    assert "only 20 usable prompts of 100" in err
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from orthrus.world.teacher import train_teacher
+
+    root = tmp_path_factory.mktemp("corpus")
+    train_teacher(MICRO, root / "teacher", verbose=False)
+    _, d, _ = prompts.tiny_prompts(seed=0, eval_per_domain=1, distill_n=14)
+    d.to_parquet(root / "distill.parquet", index=False)
+    return root
+
+
+def _run(root, shard, n, out, extra=()):
+    return corpus.main(["--teacher", str(root / "teacher"), "--prompts",
+                        str(root / "distill.parquet"), "--shard", str(shard),
+                        "--num-shards", str(n), "--out", str(out), "--batch-size", "4",
+                        "--max-new-tokens", "6", "--no-progress", *extra])
+
+
+def test_corpus_shards_deterministic_and_partition(setup, tmp_path):
+    root = setup
+    assert _run(root, 0, 2, tmp_path / "s0.parquet") == 0
+    assert _run(root, 0, 2, tmp_path / "s0b.parquet") == 0
+    assert _run(root, 1, 2, tmp_path / "s1.parquet") == 0
+    s0, s0b, s1 = (pd.read_parquet(tmp_path / f) for f in ("s0.parquet", "s0b.parquet",
+                                                            "s1.parquet"))
+    pd.testing.assert_frame_equal(s0, s0b)
+    assert list(s0.columns) == corpus.COLUMNS
+    prompts_df = pd.read_parquet(root / "distill.parquet")
+    assert sorted(list(s0["prompt_id"]) + list(s1["prompt_id"])) == sorted(prompts_df["prompt_id"])
+    assert not set(s0["prompt_id"]) & set(s1["prompt_id"])
+    assert list(s0["prompt_id"]) == list(prompts_df["prompt_id"].iloc[0::2])
+
+    from transformers import AutoTokenizer
+    from orthrus.prompts import render_chat
+    tok = AutoTokenizer.from_pretrained(root / "teacher")
+    eos = tok.eos_token_id
+    for r in s0.itertuples():
+        assert list(r.prompt_ids) == render_chat(tok, r.prompt)
+        ids = list(r.response_ids)
+        assert tok.pad_token_id not in ids or r.finish_reason == "length"
+        if r.finish_reason == "eos":
+            assert ids[-1] == eos and eos not in ids[:-1]
+        else:
+            assert len(ids) == 6 and eos not in ids
+        assert r.dtype == "fp32" and r.batch_size == 4 and r.teacher == str(root / "teacher")
+
+
+def test_corpus_batch_matches_single(setup, tmp_path):
+    """Left padding must not change the fp32 greedy answers of a tiny model."""
+    root = setup
+    _run(root, 0, 3, tmp_path / "b4.parquet")
+    corpus.main(["--teacher", str(root / "teacher"), "--prompts",
+                 str(root / "distill.parquet"), "--shard", "0", "--num-shards", "3",
+                 "--out", str(tmp_path / "b1.parquet"), "--batch-size", "1",
+                 "--max-new-tokens", "6", "--no-progress"])
+    a, b = pd.read_parquet(tmp_path / "b4.parquet"), pd.read_parquet(tmp_path / "b1.parquet")
+    assert [list(x) for x in a["response_ids"]] == [list(x) for x in b["response_ids"]]
+
+
+def test_corpus_atomic_write_on_failure(setup, tmp_path, monkeypatch):
+    root = setup
+    out = tmp_path / "shard.parquet"
+
+    def boom(self, path, *a, **k):
+        with open(path, "wb") as f:
+            f.write(b"PAR1 partial")
+        raise RuntimeError("killed mid-write")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", boom)
+    with pytest.raises(RuntimeError, match="killed mid-write"):
+        _run(root, 0, 2, out)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_teacher_named(tmp_path, capsys):
+    missing = tmp_path / "no" / "such" / "teacher"
+    pd.DataFrame({"prompt_id": ["a"], "domain": ["qa"], "prompt": ["hi"]}).to_parquet(
+        tmp_path / "p.parquet")
+    rc = corpus.main(["--teacher", str(missing), "--prompts", str(tmp_path / "p.parquet"),
+                      "--out", str(tmp_path / "o.parquet"), "--no-progress"])
+    assert rc != 0 and str(missing) in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()
+    with pytest.raises(FileNotFoundError, match="./rel/teacher"):
+        corpus.resolve_teacher("./rel/teacher")
+    assert corpus.resolve_teacher("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+    with pytest.raises(ValueError):
+        corpus.shard_prompts(pd.DataFrame({"a": [1]}), 2, 2)
