@@ -40,13 +40,15 @@ def _torch_dtype(name: str):
 
 
 def resolve_teacher(teacher: str) -> str:
-    """Return `teacher` if it is an existing directory or looks like a hub id; otherwise
-    raise FileNotFoundError naming it."""
+    """Return `teacher` if it is an existing directory or looks like a hub id (`owner/name`
+    whose `owner/` is not a local directory); otherwise raise FileNotFoundError naming it."""
     if Path(teacher).is_dir():
         return teacher
     looks_local = (teacher.startswith((".", "/", "~")) or teacher.endswith("/")
                    or os.sep in teacher.strip("/").replace("/", "", 1)
-                   or not _HUB_ID.match(teacher))
+                   or not _HUB_ID.match(teacher)
+                   # "results/teacher" with an existing "results/": a local path
+                   or Path(teacher).parent.is_dir())
     if looks_local or Path(teacher).exists():
         raise FileNotFoundError(f"teacher model directory not found: {teacher!r}")
     return teacher

@@ -157,7 +157,7 @@ def test_corpus_atomic_write_on_failure(setup, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_teacher_named(tmp_path, capsys):
+def test_missing_teacher_named(tmp_path, capsys, monkeypatch):
     missing = tmp_path / "no" / "such" / "teacher"
     pd.DataFrame({"prompt_id": ["a"], "domain": ["qa"], "prompt": ["hi"]}).to_parquet(
         tmp_path / "p.parquet")
@@ -168,5 +168,9 @@ def test_missing_teacher_named(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="./rel/teacher"):
         corpus.resolve_teacher("./rel/teacher")
     assert corpus.resolve_teacher("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+    (tmp_path / "results").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="results/teacher"):
+        corpus.resolve_teacher("results/teacher")
     with pytest.raises(ValueError):
         corpus.shard_prompts(pd.DataFrame({"a": [1]}), 2, 2)

@@ -30,7 +30,7 @@ DEFAULTS: dict = {
     "threads": 1,             # 1 is fastest on a shared 2-core machine
     "vocab_size": 768,        # tokenizer vocabulary (incl. special tokens)
     "hidden_size": 128,
-    "num_layers": 4,
+    "num_layers": 3,
     "num_heads": 4,
     "num_kv_heads": 2,
     "head_dim": 32,
@@ -39,7 +39,7 @@ DEFAULTS: dict = {
     "steps": 600,
     "batch_size": 16,
     "length_buckets": 4,      # draw batches of similar length from 4 x batch_size samples
-    "lr": 3e-3,
+    "lr": 5e-3,
     "min_lr_ratio": 0.05,
     "warmup_steps": 30,
     "weight_decay": 0.05,
