@@ -1,0 +1,174 @@
+"""AR and Orthrus decoding, batch size 1, as a few small functions (prefill, AR step, consensus step).
+
+Greedy Orthrus emits, at every step, the AR view's argmax after the longest prefix of diffusion
+proposals that the AR view agrees with: in exact arithmetic it is the AR trajectory. Whether
+that survives finite precision is what this project measures.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class Sampler:
+    """Greedy when `temperature == 0`; otherwise temperature, then top-k, then top-p (as transformers)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float() / self.temperature
+        if self.top_k:
+            kth = torch.topk(logits, min(self.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if self.top_p is not None and self.top_p < 1:
+            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop = cum - sorted_logits.softmax(-1) >= self.top_p  # keep the smallest set reaching top_p
+            logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+        return logits.softmax(-1)
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1) if self.greedy else self.sample(self.probs(logits))
+
+
+@dataclass
+class GenerateOutput:
+    tokens: torch.Tensor  # generated ids only, 1-D, EOS included when reached
+    stats: dict = field(default_factory=dict)
+
+
+def ar_forward(model, ids: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
+    """One causal forward of the AR view over `ids` (1-D), appending them to `cache`."""
+    out = model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    return out.logits[0]
+
+
+def diffusion_proposals(model, x: torch.Tensor, cache, block_size: int) -> torch.Tensor:
+    """Logits of the diffusion view for the block [x, M, ..., M] right after the cache; slots 0..K-2."""
+    start = cache.get_seq_length()
+    block = torch.full((1, block_size), model.mask_token_id, dtype=torch.long, device=x.device)
+    block[0, 0] = x
+    positions = torch.arange(start, start + block_size, device=x.device)[None]
+    return model.diffusion_forward(block, positions, cache)[0, :-1]
+
+
+def consensus(draft: torch.Tensor, draft_logits: torch.Tensor, verify_logits: torch.Tensor, sampler: Sampler):
+    """Accepted draft length n and the next token (AR correction or bonus) for one step.
+
+    `verify_logits[i]` is the AR view's prediction for the token after draft position i-1
+    (row 0 follows the anchor), so there is one more verify row than draft tokens.
+    """
+    if sampler.greedy:
+        target = verify_logits.argmax(-1)
+        n = int((draft == target[:-1]).long().cumprod(0).sum())
+        return n, target[n]
+    p = sampler.probs(verify_logits)
+    q = sampler.probs(draft_logits)
+    idx = torch.arange(len(draft), device=draft.device)
+    ratio = p[idx, draft] / q[idx, draft]
+    u = torch.rand(len(draft), generator=sampler.generator, device=draft.device)
+    n = int((u < ratio).long().cumprod(0).sum())
+    if n == len(draft):
+        return n, sampler.sample(p[n])
+    residual = (p[n] - q[n]).clamp_min(0)
+    return n, sampler.sample(residual / residual.sum())
+
+
+@torch.inference_mode()
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    mode: str = "orthrus",
+    max_new_tokens: int = 128,
+    eos_token_id: int | list[int] | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    block_size: int | None = None,
+) -> GenerateOutput:
+    """Decode one prompt with the AR view (`mode="ar"`) or the Orthrus consensus loop."""
+    if mode not in ("ar", "orthrus"):
+        raise ValueError(f"mode must be 'ar' or 'orthrus', got {mode!r}")
+    ids = input_ids.reshape(-1) if input_ids.dim() == 1 or input_ids.shape[0] == 1 else None
+    if ids is None:
+        raise ValueError(f"batch size 1 only; got input_ids of shape {tuple(input_ids.shape)}")
+    ids = ids.to(model.device)
+    if ids.numel() == 0:
+        raise ValueError("empty prompt: at least one token is needed")
+    limit = model.config.max_position_embeddings
+    if ids.numel() + max_new_tokens > limit:
+        raise ValueError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's {limit} positions")
+    if max_new_tokens < 0:
+        raise ValueError("max_new_tokens must be >= 0")
+    K = block_size or (model.block_size if mode == "orthrus" else 1)
+    if mode == "orthrus" and K < 2:
+        raise ValueError(f"block_size must be >= 2 for Orthrus decoding, got {K}")
+    if eos_token_id is None:
+        eos_token_id = model.generation_config.eos_token_id
+    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    sampler = Sampler(temperature, top_k, top_p, generator)
+
+    stats = {"mode": mode, "block_size": K if mode == "orthrus" else 1, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}
+    tokens: list[int] = []
+    t0 = time.perf_counter()
+    if max_new_tokens > 0:
+        cache = DynamicCache(config=model.config)
+        x = sampler.pick(ar_forward(model, ids, cache, last_only=True)[-1])
+        stats["n_prefill"] = 1
+        tokens.append(int(x))
+        step = _orthrus_step if mode == "orthrus" else _ar_step
+        while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+            new = step(model, x, cache, K, sampler, max_new_tokens - len(tokens), stats)
+            x = new[-1]
+            new = new.tolist()
+            for t in new:
+                tokens.append(t)
+                if t in eos:
+                    break
+    stats["seconds"] = time.perf_counter() - t0
+    stats["n_tokens"] = len(tokens)
+    stats["finish_reason"] = "eos" if tokens and tokens[-1] in eos else "length"
+    forwards_verify = stats["n_prefill"] + stats["n_verify"]
+    stats["tpf_verify"] = len(tokens) / forwards_verify if forwards_verify else 0.0
+    stats["tpf_all"] = len(tokens) / (forwards_verify + stats["n_diffusion"]) if forwards_verify else 0.0
+    return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
+
+
+def _ar_step(model, x, cache, K, sampler, remaining, stats) -> torch.Tensor:
+    stats["n_verify"] += 1
+    return sampler.pick(ar_forward(model, x.reshape(1), cache)[-1]).reshape(1)
+
+
+def _orthrus_step(model, x, cache, K, sampler, remaining, stats) -> torch.Tensor:
+    """Propose with the diffusion view, verify with the AR view, keep the agreeing prefix.
+
+    Never proposes more than `remaining - 1` tokens, so a step never emits more than asked.
+    """
+    if remaining == 1:  # nothing left to propose: a plain AR step
+        return _ar_step(model, x, cache, K, sampler, remaining, stats)
+    draft_logits = diffusion_proposals(model, x, cache, K)[: remaining - 1]
+    draft = sampler.pick(draft_logits)
+    verify_logits = ar_forward(model, torch.cat([x.reshape(1), draft]), cache)
+    n, nxt = consensus(draft, draft_logits, verify_logits, sampler)
+    rejected = len(draft) - n
+    if rejected:
+        cache.crop(-rejected)  # the cache keeps the anchor and the accepted proposals only
+    stats["n_diffusion"] += 1
+    stats["n_verify"] += 1
+    stats["accepted"].append(n)
+    return torch.cat([draft[:n], nxt.reshape(1)])

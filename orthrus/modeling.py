@@ -1,0 +1,227 @@
+"""Orthrus: a frozen Qwen3 causal LM plus a trainable "diffusion" view of every attention layer.
+
+The model *is* a `Qwen3ForCausalLM` (the AR view, unchanged), with six extra modules per
+attention layer named as in the released checkpoint `chiennv/Orthrus-Qwen3-1.7B`:
+`model.layers.{i}.self_attn.{q,k,v,o}_proj_diff` and `{q,k}_norm_diff`. Embeddings, MLPs,
+layer norms and the LM head are shared. The diffusion view reads the AR KV cache and never
+writes it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb, eager_attention_forward
+
+DIFF_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")
+MASK_TOKEN = "<|mask|>"
+RELEASED_ARCHITECTURE = "OrthrusLM"
+# Only these files are ever fetched from the hub: never code, never pickles unless opted in.
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+
+
+class OrthrusForCausalLM(Qwen3ForCausalLM):
+    """`Qwen3ForCausalLM` + diffusion attention projections. `forward` is the AR view."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__(config)
+        for layer in self.model.layers:
+            attn = layer.self_attn
+            for name in DIFF_MODULES:
+                src = getattr(attn, name)
+                if isinstance(src, nn.Linear):
+                    new = nn.Linear(src.in_features, src.out_features, bias=src.bias is not None)
+                else:
+                    new = Qwen3RMSNorm(src.weight.shape[0], eps=src.variance_epsilon)
+                setattr(attn, f"{name}_diff", new)
+        self.post_init()
+        self.freeze_backbone()
+
+    # ---- parameters -------------------------------------------------------------------------
+
+    @staticmethod
+    def is_diffusion_parameter(name: str) -> bool:
+        return name.rsplit(".", 2)[-2].endswith("_diff")
+
+    def diffusion_parameters(self):
+        return [p for n, p in self.named_parameters() if self.is_diffusion_parameter(n)]
+
+    def freeze_backbone(self) -> None:
+        for n, p in self.named_parameters():
+            p.requires_grad_(self.is_diffusion_parameter(n))
+
+    def copy_ar_to_diffusion(self) -> None:
+        """Initialise every diffusion module as a copy of its AR twin (Orthrus' initialisation)."""
+        with torch.no_grad():
+            for layer in self.model.layers:
+                for name in DIFF_MODULES:
+                    getattr(layer.self_attn, f"{name}_diff").load_state_dict(getattr(layer.self_attn, name).state_dict())
+
+    @property
+    def block_size(self) -> int:
+        return int(self.config.block_size)
+
+    @property
+    def mask_token_id(self) -> int:
+        return int(self.config.mask_token_id)
+
+    # ---- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_base(cls, base, block_size: int, mask_token_id: int | None = None, tokenizer=None, **load_kwargs):
+        """Build Orthrus from a Qwen3 causal LM (instance, local directory or hub id).
+
+        `mask_token_id=None` adds a dedicated `<|mask|>` token at id `len(tokenizer)` (as the
+        released checkpoint did), growing the embedding only if that row does not exist yet; its
+        row starts as the mean embedding. `tokenizer` is updated in place; when `base` is a path
+        and no tokenizer is given, it is loaded from there (then reach it as `model.tokenizer`).
+        """
+        if block_size < 2:
+            raise ValueError(f"block_size must be >= 2 (one anchor plus at least one proposal), got {block_size}")
+        if not isinstance(base, nn.Module):
+            path = resolve_checkpoint(base)
+            if tokenizer is None and mask_token_id is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(path)
+            base = Qwen3ForCausalLM.from_pretrained(path, use_safetensors=True, **load_kwargs)
+        config = Qwen3Config.from_dict(base.config.to_dict())
+        config.block_size = int(block_size)
+        config._attn_implementation = base.config._attn_implementation
+        model = cls(config).to(dtype=base.dtype, device=base.device)
+        missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+        missing = [k for k in missing if not cls.is_diffusion_parameter(k) and k != "lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(f"base model does not fit Qwen3: missing {missing}, unexpected {unexpected}")
+        model.tie_weights()
+        model.copy_ar_to_diffusion()
+        if mask_token_id is None:
+            if tokenizer is None:
+                raise ValueError("mask_token_id=None adds a new mask token, which needs the tokenizer")
+            mask_token_id = model._add_mask_token(tokenizer)
+        elif not 0 <= mask_token_id < model.config.vocab_size:
+            raise ValueError(f"mask_token_id {mask_token_id} outside the vocabulary (size {model.config.vocab_size})")
+        model.config.mask_token_id = int(mask_token_id)
+        model.generation_config = base.generation_config
+        model.tokenizer = tokenizer
+        model.freeze_backbone()
+        return model
+
+    def _add_mask_token(self, tokenizer) -> int:
+        if MASK_TOKEN in tokenizer.get_vocab():
+            return tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+        n_real = len(tokenizer)
+        tokenizer.add_special_tokens({"additional_special_tokens": [MASK_TOKEN]}, replace_extra_special_tokens=False)
+        mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+        if mask_id >= self.config.vocab_size:
+            self.resize_token_embeddings(mask_id + 1, pad_to_multiple_of=64, mean_resizing=False)
+        with torch.no_grad():
+            emb = self.get_input_embeddings().weight
+            emb[mask_id] = emb[:n_real].float().mean(0).to(emb.dtype)
+        self.freeze_backbone()
+        return mask_id
+
+    @classmethod
+    def from_pretrained(cls, path_or_id, *args, dtype=None, attn_implementation: str = "eager", allow_pickle: bool = False, **kwargs):
+        """Load our saves or the released checkpoint format, without running any shipped code.
+
+        Missing, unexpected or misshaped weights raise, naming the keys. Pickled `.bin`
+        weights are refused unless `allow_pickle=True`.
+        """
+        from .precision import parse_dtype
+
+        path = resolve_checkpoint(path_or_id, allow_pickle=allow_pickle)
+        config = Qwen3Config.from_pretrained(path)
+        for key in ("block_size", "mask_token_id"):
+            if getattr(config, key, None) is None:
+                raise ValueError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
+        config.auto_map = None  # released configs point at remote code; we never use it
+        if dtype is not None:
+            kwargs["dtype"] = parse_dtype(dtype)
+        try:
+            model, info = super().from_pretrained(
+                path, *args, config=config, attn_implementation=attn_implementation,
+                use_safetensors=None if allow_pickle else True, output_loading_info=True, **kwargs,
+            )
+        except RuntimeError as e:  # size mismatch: torch names the offending parameter
+            raise ValueError(f"weights in {path} do not fit the config: {e}") from e
+        tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+        missing = sorted(set(info.get("missing_keys", ())) - tied)
+        problems = {
+            "missing": missing,
+            "unexpected": sorted(info.get("unexpected_keys", ())),
+            "mismatched": [f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in info.get("mismatched_keys", ())],
+        }
+        if any(problems.values()):
+            detail = "; ".join(f"{k} keys: {v}" for k, v in problems.items() if v)
+            raise ValueError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
+        model.freeze_backbone()
+        model.eval()
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save in the released format: `architectures: ["OrthrusLM"]`, safetensors."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        cfg_path = Path(save_directory) / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["architectures"] = [RELEASED_ARCHITECTURE]
+        cfg.pop("auto_map", None)
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+    # ---- the diffusion view -----------------------------------------------------------------
+
+    def diffusion_forward(self, input_ids, position_ids, past_key_values, attention_mask=None, output_hidden_states=False):
+        """Logits of the diffusion view for `input_ids` at `position_ids`.
+
+        `past_key_values`: the AR cache (a `Cache`), read but never written. `attention_mask`:
+        None lets every query see the whole cache and the whole block (decoding); training
+        passes an additive float mask of shape (1, 1, q_len, past_len + q_len) for many blocks.
+        """
+        hidden = self.model.embed_tokens(input_ids)
+        position_embeddings = self.model.rotary_emb(hidden, position_ids)
+        all_hidden = [hidden] if output_hidden_states else None
+        for i, layer in enumerate(self.model.layers):
+            cached = past_key_values.layers[i]
+            residual = hidden
+            hidden = layer.input_layernorm(hidden)
+            hidden = self._diffusion_attention(layer.self_attn, hidden, position_embeddings, cached.keys, cached.values, attention_mask)
+            hidden = residual + hidden
+            residual = hidden
+            hidden = residual + layer.mlp(layer.post_attention_layernorm(hidden))
+            if output_hidden_states:
+                all_hidden.append(hidden)
+        logits = self.lm_head(self.model.norm(hidden))
+        return (logits, all_hidden) if output_hidden_states else logits
+
+    def _diffusion_attention(self, attn, hidden, position_embeddings, past_k, past_v, attention_mask):
+        shape = (*hidden.shape[:-1], -1, attn.head_dim)
+        q = attn.q_norm_diff(attn.q_proj_diff(hidden).view(shape)).transpose(1, 2)
+        k = attn.k_norm_diff(attn.k_proj_diff(hidden).view(shape)).transpose(1, 2)
+        v = attn.v_proj_diff(hidden).view(shape).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
+        if past_k is not None and past_k.numel():
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, is_causal=False)
+        return attn.o_proj_diff(out.reshape(*hidden.shape[:-1], -1).contiguous())
+
+
+def resolve_checkpoint(path_or_id, allow_pickle: bool = False) -> str:
+    """A local directory, or a hub snapshot holding only configs, tokenizers and safetensors."""
+    path = Path(os.path.expanduser(str(path_or_id)))
+    if path.is_dir():
+        return str(path)
+    looks_like_hub_id = len(str(path_or_id).split("/")) == 2 and not str(path_or_id).startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise FileNotFoundError(f"model path does not exist: {path_or_id}")
+    from huggingface_hub import snapshot_download
+
+    patterns = _HUB_PATTERNS + (["*.bin"] if allow_pickle else [])
+    return snapshot_download(str(path_or_id), allow_patterns=patterns)

@@ -1,0 +1,53 @@
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from orthrus import OrthrusForCausalLM
+
+VOCAB, EOS, MASK = 96, 1, 95
+
+
+def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256):
+    return Qwen3Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=positions,
+        tie_word_embeddings=True, initializer_range=init, eos_token_id=EOS, attn_implementation=attn,
+    )
+
+
+def tiny_base(seed=0, attn="eager", init=0.2, **kw):
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(tiny_config(attn, init, **kw)).eval()
+
+
+def tiny_orthrus(seed=0, block_size=8, diffusion="random", attn="eager", init=0.2, dtype=torch.float32, noise=1e-3,
+                 peaked=0.0, **kw):
+    """A tiny Orthrus whose diffusion view is random (acceptance ~0) or the AR view plus noise.
+
+    A random backbone mostly predicts from the current token, which the diffusion view sees
+    only as a mask. `peaked` adds a direction shared by all embeddings, which makes the
+    predictions depend less on the input token, so a noisy copy of the AR view proposes what
+    the AR view then says: high acceptance.
+    """
+    base = tiny_base(seed, attn, init, **kw)
+    if peaked:
+        with torch.no_grad():
+            shared = torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(seed + 7))
+            base.model.embed_tokens.weight.add_(peaked * init * shared)
+    model = OrthrusForCausalLM.from_base(base, block_size=block_size, mask_token_id=MASK)
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for p in model.diffusion_parameters():
+            if diffusion == "random":
+                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1) + (p.dim() == 1))
+            elif diffusion == "noisy":
+                p.add_(torch.randn(p.shape, generator=g) * noise)
+    return model.to(dtype).eval()
+
+
+@pytest.fixture
+def random_prompts():
+    def make(n, seed=0, lo=1, hi=12):
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randint(2, MASK, (int(torch.randint(lo, hi + 1, (1,), generator=g)),), generator=g) for _ in range(n)]
+    return make

@@ -1,0 +1,134 @@
+import numpy as np
+import pytest
+import torch
+from conftest import EOS, MASK, tiny_base, tiny_orthrus
+from scipy.stats import chi2_contingency
+
+import orthrus
+from orthrus.decoding import Sampler
+
+
+def match_rate(model, prompts, max_new):
+    same = 0
+    accepted = []
+    for i, p in enumerate(prompts):
+        n = max_new[i % len(max_new)]
+        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=n)
+        orth = orthrus.generate(model, p, mode="orthrus", max_new_tokens=n)
+        assert len(orth.tokens) <= n
+        same += torch.equal(ar.tokens, orth.tokens)
+        accepted += orth.stats["accepted"]
+    return same / len(prompts), float(np.mean(accepted)) if accepted else 0.0
+
+
+@pytest.mark.parametrize("block_size", [2, 8, 32])
+@pytest.mark.parametrize("diffusion", ["random", "noisy"])
+def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
+    accepted = []
+    for seed in (0, 1):
+        model = tiny_orthrus(seed, block_size, diffusion, peaked=3.0 if diffusion == "noisy" else 0.0)
+        rate, acc = match_rate(model, random_prompts(25, seed), max_new=[13, 21, 40])
+        assert rate == 1.0, f"seed {seed}: fp32 Orthrus diverged from AR"
+        accepted.append(acc)
+    acceptance = np.mean(accepted) / (block_size - 1)
+    if diffusion == "random":
+        assert acceptance < 0.1
+    else:  # many steps accept several proposals, so the multi-token path is what is tested
+        assert acceptance > 0.25
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_bf16_match_rate_is_computed(attn, random_prompts):
+    model = tiny_orthrus(0, 8, "noisy", attn=attn, init=0.2, noise=1e-2, dtype=torch.bfloat16)
+    rate, _ = match_rate(model, random_prompts(20, 3), max_new=[30])
+    print(f"bf16 {attn}: Orthrus == AR on {rate:.2f} of prompts")
+    assert 0.0 <= rate <= 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_ar_mode_equals_transformers_generate(dtype, attn, random_prompts):
+    base = tiny_base(0, attn).to(dtype)
+    model = orthrus.OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK).eval()
+    for p in random_prompts(10, 5):
+        ours = orthrus.generate(model, p, mode="ar", max_new_tokens=24)
+        ref = base.generate(p[None], attention_mask=torch.ones_like(p[None]), max_new_tokens=24, do_sample=False,
+                            eos_token_id=EOS, pad_token_id=EOS)[0, len(p):]
+        assert ours.tokens.tolist() == ref.tolist()
+
+
+def test_stats_and_tpf():
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    out = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[])
+    s = out.stats
+    assert len(out.tokens) == s["n_tokens"] == 50
+    assert s["n_prefill"] == 1 and s["n_verify"] >= s["n_diffusion"] and len(s["accepted"]) == s["n_diffusion"]
+    # every verify step emits its accepted proposals plus one AR token; the prefill emits one
+    assert 1 + sum(a + 1 for a in s["accepted"]) + (s["n_verify"] - s["n_diffusion"]) == 50
+    assert s["tpf_verify"] == pytest.approx(50 / (1 + s["n_verify"]))
+    assert s["tpf_all"] == pytest.approx(50 / (1 + s["n_verify"] + s["n_diffusion"]))
+    assert s["tpf_verify"] > 2
+
+
+def test_edge_cases():
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    one = torch.tensor([7])
+    for mode in ("ar", "orthrus"):
+        assert len(orthrus.generate(model, one, mode=mode, max_new_tokens=5).tokens) <= 5
+        out0 = orthrus.generate(model, one, mode=mode, max_new_tokens=0)
+        assert out0.tokens.numel() == 0 and out0.stats["n_prefill"] == 0
+        assert len(orthrus.generate(model, one, mode=mode, max_new_tokens=1).tokens) == 1
+    # EOS as the very first token: make the prefill's argmax the EOS id
+    first = orthrus.generate(model, one, mode="ar", max_new_tokens=1).tokens[0].item()
+    out = orthrus.generate(model, one, mode="orthrus", max_new_tokens=20, eos_token_id=first)
+    assert out.tokens.tolist() == [first] and out.stats["finish_reason"] == "eos" and out.stats["n_verify"] == 0
+    with pytest.raises(ValueError, match="block_size"):
+        orthrus.generate(model, one, mode="orthrus", block_size=1)
+    with pytest.raises(ValueError, match="block_size"):
+        orthrus.OrthrusForCausalLM.from_base(tiny_base(0), block_size=1, mask_token_id=MASK)
+    with pytest.raises(ValueError, match="positions"):
+        orthrus.generate(model, torch.ones(300, dtype=torch.long), max_new_tokens=4)
+    with pytest.raises(ValueError, match="empty prompt"):
+        orthrus.generate(model, torch.tensor([], dtype=torch.long))
+    with pytest.raises(ValueError, match="mode"):
+        orthrus.generate(model, one, mode="beam")
+
+
+def test_eos_stops_inside_accepted_block():
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    ref = orthrus.generate(model, torch.tensor([9, 9]), mode="ar", max_new_tokens=30, eos_token_id=[]).tokens.tolist()
+    eos = ref[5]
+    out = orthrus.generate(model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=eos).tokens.tolist()
+    assert out == ref[: ref.index(eos) + 1]
+
+
+def first_two_tokens(model, mode, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    draws = []
+    for _ in range(n):
+        out = orthrus.generate(model, torch.tensor([3, 4]), mode=mode, max_new_tokens=2, eos_token_id=[],
+                               temperature=1.0, top_k=3, generator=g)
+        draws.append(tuple(out.tokens.tolist()))
+    return draws
+
+
+@pytest.mark.parametrize("diffusion", ["noisy", "random"])
+def test_rejection_sampling_preserves_distribution(diffusion):
+    """Orthrus sampling draws the second token from the AR distribution, whatever the proposals."""
+    model = tiny_orthrus(0, 4, diffusion, init=0.5, noise=0.05, layers=1)
+    n = 2500
+    ar, orth = first_two_tokens(model, "ar", n, 1), first_two_tokens(model, "orthrus", n, 2)
+    cats = sorted(set(ar) | set(orth))
+    table = np.array([[ar.count(c) for c in cats], [orth.count(c) for c in cats]])
+    table = table[:, table.sum(0) >= 5]
+    assert table.shape[1] >= 3, "too few outcomes to test"
+    p = chi2_contingency(table).pvalue
+    print(f"{diffusion}: {table.shape[1]} outcomes, chi-square p = {p:.3g}")
+    assert p > 1e-3
+
+
+def test_sampler_top_p_keeps_smallest_nucleus():
+    s = Sampler(temperature=1.0, top_p=0.6)
+    probs = s.probs(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])))
+    assert (probs > 0).tolist() == [True, True, False, False]
+    assert probs.sum().item() == pytest.approx(1.0)

@@ -1,0 +1,132 @@
+import json
+
+import pytest
+import torch
+from conftest import MASK, tiny_base, tiny_orthrus
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+from orthrus import OrthrusForCausalLM
+from orthrus.decoding import diffusion_proposals
+from transformers import DynamicCache
+
+
+def word_tokenizer(n):
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(n)}, unk_token="w0"))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1")
+
+
+def both_views(model, ids):
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        ar = model(input_ids=ids[None], past_key_values=cache, use_cache=True).logits
+        diff = diffusion_proposals(model, ids[-1], cache, model.block_size)
+    return ar, diff
+
+
+def test_from_base_copies_and_freezes():
+    base = tiny_base(0)
+    model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
+    attn = model.model.layers[1].self_attn
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"):
+        assert torch.equal(getattr(attn, name).weight, getattr(attn, f"{name}_diff").weight)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("_diff." in n for n in trainable)
+    assert len(trainable) == 6 * model.config.num_hidden_layers
+    assert model.config.block_size == 4 and model.config.mask_token_id == MASK
+    ids = torch.tensor([3, 4, 5])
+    assert torch.equal(model(ids[None]).logits, base(ids[None]).logits)
+
+
+@pytest.mark.parametrize("n_tokens", [96, 80])
+def test_new_mask_token(n_tokens):
+    """At id len(tokenizer): grows the vocabulary only when that row does not exist (Qwen3 pads it)."""
+    base = tiny_base(0)
+    tok = word_tokenizer(n_tokens)
+    model = OrthrusForCausalLM.from_base(base, block_size=4, tokenizer=tok)
+    mask = model.config.mask_token_id
+    assert mask == n_tokens and tok.convert_ids_to_tokens(mask) == "<|mask|>" and len(tok) == n_tokens + 1
+    assert model.config.vocab_size == (96 if n_tokens < 96 else 128)
+    emb = model.get_input_embeddings().weight
+    assert torch.allclose(emb[mask], base.get_input_embeddings().weight[:n_tokens].mean(0), atol=1e-6)
+    assert model.lm_head.weight.data_ptr() == emb.data_ptr()  # still tied
+
+
+def test_save_load_roundtrip_identical_logits(tmp_path):
+    model = tiny_orthrus(0, 8, "random")
+    model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["architectures"] == ["OrthrusLM"] and cfg["model_type"] == "qwen3"
+    assert cfg["block_size"] == 8 and cfg["mask_token_id"] == MASK
+    assert (tmp_path / "model.safetensors").exists()
+    loaded = OrthrusForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([5, 9, 13, 2])
+    for a, b in zip(both_views(model, ids), both_views(loaded, ids)):
+        assert torch.equal(a, b)
+    bf16 = OrthrusForCausalLM.from_pretrained(tmp_path, dtype="bf16")
+    assert bf16.dtype == torch.bfloat16
+
+
+def released_checkpoint(tmp_path, model, drop=None, reshape=None):
+    """Write `model` the way chiennv/Orthrus-Qwen3-1.7B is published: names, config, remote code."""
+    state = {k: v.clone().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    if drop:
+        del state[drop]
+    if reshape:
+        state[reshape] = torch.zeros(3, 3)
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.update(architectures=["OrthrusLM"], auto_map={"AutoModelForCausalLM": "modeling_orthrus.OrthrusLM"}, torch_dtype="bfloat16")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    sentinel = tmp_path / "REMOTE_CODE_RAN"
+    (tmp_path / "modeling_orthrus.py").write_text(f"open({str(sentinel)!r}, 'w').write('yes')\n")
+    return sentinel
+
+
+def test_released_format_loads_without_remote_code(tmp_path):
+    model = tiny_orthrus(1, 32, "random")
+    sentinel = released_checkpoint(tmp_path, model)
+    loaded = OrthrusForCausalLM.from_pretrained(tmp_path)
+    assert not sentinel.exists()
+    ids = torch.tensor([7, 8, 9])
+    for a, b in zip(both_views(model, ids), both_views(loaded, ids)):
+        assert torch.equal(a, b)
+
+
+def test_missing_diff_key_is_named(tmp_path):
+    key = "model.layers.1.self_attn.k_proj_diff.weight"
+    released_checkpoint(tmp_path, tiny_orthrus(0, 8), drop=key)
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        OrthrusForCausalLM.from_pretrained(tmp_path)
+
+
+def test_wrong_shape_is_named(tmp_path):
+    key = "model.layers.0.self_attn.q_proj_diff.weight"
+    released_checkpoint(tmp_path, tiny_orthrus(0, 8), reshape=key)
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        OrthrusForCausalLM.from_pretrained(tmp_path)
+
+
+def test_plain_qwen3_is_not_an_orthrus_checkpoint(tmp_path):
+    tiny_base(0).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="block_size"):
+        OrthrusForCausalLM.from_pretrained(tmp_path)
+    model = OrthrusForCausalLM.from_base(str(tmp_path), block_size=4, mask_token_id=MASK)
+    assert model.block_size == 4
+
+
+def test_pickled_weights_refused_unless_opted_in(tmp_path):
+    model = tiny_orthrus(0, 8)
+    model.save_pretrained(tmp_path)
+    state = OrthrusForCausalLM.from_pretrained(tmp_path).state_dict()
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    with pytest.raises(Exception, match="safetensors"):
+        OrthrusForCausalLM.from_pretrained(tmp_path)
+    assert OrthrusForCausalLM.from_pretrained(tmp_path, allow_pickle=True).block_size == 8
+
+
+def test_missing_path_is_named():
+    with pytest.raises(FileNotFoundError, match="no/such/dir"):
+        OrthrusForCausalLM.from_pretrained("./no/such/dir")
