@@ -141,25 +141,13 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
             if getattr(config, key, None) is None:
                 raise ValueError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
         config.auto_map = None  # released configs point at remote code; we never use it
+        check_weights(path, cls, config)
         if dtype is not None:
             kwargs["dtype"] = parse_dtype(dtype)
-        try:
-            model, info = super().from_pretrained(
-                path, *args, config=config, attn_implementation=attn_implementation,
-                use_safetensors=None if allow_pickle else True, output_loading_info=True, **kwargs,
-            )
-        except RuntimeError as e:  # size mismatch: torch names the offending parameter
-            raise ValueError(f"weights in {path} do not fit the config: {e}") from e
-        tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-        missing = sorted(set(info.get("missing_keys", ())) - tied)
-        problems = {
-            "missing": missing,
-            "unexpected": sorted(info.get("unexpected_keys", ())),
-            "mismatched": [f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in info.get("mismatched_keys", ())],
-        }
-        if any(problems.values()):
-            detail = "; ".join(f"{k} keys: {v}" for k, v in problems.items() if v)
-            raise ValueError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
+        model = super().from_pretrained(
+            path, *args, config=config, attn_implementation=attn_implementation,
+            use_safetensors=None if allow_pickle else True, **kwargs,
+        )
         model.freeze_backbone()
         model.eval()
         return model
@@ -211,6 +199,35 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, is_causal=False)
         return attn.o_proj_diff(out.reshape(*hidden.shape[:-1], -1).contiguous())
+
+
+def check_weights(path, cls, config) -> None:
+    """Compare the checkpoint's tensor names and shapes with the architecture; name every problem.
+
+    Reads only safetensors headers (no tensor data), so it is cheap even at paper scale.
+    """
+    from safetensors import safe_open
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        return  # pickled weights (opt-in): transformers' own loading checks them
+    found = {}
+    for f in files:
+        with safe_open(f, framework="pt") as handle:
+            found.update({k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()})
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in cls(config).state_dict().items()}
+    if config.tie_word_embeddings:
+        expected.pop("lm_head.weight", None)
+        found.pop("lm_head.weight", None)
+    problems = {
+        "missing": sorted(set(expected) - set(found)),
+        "unexpected": sorted(set(found) - set(expected)),
+        "misshaped": [f"{k}: checkpoint {found[k]} vs model {expected[k]}" for k in sorted(set(found) & set(expected)) if found[k] != expected[k]],
+    }
+    if any(problems.values()):
+        detail = "; ".join(f"{kind} keys: {keys}" for kind, keys in problems.items() if keys)
+        raise ValueError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
 
 
 def resolve_checkpoint(path_or_id, allow_pickle: bool = False) -> str:

@@ -6,6 +6,9 @@ from orthrus import OrthrusForCausalLM
 
 VOCAB, EOS, MASK = 96, 1, 95
 
+# Tiny models are fastest on one thread, and CI has two cores shared by the test processes.
+torch.set_num_threads(1)
+
 
 def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256):
     return Qwen3Config(

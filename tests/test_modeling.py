@@ -87,7 +87,8 @@ def released_checkpoint(tmp_path, model, drop=None, reshape=None):
 def test_released_format_loads_without_remote_code(tmp_path):
     model = tiny_orthrus(1, 32, "random")
     sentinel = released_checkpoint(tmp_path, model)
-    loaded = OrthrusForCausalLM.from_pretrained(tmp_path)
+    assert OrthrusForCausalLM.from_pretrained(tmp_path).dtype == torch.bfloat16  # the config's dtype, as transformers
+    loaded = OrthrusForCausalLM.from_pretrained(tmp_path, dtype="fp32")
     assert not sentinel.exists()
     ids = torch.tensor([7, 8, 9])
     for a, b in zip(both_views(model, ids), both_views(loaded, ids)):
