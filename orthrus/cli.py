@@ -12,6 +12,7 @@ COMMANDS = {
     "train": "orthrus.train",
     "decode": "orthrus.trajectories",
     "analyze": "orthrus.analysis",
+    "perplexity": "orthrus.perplexity",
     "forensics": "orthrus.forensics",
     "figures": "orthrus.figures",
     "lm-eval": "orthrus.lmeval",

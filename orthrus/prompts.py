@@ -64,11 +64,13 @@ def render_chat(tokenizer, prompt: str) -> list[int]:
 
 
 def load_config(path: str | None, section: str | None = None) -> dict:
-    """Load a YAML/JSON file; return `cfg[section]` when that key exists, else the whole."""
+    """Load a YAML/JSON file, or inline JSON (as Snakemake rules pass their settings);
+    return `cfg[section]` when that key exists, else the whole."""
     if not path:
         return {}
-    text = Path(path).read_text()
-    if str(path).endswith(".json"):
+    inline = str(path).lstrip().startswith("{")
+    text = path if inline else Path(path).read_text()
+    if inline or str(path).endswith(".json"):
         cfg = json.loads(text)
     else:
         import yaml

@@ -1,0 +1,21 @@
+# The Orthrus exactness study: teacher -> corpus -> distillation -> decoding at every
+# precision -> trajectory matching, perplexity, forensics -> benchmarks -> tables, figures, report.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

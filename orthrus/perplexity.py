@@ -1,0 +1,60 @@
+"""Response-conditional perplexity of reference trajectories under the teacher.
+
+PPL(y|x) = exp(-1/|y| * sum_t log p(y_t | x, y_<t)), one teacher forward per prompt, in the
+scoring precision (fp32 by default), whatever precision produced the trajectory.
+
+`orthrus perplexity --teacher DIR --prompts eval.parquet --decode REF.parquet... --precision fp32 --out F`
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from .io import write_parquet
+from .prompts import render_chat
+from .trajectories import load
+
+
+@torch.inference_mode()
+def response_ppl(model, prompt_ids: list[int], response: list[int]) -> float:
+    if not response:
+        return float("nan")
+    ids = torch.tensor(prompt_ids + response, device=model.device)[None]
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response, device=model.device)[:, None])
+    return float(torch.exp(-logp.mean()))
+
+
+def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precision: str) -> pd.DataFrame:
+    text = prompts.set_index("prompt_id")["prompt"]
+    rows = []
+    for r in tqdm(decoded.itertuples(), total=len(decoded), desc="perplexity", file=sys.stderr):
+        if r.finish_reason == "error":
+            continue
+        tokens = [int(t) for t in r.tokens]
+        rows.append({"model": r.model, "precision": r.precision, "attention": r.attention, "prompt_id": r.prompt_id,
+                     "ppl": response_ppl(model, render_chat(tokenizer, text[r.prompt_id]), tokens),
+                     "n_tokens": len(tokens), "scorer_precision": precision})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus perplexity", description=__doc__.split("\n")[0])
+    ap.add_argument("--teacher", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--decode", nargs="+", required=True, help="reference decoding results (decoder ar-ref)")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--attention", default="eager")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load("ar-ref", args.teacher, args.precision, args.attention, args.device)
+    decoded = pd.concat([pd.read_parquet(f) for f in args.decode], ignore_index=True)
+    write_parquet(args.out, score(model, tokenizer, pd.read_parquet(args.prompts), decoded, args.precision))
+    return 0

@@ -1,0 +1,119 @@
+"""The decoding stage: every evaluation prompt through one (model, decoder, precision, attention).
+
+`orthrus decode --decoder ar-ref|ar|orthrus --model-path DIR --model-name NAME --precision bf16
+ --attention eager --prompts eval.parquet --max-new-tokens 128 [--shard I --num-shards N] --out F`
+`orthrus decode --gather SHARD... --out F` concatenates shards.
+
+`ar-ref` is the plain model through transformers' `generate()` (the study's reference); `ar`
+and `orthrus` load an Orthrus checkpoint and use `orthrus.generate`. A prompt that fails is
+recorded with its error, never dropped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from .decoding import generate
+from .io import write_parquet
+from .modeling import OrthrusForCausalLM
+from .precision import check_attention, configure, numerical_env
+from .prompts import render_chat
+
+DECODERS = ("ar-ref", "ar", "orthrus")
+COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", "prompt_len", "tokens", "accepted",
+           "n_prefill", "n_diffusion", "n_verify", "seconds", "finish_reason", "error", "env"]
+
+
+def load(decoder: str, path: str, precision: str, attention: str, device: str = "cpu"):
+    """(model, tokenizer) for a decoder; never runs checkpoint code, never unpickles."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .modeling import resolve_checkpoint
+
+    path = resolve_checkpoint(path)
+    dtype = configure(precision)
+    check_attention(attention)
+    if decoder == "ar-ref":
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, use_safetensors=True)
+    else:
+        model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.to(device).eval(), tokenizer
+
+
+def decode_one(model, decoder: str, ids: torch.Tensor, max_new_tokens: int) -> dict:
+    if decoder == "ar-ref":
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False,
+                                 max_new_tokens=max_new_tokens, pad_token_id=model.generation_config.eos_token_id)
+        seconds = time.perf_counter() - t0
+        tokens = out[0, len(ids):].tolist()
+        eos = model.generation_config.eos_token_id
+        eos = set([eos] if isinstance(eos, int) else eos or [])
+        return {"tokens": tokens, "accepted": [], "n_prefill": 1, "n_diffusion": 0, "n_verify": max(len(tokens) - 1, 0),
+                "seconds": seconds, "finish_reason": "eos" if tokens and tokens[-1] in eos else "length"}
+    out = generate(model, ids, mode=decoder, max_new_tokens=max_new_tokens)
+    s = out.stats
+    return {"tokens": out.tokens.tolist(), "accepted": s["accepted"], "n_prefill": s["n_prefill"],
+            "n_diffusion": s["n_diffusion"], "n_verify": s["n_verify"], "seconds": s["seconds"],
+            "finish_reason": s["finish_reason"]}
+
+
+def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_name: str, precision: str,
+                   attention: str, max_new_tokens: int, progress: bool = True) -> pd.DataFrame:
+    env = json.dumps(numerical_env(model), sort_keys=True)
+    rows = []
+    for row in tqdm(prompts.itertuples(), total=len(prompts), desc=f"{model_name}/{decoder}/{precision}/{attention}",
+                    disable=not progress, file=sys.stderr):
+        ids = torch.tensor(render_chat(tokenizer, row.prompt), dtype=torch.long, device=model.device)
+        base = {"model": model_name, "decoder": decoder, "precision": precision, "attention": attention,
+                "prompt_id": row.prompt_id, "domain": row.domain, "prompt_len": len(ids), "env": env, "error": None}
+        try:
+            rows.append(base | decode_one(model, decoder, ids, max_new_tokens))
+        except Exception as e:  # recorded, not dropped: a failing prompt is a result too
+            rows.append(base | {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0,
+                                "seconds": float("nan"), "finish_reason": "error", "error": f"{type(e).__name__}: {e}"})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus decode", description=__doc__.split("\n")[0])
+    ap.add_argument("--gather", nargs="+", help="concatenate these shard files into --out and exit")
+    ap.add_argument("--decoder", choices=DECODERS)
+    ap.add_argument("--model-path", help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref)")
+    ap.add_argument("--model-name")
+    ap.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--attention", default="eager")
+    ap.add_argument("--prompts", help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--shard", type=int, default=0)
+    ap.add_argument("--num-shards", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    if args.gather:
+        write_parquet(args.out, pd.concat([pd.read_parquet(f) for f in args.gather], ignore_index=True))
+        return 0
+    missing = [k for k in ("decoder", "model_path", "model_name", "precision", "prompts") if getattr(args, k) is None]
+    if missing:
+        ap.error("missing " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    if not 0 <= args.shard < args.num_shards:
+        ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
+    torch.set_num_threads(args.threads)
+    prompts = pd.read_parquet(args.prompts).iloc[args.shard :: args.num_shards]
+    model, tokenizer = load(args.decoder, args.model_path, args.precision, args.attention, args.device)
+    df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, args.precision, args.attention,
+                        args.max_new_tokens, progress=not args.no_progress)
+    write_parquet(args.out, df)
+    errors = int((df["finish_reason"] == "error").sum())
+    print(f"[decode] {len(df)} prompts ({errors} errors) -> {args.out}", file=sys.stderr)
+    return 0

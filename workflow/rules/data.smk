@@ -1,0 +1,57 @@
+rule train_teacher:
+    output:
+        directory(f"{R}/teacher"),
+    params:
+        cfg=settings(config["teacher"].get("tiny", {})),
+        seed=config["seed"],
+    log:
+        f"{R}/logs/train_teacher.log",
+    benchmark:
+        f"{R}/benchmarks/train_teacher.tsv"
+    threads: config["threads"]
+    conda:
+        ENV
+    shell:
+        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed} --threads {threads}"
+        " --out {output} > {log} 2>&1"
+
+
+rule prompts:
+    output:
+        eval=f"{R}/prompts/eval.parquet",
+        distill=f"{R}/prompts/distill.parquet",
+    params:
+        cfg=settings(config["prompts"]),
+        seed=config["seed"],
+    log:
+        f"{R}/logs/prompts.log",
+    conda:
+        ENV
+    shell:
+        "orthrus prompts --config {params.cfg:q} --seed {params.seed}"
+        " --eval-out {output.eval} --distill-out {output.distill} > {log} 2>&1"
+
+
+rule corpus_shard:
+    input:
+        teacher_input(),
+        prompts=rules.prompts.output.distill,
+    output:
+        f"{R}/corpus/shard_{{scatteritem}}.parquet",
+    params:
+        teacher=teacher_arg,
+        shard=lambda w: scatter_index(w.scatteritem)[0],
+        n=lambda w: scatter_index(w.scatteritem)[1],
+        c=config["corpus"],
+    log:
+        f"{R}/logs/corpus/shard_{{scatteritem}}.log",
+    benchmark:
+        f"{R}/benchmarks/corpus/shard_{{scatteritem}}.tsv"
+    threads: config["threads"]
+    conda:
+        ENV
+    shell:
+        "orthrus corpus --teacher {params.teacher} --prompts {input.prompts}"
+        " --shard {params.shard} --num-shards {params.n} --batch-size {params.c[batch_size]}"
+        " --max-new-tokens {params.c[max_new_tokens]} --dtype {params.c[precision]}"
+        " --threads {threads} --out {output} > {log} 2>&1"
