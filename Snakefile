@@ -10,6 +10,8 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/decode.smk"
+include: "workflow/rules/analysis.smk"
 
 
 report: "workflow/report/workflow.rst"

@@ -1,4 +1,5 @@
 import json
+import os
 
 from snakemake.utils import validate
 
@@ -48,4 +49,58 @@ def corpus_shards():
 
 
 def final_outputs():
-    return corpus_shards()
+    return study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
+
+
+wildcard_constraints:
+    decoder="ar-ref|ar|orthrus",
+    precision="bf16|fp16|fp32",
+    attention="eager|sdpa|flash_attention_2",
+    model="[A-Za-z0-9_.-]+",
+
+
+PRECISIONS = config["decode"]["precisions"]
+ATTENTIONS = config["decode"]["attentions"]
+TRAINED = list(config.get("models", {}))
+EXTERNAL = config.get("external_models", {})
+ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
+# Kept in step with orthrus.analysis.TABLES and orthrus.figures.FIGURES (a test checks it),
+# so that parsing the workflow needs no torch.
+TABLES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
+          "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"]
+TABLE_FILES = TABLES + ["trajectories.parquet", "forensics_rows.parquet"]
+FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
+           "margin_at_divergence", "pairwise_match"]
+
+
+def model_path(name):
+    """Trained variants live under results/models; external checkpoints are paths or hub ids."""
+    return EXTERNAL[name] if name in EXTERNAL else f"{R}/models/{name}"
+
+
+def model_input(wildcards):
+    if wildcards.decoder == "ar-ref":
+        return teacher_input()
+    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+
+
+def model_arg(wildcards, input):
+    if wildcards.decoder == "ar-ref":
+        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
+    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
+
+
+def decode_files():
+    """Every decoding result of the study: the reference, each model's Orthrus loop and AR view."""
+    files = expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS)
+    decoders = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
+    files += expand(f"{R}/decode/{{m}}/{{d}}-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, d=decoders, p=PRECISIONS, a=ATTENTIONS)
+    return files
+
+
+def forensics_files():
+    return expand(f"{R}/forensics/{{m}}/{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, p=PRECISIONS, a=ATTENTIONS)
+
+
+def study_outputs():
+    return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=["png", "pdf"])

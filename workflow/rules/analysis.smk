@@ -1,0 +1,96 @@
+rule perplexity:
+    input:
+        teacher_input(),
+        prompts=rules.prompts.output.eval,
+        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
+    output:
+        f"{R}/ppl/reference.parquet",
+    params:
+        teacher=teacher_arg,
+        precision=config["analysis"]["ppl_precision"],
+        device=config["decode"].get("device", "cpu"),
+    log:
+        f"{R}/logs/perplexity.log",
+    benchmark:
+        f"{R}/benchmarks/perplexity.tsv"
+    threads: config["threads"]
+    conda:
+        ENV
+    shell:
+        "orthrus perplexity --teacher {params.teacher} --prompts {input.prompts} --decode {input.ref}"
+        " --precision {params.precision} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule forensics:
+    input:
+        model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
+        prompts=rules.prompts.output.eval,
+        orthrus=f"{R}/decode/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
+        ref=f"{R}/decode/{TEACHER}/ar-ref-{{precision}}-{{attention}}.parquet",
+    output:
+        f"{R}/forensics/{{model}}/{{precision}}-{{attention}}.parquet",
+    params:
+        model=lambda w: model_path(w.model),
+        max_new=config["decode"]["max_new_tokens"],
+        device=config["decode"].get("device", "cpu"),
+    log:
+        f"{R}/logs/forensics/{{model}}/{{precision}}-{{attention}}.log",
+    benchmark:
+        f"{R}/benchmarks/forensics/{{model}}/{{precision}}-{{attention}}.tsv"
+    threads: config["threads"]
+    conda:
+        ENV
+    shell:
+        "orthrus forensics --model-path {params.model} --precision {wildcards.precision}"
+        " --attention {wildcards.attention} --prompts {input.prompts} --orthrus {input.orthrus}"
+        " --reference {input.ref} --max-new-tokens {params.max_new} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule forensics_all:
+    input:
+        forensics_files(),
+    output:
+        f"{R}/forensics/all.parquet",
+    log:
+        f"{R}/logs/forensics/all.log",
+    conda:
+        ENV
+    shell:
+        "orthrus decode --gather {input} --out {output} > {log} 2>&1"
+
+
+rule analyze:
+    input:
+        decode=decode_files(),
+        ppl=rules.perplexity.output,
+        forensics=rules.forensics_all.output,
+    output:
+        expand(f"{R}/tables/{{t}}", t=TABLE_FILES),
+    params:
+        out=lambda w, output: os.path.dirname(output[0]),
+        reference=TEACHER,
+        near_tie=config["analysis"]["near_tie"],
+    log:
+        f"{R}/logs/analyze.log",
+    conda:
+        ENV
+    shell:
+        "orthrus analyze --decode {input.decode} --reference {params.reference} --ppl {input.ppl}"
+        " --forensics {input.forensics} --near-tie {params.near_tie} --out-dir {params.out} > {log} 2>&1"
+
+
+rule figures:
+    input:
+        rules.analyze.output,
+    output:
+        expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=["png", "pdf"]),
+    params:
+        tables=lambda w, input: os.path.dirname(input[0]),
+        out=lambda w, output: os.path.dirname(output[0]),
+    log:
+        f"{R}/logs/figures.log",
+    conda:
+        ENV
+    shell:
+        "orthrus figures --tables {params.tables} --out-dir {params.out} > {log} 2>&1"
