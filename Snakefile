@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/analysis.smk"
 

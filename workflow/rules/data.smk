@@ -2,7 +2,7 @@ rule train_teacher:
     output:
         directory(f"{R}/teacher"),
     params:
-        cfg=settings(config["teacher"].get("tiny", {})),
+        cfg=lambda w: settings(config["teacher"].get("tiny", {})),
         seed=config["seed"],
     log:
         f"{R}/logs/train_teacher.log",
@@ -21,7 +21,7 @@ rule prompts:
         eval=f"{R}/prompts/eval.parquet",
         distill=f"{R}/prompts/distill.parquet",
     params:
-        cfg=settings(config["prompts"]),
+        cfg=lambda w: settings(config["prompts"]),
         seed=config["seed"],
     log:
         f"{R}/logs/prompts.log",
