@@ -66,7 +66,6 @@ import logging
 import math
 import os
 import sys
-import types
 from pathlib import Path
 
 import torch
@@ -98,53 +97,7 @@ CODE_EVAL_HELP = (
 # --------------------------------------------------------------------------- lm-eval's HFLM
 
 
-def _import_hflm():
-    """`lm_eval.models.huggingface.HFLM`.
-
-    That module imports `accelerate` at the top, but an HFLM built from a ready model (which is
-    all this module does) never uses it. If `accelerate` is not installed, the import goes
-    through a stand-in that exists only while the module loads (it is removed from
-    `sys.modules` at once, so nothing else sees a fake `accelerate`); anything in HFLM that
-    really needs accelerate then raises, naming the missing package.
-    """
-    try:
-        from lm_eval.models.huggingface import HFLM
-        return HFLM
-    except ModuleNotFoundError as exc:
-        if exc.name != "accelerate":
-            raise
-
-    def _missing(*_a, **_k):
-        raise ModuleNotFoundError("this lm-eval feature needs the `accelerate` package (pip install 'lm-eval[hf]')")
-
-    def find_executable_batch_size(function=None, starting_batch_size=128):
-        if function is None:
-            return lambda f: find_executable_batch_size(f, starting_batch_size)
-        return lambda *a, **k: _missing()
-
-    acc = types.ModuleType("accelerate")
-    acc.Accelerator = _missing
-    acc.InitProcessGroupKwargs = _missing
-    acc.find_executable_batch_size = find_executable_batch_size
-    utils = types.ModuleType("accelerate.utils")
-    utils.get_max_memory = _missing
-    acc.utils = utils
-    saved = {k: sys.modules.get(k) for k in ("accelerate", "accelerate.utils")}
-    sys.modules.update({"accelerate": acc, "accelerate.utils": utils})
-    try:
-        sys.modules.pop("lm_eval.models.huggingface", None)
-        from lm_eval.models.huggingface import HFLM
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    log.info("`accelerate` is not installed; lm-eval's HFLM loaded without it (ready-model mode only)")
-    return HFLM
-
-
-HFLM = _import_hflm()
+from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text  # noqa: E402
