@@ -13,6 +13,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/benchmarks.smk"
 
 
 report: "workflow/report/workflow.rst"

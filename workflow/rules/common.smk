@@ -49,7 +49,10 @@ def corpus_shards():
 
 
 def final_outputs():
-    return study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
+    outputs = study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
+    if config.get("benchmarks", {}).get("enabled", True):
+        outputs += [f"{R}/tables/benchmarks.csv"]
+    return outputs
 
 
 wildcard_constraints:
@@ -66,9 +69,8 @@ EXTERNAL = config.get("external_models", {})
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # Kept in step with orthrus.analysis.TABLES and orthrus.figures.FIGURES (a test checks it),
 # so that parsing the workflow needs no torch.
-TABLES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
-          "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"]
-TABLE_FILES = TABLES + ["trajectories.parquet", "forensics_rows.parquet"]
+TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
+               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet"]
 FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
            "margin_at_divergence", "pairwise_match"]
 
@@ -104,3 +106,29 @@ def forensics_files():
 
 def study_outputs():
     return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=["png", "pdf"])
+
+
+BENCH = config.get("benchmarks", {})
+
+
+def bench_tasks():
+    return "tiny_arith,tiny_gec,tiny_qa" if BENCH.get("tiny_tasks", True) else ",".join(BENCH.get("tasks", []))
+
+
+def bench_files():
+    """The teacher through its AR view, every Orthrus model through its consensus loop."""
+    runs = [(TEACHER, "ar")] + [(m, "orthrus") for m in ORTHRUS_MODELS]
+    return [f"{R}/benchmarks/{m}/{d}-{p}-{BENCH.get('attention', 'eager')}.json"
+            for m, d in runs for p in BENCH.get("precisions", ["bf16", "fp32"])]
+
+
+def bench_model_input(wildcards):
+    if wildcards.model == TEACHER:
+        return teacher_input()
+    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+
+
+def bench_model_arg(wildcards, input):
+    if wildcards.model == TEACHER:
+        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
+    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
