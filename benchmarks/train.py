@@ -158,11 +158,11 @@ def main(argv=None) -> int:
           f"({args.prompt_len} prompt + {args.response_len} response) tokens, {args.blocks} blocks of K="
           f"{args.block_size} per sequence, {ref['loss_tokens']:.0f} loss tokens per step, {ref['device']}, "
           f"{args.threads} thread(s), attention {args.attention}")
-    print(f"{'variant':<22}{'loss/token':>12}{'s/step':>10}{'tokens/s':>11}{'speed-up':>10}"
+    print(f"{'variant':<22}{'loss/token':>12}{'s/step':>10}{'tokens/s':>11}{'single/this':>12}"
           f"{'peak MiB':>10}{'+setup MiB':>12}")
     for r in rows:
         print(f"{r['mode']:<22}{r['loss_per_token']:>12.6f}{r['seconds_per_step']:>10.3f}{r['tokens_per_s']:>11.0f}"
-              f"{ref['tokens_per_s'] / r['tokens_per_s'] if r is not ref else 1.0:>10.1f}"
+              f"{ref['tokens_per_s'] / r['tokens_per_s']:>12.1f}"
               f"{r['peak_bytes'] / 2**20:>10.1f}{r['peak_over_setup_bytes'] / 2**20:>12.1f}")
     same = all(abs(r["loss_per_token"] - ref["loss_per_token"]) < 1e-4 * max(1, abs(ref["loss_per_token"])) for r in rows)
     ratio = ref["tokens_per_s"] / rows[-1]["tokens_per_s"]
