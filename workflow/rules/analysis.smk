@@ -14,6 +14,11 @@ rule perplexity:
     benchmark:
         f"{R}/benchmarks/perplexity.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["perplexity"]["mem_mb"],
+        runtime=RES["perplexity"]["runtime"],
+        gpu=RES["perplexity"]["gpus"],
+        slurm_extra=RES["perplexity"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -38,6 +43,11 @@ rule forensics:
     benchmark:
         f"{R}/benchmarks/forensics/{{model}}/{{precision}}-{{attention}}.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["forensics"]["mem_mb"],
+        runtime=RES["forensics"]["runtime"],
+        gpu=RES["forensics"]["gpus"],
+        slurm_extra=RES["forensics"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -54,6 +64,10 @@ rule forensics_all:
         f"{R}/forensics/all.parquet",
     log:
         f"{R}/logs/forensics/all.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:
@@ -73,6 +87,9 @@ rule analyze:
         near_tie=config["analysis"]["near_tie"],
     log:
         f"{R}/logs/analyze.log",
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:
@@ -90,6 +107,9 @@ rule figures:
         out=lambda w, output: os.path.dirname(output[0]),
     log:
         f"{R}/logs/figures.log",
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:

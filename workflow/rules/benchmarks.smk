@@ -8,6 +8,10 @@ rule benchmark_tasks:
         seed=config["seed"],
     log:
         f"{R}/logs/benchmarks/tasks.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:
@@ -34,6 +38,11 @@ rule lm_eval:
     benchmark:
         f"{R}/benchmarks/timing/{{model}}/{{decoder}}-{{precision}}-{{attention}}.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["lm_eval"]["mem_mb"],
+        runtime=RES["lm_eval"]["runtime"],
+        gpu=RES["lm_eval"]["gpus"],
+        slurm_extra=RES["lm_eval"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -55,6 +64,9 @@ rule benchmarks_table:
         figure=lambda w, output: os.path.splitext(output.figure[0])[0],
     log:
         f"{R}/logs/benchmarks/table.log",
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:

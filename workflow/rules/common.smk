@@ -13,6 +13,13 @@ scattergather:
 ENV = "../../envs/orthrus.yaml"
 R = "results"
 TEACHER = config["teacher"]["name"]
+# Per-stage job resources (mem_mb, runtime, gpus, slurm_extra), defaults from the schema.
+RES = config["resources"]
+
+
+def launcher(gpus):
+    """`orthrus`, or torchrun with one process per GPU when a job holds several."""
+    return f"torchrun --standalone --nproc_per_node {gpus} -m orthrus.cli" if gpus > 1 else "orthrus"
 
 
 def settings(section):

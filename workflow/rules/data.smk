@@ -9,6 +9,11 @@ rule train_teacher:
     benchmark:
         f"{R}/benchmarks/train_teacher.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["teacher"]["mem_mb"],
+        runtime=RES["teacher"]["runtime"],
+        gpu=RES["teacher"]["gpus"],
+        slurm_extra=RES["teacher"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -25,6 +30,11 @@ rule prompts:
         seed=config["seed"],
     log:
         f"{R}/logs/prompts.log",
+    resources:
+        mem_mb=RES["prompts"]["mem_mb"],
+        runtime=RES["prompts"]["runtime"],
+        gpu=RES["prompts"]["gpus"],
+        slurm_extra=RES["prompts"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -48,6 +58,11 @@ rule corpus_shard:
     benchmark:
         f"{R}/benchmarks/corpus/shard_{{scatteritem}}.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["corpus"]["mem_mb"],
+        runtime=RES["corpus"]["runtime"],
+        gpu=RES["corpus"]["gpus"],
+        slurm_extra=RES["corpus"]["slurm_extra"],
     conda:
         ENV
     shell:

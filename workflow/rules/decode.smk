@@ -15,6 +15,11 @@ rule decode_shard:
     benchmark:
         f"{R}/benchmarks/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["decode"]["mem_mb"],
+        runtime=RES["decode"]["runtime"],
+        gpu=RES["decode"]["gpus"],
+        slurm_extra=RES["decode"]["slurm_extra"],
     conda:
         ENV
     shell:
@@ -31,6 +36,10 @@ rule decode:
         f"{R}/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}.parquet",
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
     conda:
         ENV
     shell:

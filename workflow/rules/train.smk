@@ -8,14 +8,21 @@ rule train:
     params:
         teacher=teacher_arg,
         cfg=lambda w: settings({"models": {w.model: config["models"][w.model]}}),
+        # more than one GPU: data parallel, one process per GPU
+        launch=lambda w, resources: launcher(resources.gpu),
     log:
         f"{R}/logs/train/{{model}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{model}}.tsv"
     threads: config["threads"]
+    resources:
+        mem_mb=RES["train"]["mem_mb"],
+        runtime=RES["train"]["runtime"],
+        gpu=RES["train"]["gpus"],
+        slurm_extra=RES["train"]["slurm_extra"],
     conda:
         ENV
     shell:
-        "orthrus train --teacher {params.teacher} --corpus {input.corpus} --config {params.cfg:q}"
+        "{params.launch} train --teacher {params.teacher} --corpus {input.corpus} --config {params.cfg:q}"
         " --model {wildcards.model} --eval-prompts {input.eval} --threads {threads} --no-progress"
         " --out {output} > {log} 2>&1"
