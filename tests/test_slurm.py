@@ -22,7 +22,19 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "tests" / "smoke" / "config.yaml"
+# The smoke study's first stages (tests/smoke/config.yaml), small enough for a 4000 MB node.
+CONFIG = {
+    "seed": 0, "threads": 1,
+    "teacher": {"name": "teacher", "source": "tiny",
+                "tiny": {"steps": 40, "hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "head_dim": 16,
+                         "eval_per_domain": 0, "batch_size": 8}},
+    "prompts": {"source": "tiny", "eval_per_domain": 1, "distill_n": 32},
+    "corpus": {"shards": 2, "batch_size": 16, "max_new_tokens": 24, "precision": "fp32"},
+    "models": {}, "external_models": {},
+    "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 16, "shards": 1},
+    "benchmarks": {"enabled": False},
+    "resources": {s: {"mem_mb": 1000, "runtime": 10} for s in ("teacher", "prompts", "corpus")},
+}
 PROFILE = ROOT / "profiles" / "slurm"
 BINARIES = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel"]
 SBIN = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -199,10 +211,7 @@ def test_profile_is_valid_yaml_and_names_the_plugin():
 def test_smoke_jobs_run_through_sbatch(cluster, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    cfg = yaml.safe_load(SMOKE.read_text())
-    # the one-node cluster has 4000 MB; the smoke jobs need far less than the defaults
-    cfg["resources"] = {s: {"mem_mb": 1000, "runtime": 10} for s in ("teacher", "prompts", "corpus")}
-    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (work / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     target = "results/corpus/shard_1-of-2.parquet"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work),
            "--profile", str(PROFILE),
