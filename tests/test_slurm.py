@@ -32,6 +32,7 @@ CONFIG = {
     "corpus": {"shards": 2, "batch_size": 16, "max_new_tokens": 24, "precision": "fp32"},
     "models": {}, "external_models": {},
     "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 16, "shards": 1},
+    "analysis": {"ppl_precision": "fp32", "near_tie": 0.125},
     "benchmarks": {"enabled": False},
     "resources": {s: {"mem_mb": 1000, "runtime": 10} for s in ("teacher", "prompts", "corpus")},
 }
