@@ -80,7 +80,9 @@ rule analyze:
         ppl=rules.perplexity.output,
         forensics=rules.forensics_all.output,
     output:
-        expand(f"{R}/tables/{{t}}", t=TABLE_FILES),
+        # every CSV table goes into `snakemake --report` with its caption (workflow/report/)
+        [report(f"{R}/tables/{t}", caption=f"../report/table_{t[:-4]}.rst", category="Tables", subcategory="Exactness")
+         if t.endswith(".csv") else f"{R}/tables/{t}" for t in TABLE_FILES],
     params:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
@@ -101,7 +103,9 @@ rule figures:
     input:
         rules.analyze.output,
     output:
-        expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=["png", "pdf"]),
+        [report(f"{R}/figures/{f}.png", caption=f"../report/figure_{f}.rst", category="Figures", subcategory="Exactness")
+         for f in FIGURES],
+        [f"{R}/figures/{f}.pdf" for f in FIGURES],
     params:
         tables=lambda w, input: os.path.dirname(input[0]),
         out=lambda w, output: os.path.dirname(output[0]),

@@ -56,9 +56,12 @@ rule benchmarks_table:
     input:
         bench_files(),
     output:
-        csv=f"{R}/tables/benchmarks.csv",
-        agreement=f"{R}/tables/benchmarks_agreement.csv",
-        figure=multiext(f"{R}/figures/benchmarks", ".png", ".pdf"),
+        csv=report(f"{R}/tables/benchmarks.csv", caption="../report/table_benchmarks.rst", category="Tables",
+                   subcategory="Benchmarks"),
+        agreement=report(f"{R}/tables/benchmarks_agreement.csv", caption="../report/table_benchmarks_agreement.rst",
+                         category="Tables", subcategory="Benchmarks"),
+        figure=[report(f"{R}/figures/benchmarks.png", caption="../report/figure_benchmarks.rst", category="Figures",
+                       subcategory="Benchmarks"), f"{R}/figures/benchmarks.pdf"],
     params:
         reference=TEACHER,
         figure=lambda w, output: os.path.splitext(output.figure[0])[0],

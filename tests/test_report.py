@@ -1,0 +1,70 @@
+"""`snakemake --report`: every table and figure of the study is in it, each with its caption.
+
+Building the report needs the outputs, and the smoke study that makes them is already run by
+tests/test_workflow.py; here placeholder tables and figures stand in for them (a few seconds),
+which checks what the report gathers and that every caption file resolves and renders.
+"""
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTIONS = ROOT / "workflow" / "report"
+
+
+def workflow_lists():
+    text = (ROOT / "workflow/rules/common.smk").read_text()
+    return {name: ast.literal_eval(re.search(rf"^{name} = (\[.*?\])", text, re.M | re.S).group(1))
+            for name in ("TABLE_FILES", "FIGURES")}
+
+
+def test_every_caption_belongs_to_an_output_and_back():
+    lists = workflow_lists()
+    tables = [t[:-4] for t in lists["TABLE_FILES"] if t.endswith(".csv")] + ["benchmarks", "benchmarks_agreement"]
+    figures = lists["FIGURES"] + ["benchmarks"]
+    expected = {f"table_{t}.rst" for t in tables} | {f"figure_{f}.rst" for f in figures}
+    present = {p.name for p in CAPTIONS.glob("*.rst")} - {"workflow.rst"}
+    assert present == expected
+
+
+def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lists = workflow_lists()
+    cfg = {"teacher": {"source": "tiny"}, "prompts": {"source": "tiny"}, "corpus": {"shards": 1, "max_new_tokens": 8},
+           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
+    tables.mkdir(parents=True)
+    figures.mkdir(parents=True)
+    csvs = [t for t in lists["TABLE_FILES"] if t.endswith(".csv")] + ["benchmarks.csv", "benchmarks_agreement.csv"]
+    for t in csvs:
+        (tables / t).write_text("placeholder,value\nx,1\n")
+    pngs = lists["FIGURES"] + ["benchmarks"]
+    for f in pngs:
+        fig = plt.figure(figsize=(1, 1))
+        fig.savefig(figures / f"{f}.png")
+        plt.close(fig)
+    out = tmp_path / "report.html"
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+                          "--report", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    log = res.stdout + res.stderr
+    for name in csvs + [f"{f}.png" for f in pngs]:
+        assert f"Adding {name} (" in log, f"{name} not in the report"
+    html = out.read_text()
+    for cap in CAPTIONS.glob("*.rst"):
+        if cap.name == "workflow.rst":
+            continue
+        plain = re.split(r"[*`:(]", cap.read_text())[0].split()[:4]  # the opening words before any markup
+        assert " ".join(plain) in html, f"caption {cap.name} not rendered"
+    for table in ("Table 2", "Table 3", "Table 4", "Table 7", "Table 8"):
+        assert f"{table}</strong>" in html
