@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# `--configfile X` studies X instead of the embedded default (rather than merging the two,
+# which would add the default's tiny variants to a paper-scale run); `--config k=v` still overrides.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -12,7 +12,7 @@ rule perplexity:
     log:
         f"{R}/logs/perplexity.log",
     benchmark:
-        f"{R}/benchmarks/perplexity.tsv"
+        f"{R}/timing/perplexity.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["perplexity"]["mem_mb"],
@@ -41,7 +41,7 @@ rule forensics:
     log:
         f"{R}/logs/forensics/{{model}}/{{precision}}-{{attention}}.log",
     benchmark:
-        f"{R}/benchmarks/forensics/{{model}}/{{precision}}-{{attention}}.tsv"
+        f"{R}/timing/forensics/{{model}}/{{precision}}-{{attention}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["forensics"]["mem_mb"],

@@ -36,7 +36,7 @@ rule lm_eval:
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
     benchmark:
-        f"{R}/benchmarks/timing/{{model}}/{{decoder}}-{{precision}}-{{attention}}.tsv"
+        f"{R}/timing/lm_eval/{{model}}/{{decoder}}-{{precision}}-{{attention}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["lm_eval"]["mem_mb"],

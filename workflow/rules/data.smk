@@ -7,7 +7,7 @@ rule train_teacher:
     log:
         f"{R}/logs/train_teacher.log",
     benchmark:
-        f"{R}/benchmarks/train_teacher.tsv"
+        f"{R}/timing/train_teacher.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
@@ -56,7 +56,7 @@ rule corpus_shard:
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",
     benchmark:
-        f"{R}/benchmarks/corpus/shard_{{scatteritem}}.tsv"
+        f"{R}/timing/corpus/shard_{{scatteritem}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["corpus"]["mem_mb"],

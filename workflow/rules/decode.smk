@@ -13,7 +13,7 @@ rule decode_shard:
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
     benchmark:
-        f"{R}/benchmarks/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.tsv"
+        f"{R}/timing/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["decode"]["mem_mb"],

@@ -13,7 +13,7 @@ rule train:
     log:
         f"{R}/logs/train/{{model}}.log",
     benchmark:
-        f"{R}/benchmarks/train/{{model}}.tsv"
+        f"{R}/timing/train/{{model}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["train"]["mem_mb"],

@@ -1,0 +1,94 @@
+"""The Snakemake workflow: schema validation, dry runs, lint, and one end-to-end smoke study."""
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "tests" / "smoke" / "config.yaml"
+
+
+def snakemake(*args, cwd, timeout=600):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(cwd), *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def workdir_with(tmp_path, cfg: dict) -> Path:
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp_path
+
+
+def default_config():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def test_workflow_lists_match_the_package():
+    from orthrus.analysis import TABLES
+    from orthrus.figures import FIGURES
+
+    text = (ROOT / "workflow/rules/common.smk").read_text()
+    listed = {name: ast.literal_eval(re.search(rf"^{name} = (\[.*?\])", text, re.M | re.S).group(1))
+              for name in ("TABLE_FILES", "FIGURES")}
+    assert set(listed["TABLE_FILES"]) == set(TABLES)
+    assert listed["FIGURES"] == list(FIGURES)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["teacher"].__setitem__("source", 42), "source"),
+    (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
+    (lambda c: c["decode"].__setitem__("precisions", ["fp8"]), "fp8"),
+    (lambda c: c.pop("decode"), "decode"),
+])
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
+    cfg = default_config()
+    mutate(cfg)
+    res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
+    assert res.returncode != 0
+    assert message in res.stdout + res.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_default_and_paper_dry_runs(tmp_path):
+    res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
+    assert res.returncode == 0, res.stderr[-2000:]
+    for rule in ("train_teacher", "corpus_shard", "train", "decode_shard", "forensics", "analyze", "figures"):
+        assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
+    paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
+    assert paper.returncode == 0, paper.stderr[-2000:]
+    assert re.search(r"^decode_shard\s+168", paper.stdout, re.M)
+
+
+def test_lint_is_clean():
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, res.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_end_to_end_smoke_study(tmp_path):
+    work = workdir_with(tmp_path, yaml.safe_load(SMOKE.read_text()))
+    res = snakemake("--cores", "2", cwd=work, timeout=1200)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    tables = work / "results" / "tables"
+    overall = pd.read_csv(tables / "match_overall.csv")
+    assert {"model", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"} <= set(overall.columns)
+    orth = overall[overall.decoder == "orthrus"]
+    assert len(orth) == 4  # 1 model x 2 precisions x 2 attentions
+    assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()
+    for name in ("match_by_domain", "match_vs_ppl", "survival"):
+        assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
+    decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
+    assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
+    # a rerun has nothing to do; removing one corpus shard regenerates only what depends on it
+    again = snakemake("-n", cwd=work)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    (work / "results/corpus/shard_1-of-2.parquet").unlink()
+    plan = snakemake("-n", cwd=work)
+    assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
