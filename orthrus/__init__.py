@@ -1,7 +1,22 @@
-"""Orthrus dual-view speculative decoding, and the study of how exact it is."""
-from .decoding import GenerateOutput, generate
-from .modeling import OrthrusForCausalLM
-from .precision import configure, numerical_env
+"""Orthrus dual-view speculative decoding, and the study of how exact it is.
 
-__all__ = ["OrthrusForCausalLM", "GenerateOutput", "generate", "configure", "numerical_env"]
+The public names are imported lazily, so that light stages (tables, figures, gathers) start
+without loading torch and transformers.
+"""
+import importlib
+
 __version__ = "0.1.0"
+_EXPORTS = {
+    "OrthrusForCausalLM": "orthrus.modeling",
+    "GenerateOutput": "orthrus.decoding",
+    "generate": "orthrus.decoding",
+    "configure": "orthrus.precision",
+    "numerical_env": "orthrus.precision",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'orthrus' has no attribute {name!r}")

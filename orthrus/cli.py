@@ -11,6 +11,7 @@ COMMANDS = {
     "corpus": "orthrus.corpus",
     "train": "orthrus.train",
     "decode": "orthrus.trajectories",
+    "gather": "orthrus.io",
     "analyze": "orthrus.analysis",
     "perplexity": "orthrus.perplexity",
     "forensics": "orthrus.forensics",

@@ -13,8 +13,9 @@ one-token-per-forward step. This module recomputes both at that position:
 It records the reference's top-1/top-2 margin in its own precision and in fp32, and the
 largest hidden-state difference between the two computations after every layer.
 
-`orthrus forensics --model-path DIR --model-name NAME --precision bf16 --attention sdpa
- --prompts eval.parquet --orthrus ORTH.parquet --reference REF.parquet --max-new-tokens T --out F`
+`orthrus forensics --model-path DIR --prompts eval.parquet --orthrus ORTH.parquet... --reference
+ REF.parquet... --max-new-tokens T --out F`: Orthrus and reference files pair up in order; each pair
+is one (precision, attention), read from the files. A model is loaded only where there is a divergence.
 """
 from __future__ import annotations
 
@@ -80,57 +81,68 @@ def replay_verify(model, prompt: list[int], tokens: list[int], accepted: list[in
         s += n + 1
 
 
-def analyse(model, model32, tokenizer, prompts, orth: pd.DataFrame, ref: pd.DataFrame, max_new: int, max_cases: int):
-    text = prompts.set_index("prompt_id")["prompt"]
-    ref = ref.set_index("prompt_id")
-    rows = []
-    cases = []
-    for o in orth.itertuples():
-        if o.finish_reason == "error" or o.prompt_id not in ref.index or ref.at[o.prompt_id, "finish_reason"] == "error":
+def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
+    """(Orthrus row, reference tokens, Orthrus tokens, first divergence) for every diverging prompt."""
+    ref = ref[ref.finish_reason != "error"].set_index("prompt_id")
+    for o in orth[orth.finish_reason != "error"].itertuples():
+        if o.prompt_id not in ref.index:
             continue
         r_tokens = [int(x) for x in ref.at[o.prompt_id, "tokens"]]
         o_tokens = [int(x) for x in o.tokens]
         t = first_divergence(r_tokens, o_tokens)
         if t is not None and t < min(len(r_tokens), len(o_tokens)):
-            cases.append((o, r_tokens, o_tokens, t))
-    for o, r_tokens, o_tokens, t in tqdm(cases[:max_cases], desc="forensics", file=sys.stderr):
+            yield o, r_tokens, o_tokens, t
+
+
+def analyse(model, model32, tokenizer, prompts, cases, max_new: int) -> list[dict]:
+    text = prompts.set_index("prompt_id")["prompt"]
+    rows = []
+    for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
         prompt = render_chat(tokenizer, text[o.prompt_id])
         step_logits, step_hidden = stepwise(model, prompt, r_tokens[:t])
         ver_logits, ver_hidden = replay_verify(model, prompt, o_tokens, [int(a) for a in o.accepted], t, max_new)
         step32, _ = stepwise(model32, prompt, r_tokens[:t])
         diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
-        first = next((i for i, d in enumerate(diffs) if d > 0), None)
         rows.append({
             "model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
             "prompt_id": o.prompt_id, "domain": o.domain, "position": t,
             "ref_token": r_tokens[t], "orthrus_token": o_tokens[t],
             "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": margin(ver_logits),
-            "first_layer_diverging": first, "max_abs_hidden_diff": diffs,
+            "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
+            "max_abs_hidden_diff": diffs,
             # the replay reproduces the run when each computation picks the token its run emitted
             "replay_consistent": int(step_logits.argmax()) == r_tokens[t] and int(ver_logits.argmax()) == o_tokens[t],
         })
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus forensics", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True)
-    ap.add_argument("--precision", required=True)
-    ap.add_argument("--attention", default="eager")
     ap.add_argument("--prompts", required=True)
-    ap.add_argument("--orthrus", required=True, help="decoding result of the Orthrus decoder")
-    ap.add_argument("--reference", required=True, help="decoding result of the AR reference")
+    ap.add_argument("--orthrus", nargs="+", required=True, help="decoding results of the Orthrus decoder")
+    ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-new-tokens", type=int, required=True, help="as in the decoding run (sets draft lengths)")
-    ap.add_argument("--max-cases", type=int, default=1000)
+    ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if len(args.orthrus) != len(args.reference):
+        ap.error("--orthrus and --reference need the same number of files")
     torch.set_num_threads(args.threads)
-    model, tokenizer = load("orthrus", args.model_path, args.precision, args.attention, args.device)
-    model32, _ = load("orthrus", args.model_path, "fp32", args.attention, args.device)
-    df = analyse(model, model32, tokenizer, pd.read_parquet(args.prompts), pd.read_parquet(args.orthrus),
-                 pd.read_parquet(args.reference), args.max_new_tokens, args.max_cases)
+    prompts = pd.read_parquet(args.prompts)
+    rows = []
+    for orth_file, ref_file in zip(args.orthrus, args.reference):
+        orth, ref = pd.read_parquet(orth_file), pd.read_parquet(ref_file)
+        cases = list(divergences(orth, ref))[: args.max_cases]
+        if not cases:
+            continue
+        precision, attention = orth.precision.iloc[0], orth.attention.iloc[0]
+        model, tokenizer = load("orthrus", args.model_path, precision, attention, args.device)
+        model32, _ = load("orthrus", args.model_path, "fp32", attention, args.device)
+        rows += analyse(model, model32, tokenizer, prompts, cases, args.max_new_tokens)
+    df = pd.DataFrame(rows, columns=COLUMNS)
     write_parquet(args.out, df)
     print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)
     return 0

@@ -46,3 +46,17 @@ def write_table(df, csv_path) -> None:
         df.to_csv(tmp, index=False)
     with atomic_path(csv_path.with_suffix(".md")) as tmp:
         tmp.write_text(df.to_markdown(index=False, floatfmt=".4g") + "\n")
+
+
+def main(argv=None) -> int:
+    """`orthrus gather PARTS... --out F`: concatenate Parquet shards into one file."""
+    import argparse
+
+    import pandas as pd
+
+    ap = argparse.ArgumentParser(prog="orthrus gather", description="Concatenate Parquet shards (atomically).")
+    ap.add_argument("parts", nargs="+")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    write_parquet(args.out, pd.concat([pd.read_parquet(p) for p in args.parts], ignore_index=True))
+    return 0

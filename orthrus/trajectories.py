@@ -1,8 +1,9 @@
 """The decoding stage: every evaluation prompt through one (model, decoder, precision, attention).
 
-`orthrus decode --decoder ar-ref|ar|orthrus --model-path DIR --model-name NAME --precision bf16
- --attention eager --prompts eval.parquet --max-new-tokens 128 [--shard I --num-shards N] --out F`
-`orthrus decode --gather SHARD... --out F` concatenates shards.
+`orthrus decode --decoder ar-ref|ar|orthrus --model-path DIR --model-name NAME --precision bf16 fp32
+ --attention eager sdpa --prompts eval.parquet --max-new-tokens 128 [--shard I --num-shards N] --out F...`
+decodes every (precision, attention) pair in one process (one model load each, one start-up in
+all) and writes one file per pair, in the order precision-major, attention-minor.
 
 `ar-ref` is the plain model through transformers' `generate()` (the study's reference); `ar`
 and `orthrus` load an Orthrus checkpoint and use `orthrus.generate`. A prompt that fails is
@@ -11,6 +12,7 @@ recorded with its error, never dropped.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -85,35 +87,32 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus decode", description=__doc__.split("\n")[0])
-    ap.add_argument("--gather", nargs="+", help="concatenate these shard files into --out and exit")
-    ap.add_argument("--decoder", choices=DECODERS)
-    ap.add_argument("--model-path", help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref)")
-    ap.add_argument("--model-name")
-    ap.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
-    ap.add_argument("--attention", default="eager")
-    ap.add_argument("--prompts", help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
+    ap.add_argument("--decoder", choices=DECODERS, required=True)
+    ap.add_argument("--model-path", required=True, help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref)")
+    ap.add_argument("--model-name", required=True)
+    ap.add_argument("--precision", nargs="+", choices=["bf16", "fp16", "fp32"], required=True)
+    ap.add_argument("--attention", nargs="+", default=["eager"])
+    ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", nargs="+", required=True, help="one file per (precision, attention) pair")
     args = ap.parse_args(argv)
-    if args.gather:
-        write_parquet(args.out, pd.concat([pd.read_parquet(f) for f in args.gather], ignore_index=True))
-        return 0
-    missing = [k for k in ("decoder", "model_path", "model_name", "precision", "prompts") if getattr(args, k) is None]
-    if missing:
-        ap.error("missing " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    pairs = list(itertools.product(args.precision, args.attention))
+    if len(args.out) != len(pairs):
+        ap.error(f"{len(pairs)} (precision, attention) pairs need as many --out files, got {len(args.out)}")
     if not 0 <= args.shard < args.num_shards:
         ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
     torch.set_num_threads(args.threads)
     prompts = pd.read_parquet(args.prompts).iloc[args.shard :: args.num_shards]
-    model, tokenizer = load(args.decoder, args.model_path, args.precision, args.attention, args.device)
-    df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, args.precision, args.attention,
-                        args.max_new_tokens, progress=not args.no_progress)
-    write_parquet(args.out, df)
-    errors = int((df["finish_reason"] == "error").sum())
-    print(f"[decode] {len(df)} prompts ({errors} errors) -> {args.out}", file=sys.stderr)
+    for (precision, attention), out in zip(pairs, args.out):
+        model, tokenizer = load(args.decoder, args.model_path, precision, attention, args.device)
+        df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, precision, attention,
+                            args.max_new_tokens, progress=not args.no_progress)
+        write_parquet(out, df)
+        errors = int((df["finish_reason"] == "error").sum())
+        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({errors} errors) -> {out}", file=sys.stderr)
     return 0

@@ -30,18 +30,18 @@ rule forensics:
     input:
         model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
         prompts=rules.prompts.output.eval,
-        orthrus=f"{R}/decode/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
-        ref=f"{R}/decode/{TEACHER}/ar-ref-{{precision}}-{{attention}}.parquet",
+        orthrus=expand(f"{R}/decode/{{{{model}}}}/orthrus-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
+        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
     output:
-        f"{R}/forensics/{{model}}/{{precision}}-{{attention}}.parquet",
+        f"{R}/forensics/{{model}}.parquet",
     params:
         model=lambda w: model_path(w.model),
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
     log:
-        f"{R}/logs/forensics/{{model}}/{{precision}}-{{attention}}.log",
+        f"{R}/logs/forensics/{{model}}.log",
     benchmark:
-        f"{R}/timing/forensics/{{model}}/{{precision}}-{{attention}}.tsv"
+        f"{R}/timing/forensics/{{model}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["forensics"]["mem_mb"],
@@ -51,8 +51,7 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model} --precision {wildcards.precision}"
-        " --attention {wildcards.attention} --prompts {input.prompts} --orthrus {input.orthrus}"
+        "orthrus forensics --model-path {params.model} --prompts {input.prompts} --orthrus {input.orthrus}"
         " --reference {input.ref} --max-new-tokens {params.max_new} --device {params.device}"
         " --threads {threads} --out {output} > {log} 2>&1"
 
@@ -61,7 +60,7 @@ rule forensics_all:
     input:
         forensics_files(),
     output:
-        f"{R}/forensics/all.parquet",
+        f"{R}/forensics.parquet",
     log:
         f"{R}/logs/forensics/all.log",
     localrule: True
@@ -71,7 +70,7 @@ rule forensics_all:
     conda:
         ENV
     shell:
-        "orthrus decode --gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input} --out {output} > {log} 2>&1"
 
 
 rule analyze:

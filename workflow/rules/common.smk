@@ -108,7 +108,7 @@ def decode_files():
 
 
 def forensics_files():
-    return expand(f"{R}/forensics/{{m}}/{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, p=PRECISIONS, a=ATTENTIONS)
+    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS)
 
 
 def study_outputs():

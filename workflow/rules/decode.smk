@@ -3,17 +3,24 @@ rule decode_shard:
         model_input,
         prompts=rules.prompts.output.eval,
     output:
-        f"{R}/decode/{{model}}/shards/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.parquet",
+        # every (precision, attention) pair in one job: one start-up, one output each
+        expand(
+            f"{R}/decode/{{{{model}}}}/shards/{{{{decoder}}}}-{{p}}-{{a}}/{{{{scatteritem}}}}.parquet",
+            p=PRECISIONS,
+            a=ATTENTIONS,
+        ),
     params:
+        precisions=PRECISIONS,
+        attentions=ATTENTIONS,
         model=model_arg,
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
     log:
-        f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
+        f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
     benchmark:
-        f"{R}/timing/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.tsv"
+        f"{R}/timing/decode/{{model}}/{{decoder}}/{{scatteritem}}.tsv"
     threads: config["threads"]
     resources:
         mem_mb=RES["decode"]["mem_mb"],
@@ -24,7 +31,7 @@ rule decode_shard:
         ENV
     shell:
         "orthrus decode --decoder {wildcards.decoder} --model-path {params.model} --model-name {wildcards.model}"
-        " --precision {wildcards.precision} --attention {wildcards.attention} --prompts {input.prompts}"
+        " --precision {params.precisions} --attention {params.attentions} --prompts {input.prompts}"
         " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}"
         " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
@@ -43,4 +50,4 @@ rule decode:
     conda:
         ENV
     shell:
-        "orthrus decode --gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input} --out {output} > {log} 2>&1"
