@@ -25,7 +25,7 @@ Model arguments (`--model_args`): `pretrained=DIR|HUB_ID`, `decoding=orthrus|ar`
 
 Command line (`orthrus lm-eval <sub>` or `python -m orthrus.lmeval <sub>`):
 
-    prepare-data --out DIR [--n 40] [--seed 0] [--tasks tiny_arith,tiny_gec,tiny_qa]
+    prepare-data --out DIR [--n 40] [--seed 0] [--tasks tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate]
                  [--exclude PROMPTS.parquet ...]
     run   --model-path DIR --decoding orthrus|ar --precision bf16|fp16|fp32 --attention eager|sdpa
           --tasks T1,T2 [--include-path DIR ...] [--limit N] [--max-gen-toks 128]
@@ -86,6 +86,8 @@ PRIMARY_METRICS = {
     "tiny_arith": ["exact_match,flexible-extract"],
     "tiny_gec": ["exact_match,none"],
     "tiny_qa": ["acc,none"],
+    "tiny_code": ["exact_match,none"],
+    "tiny_translate": ["exact_match,none"],
 }
 CODE_EVAL_HELP = (
     "HumanEval-style tasks ({tasks}) execute code written by the model. Opt in explicitly: "
@@ -479,9 +481,23 @@ def _answer(filtered):
 
 
 def _response(resps):
+    """The generated text of a sample; None when nothing was generated (a log-likelihood
+    request's `resps` are scores, [[log-likelihood, is-greedy]] per choice, not a response)."""
     if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0] and isinstance(resps[0][0], str):
         return resps[0][0]
-    return json.dumps(resps, sort_keys=True)
+    if isinstance(resps, str):
+        return resps
+    return None
+
+
+def _n_responses_differ(a: dict, b: dict, common) -> int | None:
+    """How many common samples got different generated text; None (NaN in the tables) for a
+    task without generated responses (log-likelihood / multiple choice: there only the chosen
+    answer, `n_answers_differ`, is compared; their log-likelihoods differ in the last bits
+    between any two numerically different runs and say nothing about agreement)."""
+    if any(a[d][0] is None or b[d][0] is None for d in common):
+        return None
+    return sum(a[d][0] != b[d][0] for d in common)
 
 
 def _per_sample(rec: dict, task: str, metric: str) -> dict:
@@ -546,7 +562,7 @@ def agreement_rows(records: list[dict], reference_model: str | None = None) -> l
             rows.append({"model": rec["model"], "decoder": rec["decoder"], "reference_model": ref["model"],
                          "reference_decoder": ref["decoder"], "precision": rec["precision"],
                          "attention": rec["attention"], "task": row["task"], "metric": row["metric"],
-                         "n": len(common), "n_responses_differ": sum(a[d][0] != b[d][0] for d in common),
+                         "n": len(common), "n_responses_differ": _n_responses_differ(a, b, common),
                          "n_answers_differ": sum(a[d][1] != b[d][1] for d in common),
                          "value": row["value"], "reference_value": rr["value"], "score_diff": diff,
                          "stderr": se, "reference_stderr": rse, "combined_stderr": combined,
@@ -726,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory (written atomically; pass it as --include-path)")
     p.add_argument("--n", type=int, default=40, help="documents per task")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tasks", help="comma-separated subset of tiny_arith,tiny_gec,tiny_qa (default: all)")
+    p.add_argument("--tasks", help="comma-separated subset of tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate (default: all)")
     p.add_argument("--exclude", nargs="*", help="prompt-set Parquet files whose prompts must not be used")
     p.set_defaults(func=cmd_prepare_data)
 

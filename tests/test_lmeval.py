@@ -48,7 +48,16 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
 
     data = world["data"]
     manifest = json.loads((data / "manifest.json").read_text())
-    assert set(manifest["tasks"]) == {"tiny_arith", "tiny_gec", "tiny_qa"}
+    assert set(manifest["tasks"]) == {"tiny_arith", "tiny_gec", "tiny_qa", "tiny_code", "tiny_translate"}
+    assert manifest["tasks"]["tiny_code"]["primary_metrics"] == ["exact_match,none"]
+    code = [json.loads(line) for line in (data / "tiny_code.jsonl").read_text().splitlines()]
+    for d in code:
+        name = d["question"].removeprefix("Napishi funkciju ").split("(")[0]
+        assert d["target"] == d["answer"] and d["target"].startswith(f"def {name}(")
+        compile(d["target"], "<tiny_code>", "exec")
+    trans = [json.loads(line) for line in (data / "tiny_translate.jsonl").read_text().splitlines()]
+    assert len(trans) == 5 and all(d["question"].startswith("Translate from Ruvian to English: ")
+                                   and d["target"].startswith("The ") for d in trans)
     arith = [json.loads(line) for line in (data / "tiny_arith.jsonl").read_text().splitlines()]
     assert len(arith) == 5 and len({d["question"] for d in arith}) == 5
     for d in arith:
@@ -67,8 +76,27 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
     assert arith[0]["question"] not in {d["question"] for d in again} and len(again) == 5
     # the packaged templates are not tasks by themselves; the generated YAMLs are
     tm = lmeval.task_manager([data, bm.TEMPLATES_DIR], ["tiny_arith"])
-    assert {"tiny_arith", "tiny_gec", "tiny_qa"} <= set(tm.all_tasks)
+    assert {"tiny_arith", "tiny_gec", "tiny_qa", "tiny_code", "tiny_translate"} <= set(tm.all_tasks)
     assert str(data) in str(tm.task_index["tiny_arith"].yaml_path)
+
+
+def test_tiny_code_whitespace_normalisation():
+    """tiny_code's exact match ignores surrounding whitespace, trailing spaces and blank lines,
+    not indentation or spaces inside a line."""
+    import yaml
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+
+    from orthrus.world import benchmarks as bm
+
+    (metric,) = yaml.safe_load(bm.template_path("tiny_code").read_text())["metric_list"]
+    ref = "def sum_xs(seq):\n    total = 0\n    for v in seq:\n        total += v\n    return total"
+
+    def em(pred):
+        return exact_match_hf_evaluate([pred], [ref], regexes_to_ignore=metric["regexes_to_ignore"])["exact_match"]
+
+    assert em(ref) == em("\n " + ref.replace("total = 0", "total = 0  \n\n\t").replace("seq:", "seq:\t") + "\n\n") == 1
+    assert em(ref.replace("        total += v", "    total += v")) == 0  # indentation counts
+    assert em(ref.replace("total = 0", "total=0")) == 0
 
 
 def test_registered_and_chat_rendering_matches_render_chat(world):
@@ -172,12 +200,28 @@ def _record(model, decoder, precision, answers, scores, stderr):
             "samples": {"tiny_arith": samples}}
 
 
+def _with_qa(rec, lls, golds):
+    """Add a multiple-choice (log-likelihood) task: `resps` are [[ll, is_greedy]] per choice."""
+    samples = [{"doc_id": i, "filter": "none", "resps": [[[x, False]] for x in ll],
+                "filtered_resps": [[x, False] for x in ll],
+                "metrics": {"acc": float(max(range(len(ll)), key=ll.__getitem__) == g)}}
+               for i, (ll, g) in enumerate(zip(lls, golds))]
+    value = sum(s["metrics"]["acc"] for s in samples) / len(samples)
+    rec["results"]["tiny_qa"] = {"alias": "tiny_qa", "acc,none": value, "acc_stderr,none": 0.2}
+    rec["n_samples"]["tiny_qa"] = {"original": len(samples), "effective": len(samples)}
+    rec["samples"]["tiny_qa"] = samples
+    return rec
+
+
 def test_tables_and_figure(tmp_path):
+    golds = [0, 1, 2]
+    lls = [[-0.5, -2.0, -3.0], [-1.0, -0.7, -2.0], [-1.0, -0.1, -2.0]]
+    noisy = [[x + 1e-6 for x in ll] for ll in lls]  # another run's last bits: the same choices
     recs = [
         _record("m", "ar", "bf16", ["1", "2", "3", "4"], [1, 1, 0, 0], 0.29),
         _record("m", "orthrus", "bf16", ["1", "2", "9", "5"], [1, 1, 0, 1], 0.25),
-        _record("teacher", "ar", "fp32", ["1", "2", "3", "4"], [1, 1, 0, 0], 0.29),
-        _record("m", "orthrus", "fp32", ["1", "2", "3", "4"], [1, 1, 0, 0], 0.29),
+        _with_qa(_record("teacher", "ar", "fp32", ["1", "2", "3", "4"], [1, 1, 0, 0], 0.29), lls, golds),
+        _with_qa(_record("m", "orthrus", "fp32", ["1", "2", "3", "4"], [1, 1, 0, 0], 0.29), noisy, golds),
     ]
     paths = []
     for r in recs:
@@ -191,7 +235,7 @@ def test_tables_and_figure(tmp_path):
 
     df = pd.read_csv(out)
     assert list(df.columns[:8]) == ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr"]
-    assert len(df) == 8 and df["primary"].sum() == 4
+    assert len(df) == 10 and df["primary"].sum() == 6
     assert out.with_suffix(".md").exists() and (fig.with_suffix(".png")).exists() and fig.with_suffix(".pdf").exists()
     ag = pd.read_csv(tmp_path / "tables" / "benchmarks_agreement.csv")
     row = ag[(ag.precision == "bf16") & (ag.metric == "exact_match,flexible-extract")].iloc[0]
@@ -202,6 +246,11 @@ def test_tables_and_figure(tmp_path):
     # fp32: no AR run of "m" itself, so the one AR model at that precision (the teacher) is the reference
     row = ag[(ag.precision == "fp32") & (ag.metric == "exact_match,flexible-extract")].iloc[0]
     assert row.reference_model == "teacher" and row.n_answers_differ == 0 and row.score_diff == 0
+    assert row.n_responses_differ == 0
+    # a log-likelihood task generates nothing: no responses to compare (NaN), only the chosen answers
+    row = ag[(ag.precision == "fp32") & (ag.task == "tiny_qa")].iloc[0]
+    assert row.n == 3 and math.isnan(row.n_responses_differ) and row.n_answers_differ == 0
+    assert row.value == row.reference_value == pytest.approx(2 / 3)
     # no inputs: empty tables and an annotated empty figure, not a crash
     assert lmeval.main(["table", "--out", str(tmp_path / "empty" / "b.csv")]) == 0
     assert (tmp_path / "empty" / "b.png").exists()

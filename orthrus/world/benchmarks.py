@@ -1,6 +1,6 @@
 """Tiny-world benchmark data for lm-evaluation-harness (the offline Table 7).
 
-Three local tasks, each a JSONL file of documents plus an lm-eval task YAML written next to it
+Five local tasks, each a JSONL file of documents plus an lm-eval task YAML written next to it
 (the YAML templates live in `orthrus/lmeval_tasks/`; `prepare` fills in the task name and the
 absolute path of the data, so the directory is self-contained: `--include_path DIR`).
 
@@ -13,6 +13,18 @@ absolute path of the data, so the directory is self-contained: `--include_path D
 - `tiny_qa`: record lookup from the `qa` domain as a multiple-choice task: after the assistant
   prefix "The record for NAME says the color is", which of the ten colours is most likely
   (log-likelihood, through the AR view); scored by accuracy.
+- `tiny_code` (HumanEval-like, without executing anything): write a small templated Python
+  function from the `code-ru` domain ("Napishi funkciju sum_items(xs) na Pitone: summu
+  spiska."); generation, scored by exact match of the function after whitespace normalisation
+  that keeps Python's meaning (surrounding whitespace, trailing spaces on a line and blank
+  lines ignored; indentation kept).
+- `tiny_translate` (WMT-like): Ruvian -> English translation of two sentences from the
+  `wmt-ru-en` domain; generation, scored by exact match of the whole response after stripping
+  surrounding whitespace.
+
+The generative tasks differ in difficulty for the default tiny teacher: it gets arithmetic and
+grammar correction wrong, translation partly right and the templated code (nearly) always right,
+so the AR-vs-Orthrus comparison has scores away from 0 to compare.
 
 Documents come from their own seed stream (`domain_rng(seed, domain, "lmeval")`), separate
 from the evaluation ("eval"), distillation ("distill") and tokenizer streams; prompts listed in
@@ -31,7 +43,8 @@ from orthrus.world.domains import QA_VALS, domain_rng, sample
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "lmeval_tasks"
 STREAM = "lmeval"
 # task -> source domain of the tiny world
-TASKS = {"tiny_arith": "math", "tiny_gec": "gec-en", "tiny_qa": "qa"}
+TASKS = {"tiny_arith": "math", "tiny_gec": "gec-en", "tiny_qa": "qa", "tiny_code": "code-ru",
+         "tiny_translate": "wmt-ru-en"}
 
 
 def template_path(task: str) -> Path:
@@ -62,7 +75,13 @@ def _qa_doc(prompt: str, answer: str) -> dict:
             "choices": list(QA_VALS), "gold": QA_VALS.index(color), "target": color}
 
 
-_DOC = {"tiny_arith": _arith_doc, "tiny_gec": _gec_doc, "tiny_qa": _qa_doc}
+def _text_doc(prompt: str, answer: str) -> dict:
+    """The whole reference answer is the target (code, translation)."""
+    return {"question": prompt, "answer": answer, "target": answer}
+
+
+_DOC = {"tiny_arith": _arith_doc, "tiny_gec": _gec_doc, "tiny_qa": _qa_doc, "tiny_code": _text_doc,
+        "tiny_translate": _text_doc}
 
 
 def make_docs(task: str, n: int, seed: int = 0, exclude=(), max_tries: int = 50) -> list[dict]:

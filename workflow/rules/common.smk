@@ -119,7 +119,7 @@ BENCH = config.get("benchmarks", {})
 
 
 def bench_tasks():
-    return "tiny_arith,tiny_gec,tiny_qa" if BENCH.get("tiny_tasks", True) else ",".join(BENCH.get("tasks", []))
+    return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate" if BENCH.get("tiny_tasks", True) else ",".join(BENCH.get("tasks", []))
 
 
 def bench_files():
