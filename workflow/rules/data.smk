@@ -8,7 +8,7 @@ rule train_teacher:
         f"{R}/logs/train_teacher.log",
     benchmark:
         f"{R}/timing/train_teacher.tsv"
-    threads: config["threads"]
+    threads: config["teacher"].get("threads", 2)
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
         runtime=RES["teacher"]["runtime"],
