@@ -24,19 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.io import write_parquet
+from orthrus.precision import DTYPES, parse_dtype
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
            "finish_reason", "teacher", "dtype", "batch_size"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}")
-    return getattr(torch, DTYPES[name])
 
 
 def resolve_teacher(teacher: str) -> str:
@@ -66,7 +58,7 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
         if attention:
             kwargs["attn_implementation"] = attention
         model = AutoModelForCausalLM.from_pretrained(
-            src, dtype=_torch_dtype(dtype), use_safetensors=True, trust_remote_code=False,
+            src, dtype=parse_dtype(dtype), use_safetensors=True, trust_remote_code=False,
             **kwargs)
     except (OSError, ValueError) as e:
         if Path(src).is_dir():
