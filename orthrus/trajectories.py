@@ -51,14 +51,15 @@ def load(decoder: str, path: str, precision: str, attention: str, device: str = 
 
 def decode_one(model, decoder: str, ids: torch.Tensor, max_new_tokens: int) -> dict:
     if decoder == "ar-ref":
+        eos = model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        pad = model.generation_config.pad_token_id
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=model.generation_config.eos_token_id)
+                                 max_new_tokens=max_new_tokens, pad_token_id=pad if pad is not None else eos[0])
         seconds = time.perf_counter() - t0
         tokens = out[0, len(ids):].tolist()
-        eos = model.generation_config.eos_token_id
-        eos = set([eos] if isinstance(eos, int) else eos or [])
         return {"tokens": tokens, "accepted": [], "n_prefill": 1, "n_diffusion": 0, "n_verify": max(len(tokens) - 1, 0),
                 "seconds": seconds, "finish_reason": "eos" if tokens and tokens[-1] in eos else "length"}
     out = generate(model, ids, mode=decoder, max_new_tokens=max_new_tokens)

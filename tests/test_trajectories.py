@@ -1,0 +1,37 @@
+import json
+
+import pandas as pd
+import torch
+from conftest import EOS, MASK, tiny_base
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from orthrus import OrthrusForCausalLM
+from orthrus.trajectories import main
+
+
+def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
+    """ar-ref (transformers.generate, two EOS ids as Qwen3 has) and orthrus over a 2x2 grid."""
+    vocab = {f"w{i}": i for i in range(MASK)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    base = tiny_base(0)
+    base.generation_config.eos_token_id = [EOS, 2]
+    base.save_pretrained(tmp_path / "teacher")
+    fast.save_pretrained(tmp_path / "teacher")
+    model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
+    model.save_pretrained(tmp_path / "orthrus")
+    fast.save_pretrained(tmp_path / "orthrus")
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w6 w7", "w9"]}).to_parquet(tmp_path / "p.parquet")
+    for decoder, path in (("ar-ref", "teacher"), ("orthrus", "orthrus")):
+        outs = [str(tmp_path / f"{decoder}-{p}-{a}.parquet") for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+        assert main(["--decoder", decoder, "--model-path", str(tmp_path / path), "--model-name", path,
+                     "--precision", "bf16", "fp32", "--attention", "eager", "sdpa", "--prompts", str(tmp_path / "p.parquet"),
+                     "--max-new-tokens", "12", "--no-progress", "--out", *outs]) == 0
+    ref = pd.read_parquet(tmp_path / "ar-ref-fp32-sdpa.parquet")
+    orth = pd.read_parquet(tmp_path / "orthrus-fp32-sdpa.parquet")
+    assert list(ref.prompt_id) == ["a", "b"] and (ref.finish_reason != "error").all(), ref.error.tolist()
+    assert json.loads(orth.env.iloc[0])["attention"] == "sdpa" and json.loads(orth.env.iloc[0])["dtype"] == "fp32"
+    assert [list(t) for t in ref.tokens] == [list(t) for t in orth.tokens]  # fp32: Orthrus is exact
