@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orthrus.io import atomic_path
+from orthrus.io import save_figure
 
 # The workflow declares these outputs: {out_dir}/{name}.{fmt} for name in FIGURES, fmt in FORMATS.
 FIGURES = [
@@ -354,12 +354,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
     written = []
     for name in FIGURES:
         fig = builders[name]()
-        for fmt in FORMATS:
-            path = out_dir / f"{name}.{fmt}"
-            meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
-            written.append(path)
+        written += save_figure(fig, out_dir / name)
         plt.close(fig)
     return written
 

@@ -48,6 +48,18 @@ def write_table(df, csv_path) -> None:
         tmp.write_text(df.to_markdown(index=False, floatfmt=".4g") + "\n")
 
 
+def save_figure(fig, stem) -> list[Path]:
+    """Write `fig` as `{stem}.png` and `{stem}.pdf`, without timestamps, atomically."""
+    written = []
+    for fmt in ("png", "pdf"):
+        path = Path(f"{stem}.{fmt}")
+        meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
+        written.append(path)
+    return written
+
+
 def main(argv=None) -> int:
     """`orthrus gather PARTS... --out F`: concatenate Parquet shards into one file."""
     import argparse

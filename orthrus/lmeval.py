@@ -70,7 +70,7 @@ from pathlib import Path
 
 import torch
 
-from orthrus.io import atomic_path, write_json, write_table
+from orthrus.io import atomic_path, save_figure, write_json, write_table
 
 log = logging.getLogger("orthrus.lmeval")
 
@@ -626,13 +626,7 @@ def benchmark_figure(df, stem) -> list[Path]:
     for ax in list(axes.flat)[len(panels) or 1:]:
         ax.axis("off")
     fig.tight_layout()
-    written = []
-    for fmt in ("png", "pdf"):
-        path = Path(f"{stem}.{fmt}")
-        meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
-        written.append(path)
+    written = save_figure(fig, stem)
     plt.close(fig)
     return written
 

@@ -63,6 +63,14 @@ def render_chat(tokenizer, prompt: str) -> list[int]:
 # --------------------------------------------------------------------------- config
 
 
+def parse_value(v: str):
+    """A `--set key=value` value: JSON when it parses (numbers, lists, null), else the string."""
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
+
+
 def load_config(path: str | None, section: str | None = None) -> dict:
     """Load a YAML/JSON file, or inline JSON (as Snakemake rules pass their settings);
     return `cfg[section]` when that key exists, else the whole."""

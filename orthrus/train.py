@@ -777,13 +777,6 @@ def _write_csv(path, rows, fields) -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def _parse_value(v: str):
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return v
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus train", description="Distil the diffusion view of an Orthrus model.")
     ap.add_argument("--teacher", required=True, help="teacher (Qwen3) directory or hub id")
@@ -805,9 +798,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.config and not args.model:
             raise ValueError("--config needs --model NAME")
         settings = load_model_settings(args.config, args.model) if args.config else {}
+        from orthrus.prompts import parse_value
+
         for kv in args.set:
             k, _, v = kv.partition("=")
-            settings[k.strip()] = _parse_value(v)
+            settings[k.strip()] = parse_value(v)
         train(settings, args.teacher, args.corpus, args.out, eval_prompts=args.eval_prompts,
               threads=args.threads, progress=not args.no_progress)
     except (ValueError, FileNotFoundError) as e:

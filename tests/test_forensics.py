@@ -1,4 +1,3 @@
-import pandas as pd
 import torch
 from conftest import tiny_orthrus
 

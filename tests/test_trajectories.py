@@ -1,7 +1,6 @@
 import json
 
 import pandas as pd
-import torch
 from conftest import EOS, MASK, tiny_base
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast

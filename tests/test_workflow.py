@@ -2,7 +2,6 @@
 import ast
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -23,7 +23,6 @@ import math
 import random
 import sys
 import time
-from pathlib import Path
 
 DEFAULTS: dict = {
     "seed": 0,
@@ -158,7 +157,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from orthrus.io import atomic_path, write_json
+    from orthrus.io import atomic_path
     from orthrus.world.domains import DOMAINS, domain_rng, sample
     from orthrus.world.tokenizer import train_tokenizer
 
@@ -242,15 +241,8 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True) -> dict:
     return summary
 
 
-def _parse_value(v: str):
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return v
-
-
 def main(argv: list[str] | None = None) -> int:
-    from orthrus.prompts import load_config
+    from orthrus.prompts import load_config, parse_value
 
     ap = argparse.ArgumentParser(prog="orthrus train-teacher",
                                  description="Train the tiny-world Qwen3 teacher.")
@@ -266,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config, args.section)
     for kv in args.set:
         k, _, v = kv.partition("=")
-        cfg[k.strip()] = _parse_value(v)
+        cfg[k.strip()] = parse_value(v)
     for k in ("seed", "steps", "threads"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
