@@ -1,9 +1,15 @@
 import json
 import os
+import sys
 
-from snakemake.utils import validate
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
+from config_check import check_config
 
-validate(config, "../schemas/config.schema.yaml")
+# The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
+# keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
+# key, before any job.
+check_config(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+             workflow.configfiles)
 
 scattergather:
     corpus=config["corpus"]["shards"],

@@ -1,0 +1,214 @@
+"""Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
+before any job, naming the key (workflow/scripts/config_check.py)."""
+import copy
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+SMOKE = yaml.safe_load((ROOT / "tests/smoke/config.yaml").read_text())
+SMOKE_TEXT = (ROOT / "tests/smoke/config.yaml").read_text()
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location("config_check", ROOT / "workflow/scripts/config_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cc = _load_checker()
+
+
+def _set(path, value):
+    def mutate(cfg):
+        *parents, last = path.split(".")
+        node = cfg
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return mutate
+
+
+def _drop(path):
+    def mutate(cfg):
+        *parents, last = path.split(".")
+        node = cfg
+        for p in parents:
+            node = node[p]
+        del node[last]
+    return mutate
+
+
+def _both(*mutations):
+    def mutate(cfg):
+        for m in mutations:
+            m(cfg)
+    return mutate
+
+
+HF = {"name": "teacher", "source": "hf"}
+# (case, mutation of the smoke config or raw YAML text, the key path the error must name)
+BAD = [
+    ("model typo", _set("models.smoke-ce.lerning_rate", 0.1), "models.smoke-ce.lerning_rate"),
+    ("model lr word", _set("models.smoke-ce.lr", "fast"), "models.smoke-ce.lr"),
+    ("model K word", _set("models.smoke-ce.block_size", "four"), "models.smoke-ce.block_size"),
+    ("model K zero", _set("models.smoke-ce.block_size", 0), "models.smoke-ce.block_size"),
+    ("model objective", _set("models.smoke-ce.objective", "mse"), "models.smoke-ce.objective"),
+    ("model max_steps", _set("models.smoke-ce.max_steps", -5), "models.smoke-ce.max_steps"),
+    ("model betas", _set("models.smoke-ce.betas", [0.9]), "models.smoke-ce.betas"),
+    ("model attention", _set("models.smoke-ce.attention", "flash"), "models.smoke-ce.attention"),
+    ("model kl_weight", _set("models.smoke-ce.kl_weight", 2), "models.smoke-ce.kl_weight"),
+    ("model not a mapping", _set("models.smoke-ce", [1, 2]), "models.smoke-ce"),
+    ("model bad name", _set("models.bad name!", {}), "models"),
+    ("model offset weights", _set("models.smoke-ce.offset_weights", [1, 1]), "models.smoke-ce.offset_weights"),
+    ("model named like teacher", _set("models.teacher", {}), "models.teacher"),
+    ("external named like model", _set("external_models.smoke-ce", "org/model"), "external_models.smoke-ce"),
+    ("external named like teacher", _set("external_models.teacher", "org/model"), "external_models.teacher"),
+    ("external missing dir", _set("external_models.ext", "/no/such/orthrus"), "external_models.ext"),
+    ("external empty", _set("external_models.ext", ""), "external_models.ext"),
+    ("tiny steps", _set("teacher.tiny.steps", -1), "teacher.tiny.steps"),
+    ("tiny hidden", _set("teacher.tiny.hidden_size", 0), "teacher.tiny.hidden_size"),
+    ("tiny typo", _set("teacher.tiny.stpes", 10), "teacher.tiny.stpes"),
+    ("tiny heads", _set("teacher.tiny.num_heads", 3), "teacher.tiny.num_heads"),
+    ("tiny domain weights", _set("teacher.tiny.domain_weights", {"klingon": 1}), "teacher.tiny.domain_weights"),
+    ("teacher source", _set("teacher.source", 42), "teacher.source"),
+    ("teacher name", _set("teacher.name", "a b"), "teacher.name"),
+    ("hf teacher without path", _set("teacher", dict(HF)), "teacher.path"),
+    ("hf teacher missing dir", _set("teacher", {**HF, "path": "./no/such/teacher"}), "teacher.path"),
+    ("hf teacher not a model dir", _set("teacher", {**HF, "path": "/"}), "teacher.path"),
+    ("unknown top-level key", _set("unknown_key", 1), "unknown_key"),
+    ("seed word", _set("seed", "zero"), "seed"),
+    ("threads zero", _set("threads", 0), "threads"),
+    ("missing decode", _drop("decode"), "decode"),
+    ("decode device", _set("decode.device", "tpu9"), "decode.device"),
+    ("decode precision", _set("decode.precisions", ["fp8"]), "decode.precisions[0]"),
+    ("decode duplicate precision", _set("decode.precisions", ["fp32", "fp32"]), "decode.precisions"),
+    ("decode attention", _set("decode.attentions", ["flash"]), "decode.attentions[0]"),
+    ("decode tokens float", _set("decode.max_new_tokens", 4.5), "decode.max_new_tokens"),
+    ("decode error share", _set("decode.max_error_share", 1.5), "decode.max_error_share"),
+    ("corpus shards", _set("corpus.shards", 0), "corpus.shards"),
+    ("corpus precision", _set("corpus.precision", "int8"), "corpus.precision"),
+    ("prompts domain", _set("prompts.domains", ["klingon"]), "prompts.domains[0]"),
+    ("prompts hf without eval", _set("prompts.source", "hf"), "prompts.eval"),
+    ("prompts spec without path", _both(_set("prompts.source", "hf"), _set("prompts.eval", {"qa": {"n": 3}})),
+     "prompts.eval.qa.path"),
+    ("analysis near tie", _set("analysis.near_tie", -1), "analysis.near_tie"),
+    ("analysis precision", _set("analysis.ppl_precision", "fp64"), "analysis.ppl_precision"),
+    ("resources gpus", _set("resources.decode.gpus", -1), "resources.decode.gpus"),
+    ("resources typo", _set("resources.decode.memory", 10), "resources.decode.memory"),
+    ("benchmarks no tasks", _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}), "benchmarks.tasks"),
+    ("benchmarks precisions", _set("benchmarks", {"enabled": True, "precisions": []}), "benchmarks.precisions"),
+    ("duplicate nested key", SMOKE_TEXT.replace("steps: 40,", "steps: 40, steps: 3,"), "teacher.tiny.steps"),
+    ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
+]
+
+
+def _config_text(case) -> str:
+    if isinstance(case, str):
+        return case
+    cfg = copy.deepcopy(SMOKE)
+    case(cfg)
+    return yaml.safe_dump(cfg)
+
+
+def _check(text: str, tmp_path) -> list[str]:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    try:
+        cc.check_config(yaml.safe_load(text), SCHEMA, [path])
+    except cc.ConfigError as e:
+        return e.problems
+    return []
+
+
+def test_schema_uses_only_known_keywords():
+    """A comma inside an unquoted flow-style description silently adds keys to the schema."""
+    known = {"$schema", "$defs", "$ref", "description", "type", "additionalProperties", "properties", "default",
+             "pattern", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "minItems",
+             "maxItems", "uniqueItems", "required", "propertyNames", "x-fill-defaults", "multipleOf", "minLength"}
+    bad = []
+
+    def walk(node, path, names=False):
+        if not isinstance(node, dict):
+            return
+        if names:  # a `properties` / `$defs` mapping: every key is a name, every value a schema
+            for k, v in node.items():
+                walk(v, f"{path}.{k}")
+            return
+        bad.extend(f"{path}: {k}" for k in set(node) - known)
+        for k, v in node.items():
+            walk(v, f"{path}.{k}", names=k in ("properties", "$defs"))
+
+    walk(yaml.safe_load(SCHEMA.read_text()), "schema")
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("section, defaults", [("models", "orthrus.train"), ("tiny", "orthrus.world.teacher")])
+def test_schema_describes_every_setting_with_the_code_defaults(section, defaults):
+    schema = yaml.safe_load(SCHEMA.read_text())
+    props = (schema["properties"]["models"]["additionalProperties"] if section == "models"
+             else schema["properties"]["teacher"]["properties"]["tiny"])["properties"]
+    code = importlib.import_module(defaults).DEFAULTS
+    assert set(props) == set(code)
+    assert {k: v["default"] for k, v in props.items()} == {k: list(v) if isinstance(v, tuple) else v
+                                                           for k, v in code.items()}
+
+
+
+@pytest.mark.parametrize("path", ["config.yaml", "tests/smoke/config.yaml", "configs/paper.yaml"])
+def test_shipped_configs_pass(path):
+    cfg = cc.load_yaml(ROOT / path)
+    cc.check_config(cfg, SCHEMA, [ROOT / path])
+    assert cfg["decode"]["max_error_share"] == 0 and "resources" in cfg  # defaults filled in
+    assert all(set(s or {}) <= set(yaml.safe_load((ROOT / path).read_text())["models"][m] or {})
+               for m, s in cfg["models"].items())  # variant settings stay as written
+
+
+def test_local_hf_teacher_directory_is_accepted(tmp_path):
+    (tmp_path / "my teacher").mkdir()
+    (tmp_path / "my teacher" / "config.json").write_text("{}")
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher")}
+    cc.check_config(cfg, SCHEMA)
+    cfg["teacher"]["path"] = "Qwen/Qwen3-1.7B"  # a hub id is checked by the job that downloads it
+    cc.check_config(cfg, SCHEMA)
+
+
+def test_at_least_forty_malformed_configs():
+    assert len(BAD) >= 40 and len({name for name, _, _ in BAD}) == len(BAD)
+
+
+@pytest.mark.parametrize("name, case, key", BAD, ids=[b[0] for b in BAD])
+def test_malformed_config_is_rejected_naming_the_key(tmp_path, name, case, key):
+    problems = _check(_config_text(case), tmp_path)
+    assert any(key + ":" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_malformed_configs_stop_a_real_dry_run(tmp_path):
+    """Every case above through `snakemake -n` (the real parse), four processes at a time."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def dry_run(i):
+        name, case, key = BAD[i]
+        work = tmp_path / str(i)
+        work.mkdir()
+        (work / "config.yaml").write_text(_config_text(case))
+        res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work),
+                              "-n", "-q"], capture_output=True, text=True, timeout=300, env=env, cwd=work)
+        out = res.stdout + res.stderr
+        ok = res.returncode != 0 and f"{key}:" in out and "ConfigError" in out and not (work / "results").exists()
+        return None if ok else f"{name}: rc {res.returncode}, expected {key!r}:\n{out[-1500:]}"
+
+    with ThreadPoolExecutor(4) as pool:
+        failures = [f for f in pool.map(dry_run, range(len(BAD))) if f]
+    assert not failures, "\n\n".join(failures)
