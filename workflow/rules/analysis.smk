@@ -1,12 +1,12 @@
 rule perplexity:
     input:
-        teacher_input(),
+        teacher_input,
         prompts=rules.prompts.output.eval,
         ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
     output:
         f"{R}/ppl/reference.parquet",
     params:
-        teacher=teacher_arg,
+        teacher=teacher_path(),
         precision=config["analysis"]["ppl_precision"],
         device=config["decode"].get("device", "cpu"),
     log:
@@ -22,13 +22,13 @@ rule perplexity:
     conda:
         ENV
     shell:
-        "orthrus perplexity --teacher {params.teacher} --prompts {input.prompts} --decode {input.ref}"
-        " --precision {params.precision} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
+        " --precision {params.precision:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule forensics:
     input:
-        model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
+        model=orthrus_input,
         prompts=rules.prompts.output.eval,
         orthrus=expand(f"{R}/decode/{{{{model}}}}/orthrus-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
         ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
@@ -51,9 +51,9 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model} --prompts {input.prompts} --orthrus {input.orthrus}"
-        " --reference {input.ref} --max-new-tokens {params.max_new} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --orthrus {input.orthrus:q}"
+        " --reference {input.ref:q} --max-new-tokens {params.max_new:q} --device {params.device:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule forensics_all:
@@ -70,7 +70,7 @@ rule forensics_all:
     conda:
         ENV
     shell:
-        "orthrus gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule analyze:
@@ -94,8 +94,8 @@ rule analyze:
     conda:
         ENV
     shell:
-        "orthrus analyze --decode {input.decode} --reference {params.reference} --ppl {input.ppl}"
-        " --forensics {input.forensics} --near-tie {params.near_tie} --out-dir {params.out} > {log} 2>&1"
+        "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
+        " --forensics {input.forensics:q} --near-tie {params.near_tie:q} --out-dir {params.out:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -116,4 +116,4 @@ rule figures:
     conda:
         ENV
     shell:
-        "orthrus figures --tables {params.tables} --out-dir {params.out} > {log} 2>&1"
+        "orthrus figures --tables {params.tables:q} --out-dir {params.out:q} > {log:q} 2>&1"

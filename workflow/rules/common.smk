@@ -1,3 +1,4 @@
+import glob
 import json
 import os
 import sys
@@ -35,20 +36,21 @@ def settings(section):
 
 def teacher_path():
     """The tiny teacher is built by the pipeline; an hf teacher is a hub id or directory."""
-    if config["teacher"]["source"] == "tiny":
-        return f"{R}/teacher"
-    if not config["teacher"].get("path"):
-        raise ValueError("teacher.path is required when teacher.source is 'hf'")
-    return config["teacher"]["path"]
+    return f"{R}/teacher" if config["teacher"]["source"] == "tiny" else config["teacher"]["path"]
 
 
-def teacher_input():
-    return teacher_path() if config["teacher"]["source"] == "tiny" else []
+def model_files(path):
+    """The config and weight files of a local model directory given in the config (none for a
+    hub id): they are inputs, so that new weights at the same path rerun what depends on them.
+    Returned from input functions, so the path is taken as it is (no wildcard braces)."""
+    path = os.path.expanduser(path)
+    if not os.path.isdir(path):
+        return []
+    return sorted(glob.glob(os.path.join(glob.escape(path), "*.json")) + glob.glob(os.path.join(glob.escape(path), "*.safetensors")))
 
 
-def teacher_arg(wildcards, input):
-    """The teacher as a command-line argument: the input directory, or the hub id / path."""
-    return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
+def teacher_input(wildcards=None):
+    return teacher_path() if config["teacher"]["source"] == "tiny" else model_files(teacher_path())
 
 
 def scatter_index(item):
@@ -93,16 +95,17 @@ def model_path(name):
     return EXTERNAL[name] if name in EXTERNAL else f"{R}/models/{name}"
 
 
+def orthrus_input(wildcards):
+    """A trained variant's directory, or an external checkpoint's local files."""
+    return model_files(EXTERNAL[wildcards.model]) if wildcards.model in EXTERNAL else model_path(wildcards.model)
+
+
 def model_input(wildcards):
-    if wildcards.decoder == "ar-ref":
-        return teacher_input()
-    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+    return teacher_input() if wildcards.decoder == "ar-ref" else orthrus_input(wildcards)
 
 
-def model_arg(wildcards, input):
-    if wildcards.decoder == "ar-ref":
-        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
-    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
+def model_arg(wildcards):
+    return teacher_path() if wildcards.decoder == "ar-ref" else model_path(wildcards.model)
 
 
 def decode_files():
@@ -136,12 +139,8 @@ def bench_files():
 
 
 def bench_model_input(wildcards):
-    if wildcards.model == TEACHER:
-        return teacher_input()
-    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+    return teacher_input() if wildcards.model == TEACHER else orthrus_input(wildcards)
 
 
-def bench_model_arg(wildcards, input):
-    if wildcards.model == TEACHER:
-        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
-    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
+def bench_model_arg(wildcards):
+    return teacher_path() if wildcards.model == TEACHER else model_path(wildcards.model)

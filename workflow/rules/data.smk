@@ -17,8 +17,8 @@ rule train_teacher:
     conda:
         ENV
     shell:
-        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule prompts:
@@ -38,18 +38,18 @@ rule prompts:
     conda:
         ENV
     shell:
-        "orthrus prompts --config {params.cfg:q} --seed {params.seed}"
-        " --eval-out {output.eval} --distill-out {output.distill} > {log} 2>&1"
+        "orthrus prompts --config {params.cfg:q} --seed {params.seed:q}"
+        " --eval-out {output.eval:q} --distill-out {output.distill:q} > {log:q} 2>&1"
 
 
 rule corpus_shard:
     input:
-        teacher_input(),
+        teacher_input,
         prompts=rules.prompts.output.distill,
     output:
         f"{R}/corpus/shard_{{scatteritem}}.parquet",
     params:
-        teacher=teacher_arg,
+        teacher=teacher_path(),
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
@@ -66,7 +66,7 @@ rule corpus_shard:
     conda:
         ENV
     shell:
-        "orthrus corpus --teacher {params.teacher} --prompts {input.prompts}"
-        " --shard {params.shard} --num-shards {params.n} --batch-size {params.c[batch_size]}"
-        " --max-new-tokens {params.c[max_new_tokens]} --dtype {params.c[precision]}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus corpus --teacher {params.teacher:q} --prompts {input.prompts:q}"
+        " --shard {params.shard:q} --num-shards {params.n:q} --batch-size {params.c[batch_size]:q}"
+        " --max-new-tokens {params.c[max_new_tokens]:q} --dtype {params.c[precision]:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

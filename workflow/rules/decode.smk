@@ -30,10 +30,10 @@ rule decode_shard:
     conda:
         ENV
     shell:
-        "orthrus decode --decoder {wildcards.decoder} --model-path {params.model} --model-name {wildcards.model}"
-        " --precision {params.precisions} --attention {params.attentions} --prompts {input.prompts}"
-        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus decode --decoder {wildcards.decoder:q} --model-path {params.model:q} --model-name {wildcards.model:q}"
+        " --precision {params.precisions:q} --attention {params.attentions:q} --prompts {input.prompts:q}"
+        " --max-new-tokens {params.max_new:q} --shard {params.shard:q} --num-shards {params.n:q}"
+        " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode:
@@ -50,4 +50,4 @@ rule decode:
     conda:
         ENV
     shell:
-        "orthrus gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input:q} --out {output:q} > {log:q} 2>&1"
