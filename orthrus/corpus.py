@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orthrus.checkpoint import record_digest
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
 
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orthrus corpus: {e}", file=sys.stderr)
         return 2
     write_parquet(args.out, df)
+    record_digest(args.out)  # hashed once, here: training fingerprints read the record
     n_eos = int((df["finish_reason"] == "eos").sum())
     print(f"[corpus] shard {args.shard}/{args.num_shards}: {len(df)} responses "
           f"({n_eos} eos, {len(df) - n_eos} length) -> {args.out}", file=sys.stderr)

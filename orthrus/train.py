@@ -28,15 +28,16 @@ Outputs: `DIR` (written atomically) holds the `save_pretrained` model and tokeni
 `train_log.csv` / `train_log.jsonl` (step, loss, lr, tokens, seconds, ...), `eval_log.csv`
 (held-out tokens per forward with the real `orthrus.generate` loop) and `train_summary.json`.
 Checkpoints (diffusion weights, optimizer, scheduler, RNG, data position) go to
-`DIR.ckpt/last.pt` every `save_every` steps; a rerun with the same settings and data resumes
-from there, and the directory is removed after a successful run unless `keep_checkpoint`.
+`DIR.ckpt/last/` (safetensors + JSON, no pickle: orthrus/checkpoint.py) every `save_every`
+steps; a rerun with the same settings, the same teacher files and the same corpus content
+resumes from there (anything else starts afresh, saying what changed), and the directory is
+removed after a successful run unless `keep_checkpoint`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import csv
-import hashlib
 import json
 import math
 import os
@@ -252,7 +253,7 @@ class Corpus:
                 self.last_anchor.append(last)
         self.counts["used"] = len(self.ids)
         self.lengths = np.array([len(x) for x in self.ids], dtype=np.int64)
-        self.fingerprint = [(f, os.path.getsize(f)) for f in files]
+        self.files = files
         if verbose:
             c = self.counts
             _log(f"corpus: {c['rows']} rows in {len(files)} shard(s), {c['used']} used, "
@@ -501,11 +502,13 @@ def _lr_lambda(s: dict, total: int):
     return f
 
 
-def _fingerprint(s: dict, corpus: Corpus, teacher, world: int) -> str:
-    key = {k: v for k, v in s.items() if k not in _NON_TRAINING}
-    blob = json.dumps({"settings": key, "corpus": corpus.fingerprint, "teacher": str(teacher),
-                       "world": world}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def _fingerprint(s: dict, corpus: Corpus, teacher_dir, world: int) -> dict:
+    """What a checkpoint's weights depend on, by content: a resumed run must see the same."""
+    from orthrus.checkpoint import file_digest, model_digests
+
+    return {"settings": {k: v for k, v in s.items() if k not in _NON_TRAINING},
+            "teacher": model_digests(teacher_dir), "corpus": [file_digest(f) for f in corpus.files],
+            "world": world}
 
 
 def _init_distributed():
@@ -555,7 +558,9 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
     import torch.distributed as dist
     from tqdm import tqdm
 
+    from orthrus import checkpoint
     from orthrus.io import atomic_path, write_json
+    from orthrus.modeling import resolve_checkpoint
 
     s = resolve_settings(settings)
     if threads:
@@ -565,13 +570,14 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
     rank, world = _rank(), _world()
     out_dir = Path(out_dir)
     ckpt_dir = out_dir.with_name(out_dir.name + ".ckpt")
-    ckpt_file = ckpt_dir / "last.pt"
+    ckpt_path = ckpt_dir / "last"
     try:
         corpus = Corpus(corpus_files, s, verbose=True)
         if eval_prompts is not None and not Path(eval_prompts).is_file():
             raise FileNotFoundError(f"eval prompts not found: {eval_prompts}")
         torch.manual_seed(s["seed"])
-        model, tok = load_student(teacher, s, device)
+        teacher_dir = resolve_checkpoint(teacher)
+        model, tok = load_student(teacher_dir, s, device)
         K, mask_id = model.block_size, model.mask_token_id
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         weights = offset_weights(s["offset_weights"], K)
@@ -604,11 +610,14 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
         else:
             runner = step_mod
 
-        fp = _fingerprint(s, corpus, teacher, world)
+        fp = _fingerprint(s, corpus, teacher_dir, world)
         state = {"step": 0, "elapsed": 0.0, "tokens": 0, "loss_tokens": 0.0, "log": [], "eval": []}
-        if ckpt_file.is_file():
-            ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)
-            if ck.get("fingerprint") == fp and ck["step"] <= total:
+        if (ckpt_dir / "last.pt").exists():
+            _log(f"ignoring {ckpt_dir / 'last.pt'}: pickled checkpoints are no longer read")
+        if (ckpt_path / "state.json").is_file():
+            ck = checkpoint.load(ckpt_path)
+            changed = [k for k in fp if ck["fingerprint"].get(k) != fp[k]]
+            if not changed and ck["step"] <= total:
                 own = dict(model.named_parameters())
                 with torch.no_grad():
                     for k, v in ck["diffusion"].items():
@@ -621,9 +630,10 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
                 if torch.cuda.is_available() and ck["rng"].get("cuda") is not None and device.type == "cuda":
                     torch.cuda.set_rng_state(ck["rng"]["cuda"], device)
                 state = ck["state"]
-                _log(f"resumed from {ckpt_file} at step {state['step']}")
+                _log(f"resumed from {ckpt_path} at step {state['step']}")
             else:
-                _log(f"ignoring checkpoint {ckpt_file}: made with other settings, data or world size")
+                why = f"changed: {', '.join(changed)}" if changed else f"its step {ck['step']} is past {total}"
+                _log(f"fresh start: checkpoint {ckpt_path} does not fit this run ({why})")
 
         eval_set = None
         if eval_prompts is not None and s["eval_per_domain"] > 0 and rank == 0:
@@ -648,9 +658,7 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
                       "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                               "python": random.getstate(),
                               "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}}
-                ckpt_dir.mkdir(parents=True, exist_ok=True)
-                with atomic_path(ckpt_file) as tmp:
-                    torch.save(ck, tmp)
+                checkpoint.save(ckpt_path, ck)
             if world > 1:
                 dist.barrier()
 
@@ -727,7 +735,7 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
             run_eval(total)
 
         summary = {
-            "settings": s, "teacher": str(teacher), "corpus": [str(f) for f in corpus.fingerprint],
+            "settings": s, "teacher": str(teacher), "corpus": [str(f) for f in corpus.files],
             "counts": corpus.counts, "skipped_by_domain": corpus.skipped_by_domain,
             "world_size": world, "global_batch": G, "steps": total, "steps_per_epoch": spe,
             "train_seconds": round(train_seconds, 2),
