@@ -110,16 +110,18 @@ FORENSICS_COLUMNS = CONFIG + [
 ]
 FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
 
+# Every CSV table ends with the number of decoding error rows its row left out (see error_counts).
+ERRORS = "n_errors_excluded"
 # file name -> columns; every `orthrus analyze` run writes exactly these files.
 TABLES = {
     "trajectories.parquet": TRAJECTORY_COLUMNS,
-    "match_overall.csv": MATCH_OVERALL_COLUMNS,
-    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS,
-    "tpf_by_domain.csv": TPF_COLUMNS,
-    "pairwise_match.csv": PAIRWISE_COLUMNS,
-    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS,
-    "ppl_logit.csv": PPL_LOGIT_COLUMNS,
-    "forensics.csv": FORENSICS_COLUMNS,
+    "match_overall.csv": MATCH_OVERALL_COLUMNS + [ERRORS],
+    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS + [ERRORS],
+    "tpf_by_domain.csv": TPF_COLUMNS + [ERRORS],
+    "pairwise_match.csv": PAIRWISE_COLUMNS + [ERRORS],
+    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS + [ERRORS],
+    "ppl_logit.csv": PPL_LOGIT_COLUMNS + [ERRORS],
+    "forensics.csv": FORENSICS_COLUMNS + [ERRORS],
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
 }
 
@@ -153,11 +155,11 @@ def _read_parquet_checked(path, required, optional=(), what="file") -> pd.DataFr
     return pd.read_parquet(path, columns=cols)
 
 
-def load_decode(paths) -> pd.DataFrame:
-    """Concatenate decoding results; drop rows with finish_reason == 'error'."""
+def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Concatenate decoding results: (the rows kept, the error rows dropped (finish_reason == 'error'))."""
     if not paths:
         raise AnalysisError("no --decode files given")
-    frames = []
+    frames, errors = [], []
     seen: dict[tuple, Path] = {}
     for p in paths:
         df = _read_parquet_checked(p, DECODE_REQUIRED, DECODE_OPTIONAL, what="decoding result")
@@ -179,13 +181,36 @@ def load_decode(paths) -> pd.DataFrame:
             err = df["finish_reason"].astype(str) == "error"
             if err.any():
                 _warn(f"{p}: ignoring {int(err.sum())} prompt(s) with finish_reason == 'error'")
+                errors.append(df.loc[err, CONFIG + ["domain"]])
                 df = df.loc[~err]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     for c in CONFIG + ["prompt_id", "domain"]:
         df[c] = df[c].astype(str)
     df["tokens"] = [tuple(int(t) for t in x) if x is not None else () for x in df["tokens"]]
-    return df
+    errors = pd.concat(errors, ignore_index=True).astype(str) if errors else pd.DataFrame(columns=CONFIG + ["domain"])
+    return df, errors
+
+
+def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str) -> list[int]:
+    """Per row of a table: the decoding error rows it left out, those of its own configuration
+    (the Orthrus decoder where the table has no decoder column) and, where it compares with the
+    reference, the reference's at the same precision and attention; per domain where it has one."""
+    counts = errors.value_counts().to_dict()  # (model, decoder, precision, attention, domain) -> n
+
+    def n(model, decoder, precision, attention, domain=None):
+        return sum(v for (m, d, p, a, dom), v in counts.items()
+                   if (m, d, p, a) == (model, decoder, precision, attention) and domain in (None, "all", dom))
+
+    out = []
+    for r in table.to_dict("records"):
+        if name == "pairwise_match.csv":
+            out.append(n(*(r[f"a_{c}"] for c in CONFIG)) + n(*(r[f"b_{c}"] for c in CONFIG)))
+            continue
+        own = n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r.get("domain"))
+        compared = name != "tpf_by_domain.csv"
+        out.append(own + (n(reference, REFERENCE_DECODER, r["precision"], r["attention"], r.get("domain")) if compared else 0))
+    return out
 
 
 def load_ppl(path, reference: str | None) -> pd.DataFrame:
@@ -475,14 +500,14 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
             near_tie: float = DEFAULT_NEAR_TIE) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES)."""
-    decode = load_decode(decode_paths)
+    decode, errors = load_decode(decode_paths)
     if reference is None:
         reference = detect_reference(decode)
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
     fx = load_forensics(forensics_path) if forensics_path is not None else None
     traj = attach_ppl(compare_trajectories(decode, reference), ppl)
     empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
-    return {
+    tables = {
         "trajectories.parquet": traj,
         "match_overall.csv": match_overall(traj),
         "match_by_domain.csv": match_by_domain(traj),
@@ -493,6 +518,10 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
     }
+    for name, df in tables.items():
+        if name.endswith(".csv"):
+            df[ERRORS] = pd.array(error_counts(name, df, errors, reference), dtype="int64")
+    return tables
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir) -> list[Path]:

@@ -661,9 +661,9 @@ def cmd_prepare_data(args) -> int:
     tasks = _split(args.tasks) or list(bm.TASKS)
     exclude = set()
     for p in args.exclude or []:
-        import pandas as pd
+        from orthrus.prompts import read_prompt_set
 
-        exclude |= set(pd.read_parquet(p, columns=["prompt"])["prompt"])
+        exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
     manifest = {"seed": args.seed, "n": args.n, "stream": bm.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
     with atomic_path(out) as tmp:

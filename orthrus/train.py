@@ -213,7 +213,7 @@ class Corpus:
         pos = np.flatnonzero(w > 0)
         need = int(pos[s["min_loss_tokens"] - 1])  # anchor a usable iff a <= len - 2 - need
         self.ids, self.prompt_len, self.domain, self.last_anchor = [], [], [], []
-        self.counts = {"rows": 0, "used": 0, "truncated": 0, "skipped_empty_response": 0,
+        self.counts = {"rows": 0, "used": 0, "truncated": 0, "skipped_error": 0, "skipped_empty_response": 0,
                        "skipped_short_response": 0, "skipped_prompt_over_max_len": 0}
         self.skipped_by_domain: dict = {}
         for f in files:
@@ -223,14 +223,17 @@ class Corpus:
             missing = [c for c in REQUIRED_COLUMNS if c not in cols]
             if missing:
                 raise ValueError(f"corpus shard {f} lacks column(s) {missing} (has {sorted(cols)})")
-            table = pq.read_table(f, columns=[*REQUIRED_COLUMNS] + (["domain"] if "domain" in cols else []))
+            table = pq.read_table(f, columns=[*REQUIRED_COLUMNS] + [c for c in ("domain", "error") if c in cols])
             data = table.to_pydict()
             doms = data.get("domain") or ["-"] * table.num_rows
-            for p, r, d in zip(data["prompt_ids"], data["response_ids"], doms):
+            errors = data.get("error") or [None] * table.num_rows  # a prompt the corpus stage could not answer
+            for p, r, d, e in zip(data["prompt_ids"], data["response_ids"], doms, errors):
                 self.counts["rows"] += 1
                 p, r = list(p or []), list(r or [])
                 reason = None
-                if not r:
+                if e:
+                    reason = "skipped_error"
+                elif not r:
                     reason = "skipped_empty_response"
                 elif len(p) >= s["max_len"]:
                     reason = "skipped_prompt_over_max_len"
@@ -257,7 +260,7 @@ class Corpus:
         if verbose:
             c = self.counts
             _log(f"corpus: {c['rows']} rows in {len(files)} shard(s), {c['used']} used, "
-                 f"{c['truncated']} truncated to max_len={s['max_len']}, skipped: "
+                 f"{c['truncated']} truncated to max_len={s['max_len']}, skipped: {c['skipped_error']} error rows, "
                  f"{c['skipped_empty_response']} empty response, {c['skipped_short_response']} "
                  f"response too short for one block, {c['skipped_prompt_over_max_len']} prompt >= max_len")
         if not self.ids:
@@ -449,12 +452,12 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     """(domain, prompt token ids) of the first `per_domain` prompts of each domain (file order).
     Accepts a prompt set (`prompt`, rendered with the chat template) or a corpus (`prompt_ids`)."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
-    from orthrus.prompts import render_chat
+    from orthrus.prompts import read_prompt_set, render_chat
 
-    df = pd.read_parquet(path)
-    if "prompt_ids" not in df.columns and "prompt" not in df.columns:
-        raise ValueError(f"eval prompts {path} need a `prompt` or `prompt_ids` column (have {list(df.columns)})")
+    corpus = "prompt_ids" in pq.read_schema(path).names
+    df = pd.read_parquet(path) if corpus else read_prompt_set(path)
     if "domain" not in df.columns:
         df = df.assign(domain="-")
     df = df.groupby("domain", sort=True, group_keys=False).head(per_domain)

@@ -7,7 +7,9 @@ all) and writes one file per pair, in the order precision-major, attention-minor
 
 `ar-ref` is the plain model through transformers' `generate()` (the study's reference); `ar`
 and `orthrus` load an Orthrus checkpoint and use `orthrus.generate`. A prompt that fails is
-recorded with its error, never dropped.
+recorded with its error, never dropped; a prompt too long for the model is such an error in
+every decoder (`orthrus.prompts.length_error`). When more than `--max-error-share` of a run's
+prompts are errors (default 0: any), the job fails naming the first ones and writes nothing.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from .decoding import generate
 from .io import write_parquet
 from .modeling import OrthrusForCausalLM
 from .precision import check_attention, configure, numerical_env
-from .prompts import render_chat
+from .prompts import length_error, read_prompt_set, render_chat
 
 DECODERS = ("ar-ref", "ar", "orthrus")
 COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", "prompt_len", "tokens", "accepted",
@@ -78,11 +80,15 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
         ids = torch.tensor(render_chat(tokenizer, row.prompt), dtype=torch.long, device=model.device)
         base = {"model": model_name, "decoder": decoder, "precision": precision, "attention": attention,
                 "prompt_id": row.prompt_id, "domain": row.domain, "prompt_len": len(ids), "env": env, "error": None}
+        error = length_error(len(ids), max_new_tokens, model.config.max_position_embeddings)
         try:
-            rows.append(base | decode_one(model, decoder, ids, max_new_tokens))
+            if error is None:
+                rows.append(base | decode_one(model, decoder, ids, max_new_tokens))
         except Exception as e:  # recorded, not dropped: a failing prompt is a result too
+            error = f"{type(e).__name__}: {e}"
+        if error is not None:
             rows.append(base | {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0,
-                                "seconds": float("nan"), "finish_reason": "error", "error": f"{type(e).__name__}: {e}"})
+                                "seconds": float("nan"), "finish_reason": "error", "error": error})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--max-error-share", type=float, default=0.0,
+                    help="fail when more than this share of the prompts end in an error row (default 0)")
     ap.add_argument("--out", nargs="+", required=True, help="one file per (precision, attention) pair")
     args = ap.parse_args(argv)
     pairs = list(itertools.product(args.precision, args.attention))
@@ -108,12 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.shard < args.num_shards:
         ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
     torch.set_num_threads(args.threads)
-    prompts = pd.read_parquet(args.prompts).iloc[args.shard :: args.num_shards]
+    prompts = read_prompt_set(args.prompts).iloc[args.shard :: args.num_shards]
     for (precision, attention), out in zip(pairs, args.out):
         model, tokenizer = load(args.decoder, args.model_path, precision, attention, args.device)
         df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, precision, attention,
                             args.max_new_tokens, progress=not args.no_progress)
+        failed = df[df["finish_reason"] == "error"]
+        if len(failed) > args.max_error_share * len(df):
+            first = "; ".join(f"{r.prompt_id}: {r.error}" for r in failed.head(3).itertuples())
+            print(f"orthrus decode: {precision}/{attention}: {len(failed)} of {len(df)} prompts failed, more than "
+                  f"--max-error-share {args.max_error_share}; first: {first}", file=sys.stderr)
+            return 1
         write_parquet(out, df)
-        errors = int((df["finish_reason"] == "error").sum())
-        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({errors} errors) -> {out}", file=sys.stderr)
+        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({len(failed)} errors) -> {out}", file=sys.stderr)
     return 0

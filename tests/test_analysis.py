@@ -87,19 +87,21 @@ def test_columns_are_the_contract(world):
     for name, cols in analysis.TABLES.items():
         assert list(t[name].columns) == cols, name
     assert list(t["match_overall.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high", "n_errors_excluded"]
     assert list(t["match_by_domain.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high",
+        "n_errors_excluded"]
     assert list(t["tpf_by_domain.csv"].columns) == [
         "model", "precision", "attention", "domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all",
-        "tpf_all_ci"]
+        "tpf_all_ci", "n_errors_excluded"]
+    assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
-        "b_attention", "n", "match_rate"]
+        "b_attention", "n", "match_rate", "n_errors_excluded"]
     assert list(t["ppl_by_match.csv"].columns) == [
-        "model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
+        "model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high", "n_errors_excluded"]
     assert list(t["ppl_logit.csv"].columns) == [
-        "model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+        "model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note", "n_errors_excluded"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -235,7 +237,7 @@ def test_logit_cannot_be_estimated():
 
 def test_forensics_summary(world):
     fs = world["tables"]["forensics.csv"]
-    assert list(fs.columns) == analysis.FORENSICS_COLUMNS
+    assert list(fs.columns) == analysis.TABLES["forensics.csv"]
     assert len(fs) == 1
     r = fs.iloc[0]
     rows = world["fx_rows"]
@@ -343,3 +345,26 @@ def test_ppl_join_per_precision(world, tmp_path):
     two.assign(precision="bf16").to_parquet(path)
     with pytest.raises(AnalysisError, match="several rows per prompt_id/precision"):
         analyze([p["ref-bf16"], p["orth-bf16"]], REF, ppl_path=path)
+
+
+def test_every_table_counts_the_error_rows_it_excluded(world, tmp_path):
+    """One Orthrus bf16 error (a code prompt) and one reference bf16 error (a math prompt)."""
+    paths = dict(world["paths"])
+    for key, pid in (("orth-bf16", "code-000"), ("ref-bf16", "math-000")):
+        df = pd.read_parquet(paths[key])
+        df.loc[df.prompt_id == pid, ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
+        paths[key] = tmp_path / f"{key}.parquet"
+        df.to_parquet(paths[key], index=False)
+    t = analyze(list(paths.values()), REF, world["ppl"], world["fx"])
+    overall = t["match_overall.csv"].set_index(["decoder", "precision"])["n_errors_excluded"]
+    assert overall[("orthrus", "bf16")] == 2 and overall[("ar", "bf16")] == 1 and overall[("orthrus", "fp32")] == 0
+    by_dom = t["match_by_domain.csv"].query("decoder == 'orthrus' and precision == 'bf16'").set_index("domain")
+    assert by_dom["n_errors_excluded"].to_dict() == {"code": 1, "math": 1, "qa": 0}
+    tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index("domain")["n_errors_excluded"]
+    assert tpf.to_dict() == {"code": 1, "math": 0, "qa": 0, "all": 1}  # TPF compares with nothing
+    pair = t["pairwise_match.csv"]
+    both = pair[(pair.a_decoder == "orthrus") & (pair.a_precision == "bf16") & (pair.b_decoder == "ar-ref")
+                & (pair.b_precision == "bf16")]
+    assert both["n_errors_excluded"].tolist() == [2]
+    for name in ("ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"):
+        assert (t[name].query("precision == 'bf16'")["n_errors_excluded"] == 2).all(), name

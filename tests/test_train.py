@@ -151,7 +151,7 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
                   "response_ids": [[], [7], [7] * 3, [7] * 5, [7] * 100]}).to_parquet(mixed)
     s = T.resolve_settings({**FAST, "min_loss_tokens": 2})
     c = T.Corpus([mixed], s, verbose=False)
-    assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_empty_response": 1,
+    assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_error": 0, "skipped_empty_response": 1,
                         "skipped_short_response": 1, "skipped_prompt_over_max_len": 1}
     assert max(len(x) for x in c.ids) == 64
     # anchors stay inside the response and leave room for min_loss_tokens targets

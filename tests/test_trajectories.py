@@ -9,8 +9,8 @@ from orthrus import OrthrusForCausalLM
 from orthrus.trajectories import main
 
 
-def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
-    """ar-ref (transformers.generate, two EOS ids as Qwen3 has) and orthrus over a 2x2 grid."""
+def save_models(tmp_path):
+    """A tiny teacher (two EOS ids, as Qwen3 has) and an Orthrus model from it, with a word tokenizer."""
     vocab = {f"w{i}": i for i in range(MASK)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -23,6 +23,11 @@ def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
     model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
     model.save_pretrained(tmp_path / "orthrus")
     fast.save_pretrained(tmp_path / "orthrus")
+
+
+def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
+    """ar-ref (transformers.generate) and orthrus over a 2x2 grid."""
+    save_models(tmp_path)
     pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w6 w7", "w9"]}).to_parquet(tmp_path / "p.parquet")
     for decoder, path in (("ar-ref", "teacher"), ("orthrus", "orthrus")):
         outs = [str(tmp_path / f"{decoder}-{p}-{a}.parquet") for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
@@ -34,3 +39,19 @@ def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
     assert list(ref.prompt_id) == ["a", "b"] and (ref.finish_reason != "error").all(), ref.error.tolist()
     assert json.loads(orth.env.iloc[0])["attention"] == "sdpa" and json.loads(orth.env.iloc[0])["dtype"] == "fp32"
     assert [list(t) for t in ref.tokens] == [list(t) for t in orth.tokens]  # fp32: Orthrus is exact
+
+
+def test_over_length_prompt_is_an_error_row_in_every_decoder_and_errors_fail_the_job(tmp_path, capsys):
+    save_models(tmp_path)  # 256 positions
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "x"],
+                  "prompt": ["w5 w6", " ".join(["w5"] * 250)]}).to_parquet(tmp_path / "p.parquet")
+    for decoder, path in (("ar-ref", "teacher"), ("orthrus", "orthrus"), ("ar", "orthrus")):
+        out = tmp_path / f"{decoder}.parquet"
+        args = ["--decoder", decoder, "--model-path", str(tmp_path / path), "--model-name", path, "--precision", "fp32",
+                "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "12", "--no-progress", "--out", str(out)]
+        assert main(args) == 1 and not out.exists()
+        assert "1 of 2 prompts failed" in capsys.readouterr().err
+        assert main(args + ["--max-error-share", "0.5"]) == 0
+        df = pd.read_parquet(out).set_index("prompt_id")
+        assert df.finish_reason["a"] != "error" and df.finish_reason["b"] == "error"
+        assert df.error["b"] == "PromptTooLong: prompt (250 tokens) + max_new_tokens (12) exceeds the model's 256 positions"

@@ -17,6 +17,7 @@ rule decode_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
+        max_error_share=config["decode"]["max_error_share"],
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
     benchmark:
@@ -33,7 +34,8 @@ rule decode_shard:
         "orthrus decode --decoder {wildcards.decoder:q} --model-path {params.model:q} --model-name {wildcards.model:q}"
         " --precision {params.precisions:q} --attention {params.attentions:q} --prompts {input.prompts:q}"
         " --max-new-tokens {params.max_new:q} --shard {params.shard:q} --num-shards {params.n:q}"
-        " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " --device {params.device:q} --max-error-share {params.max_error_share:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule decode:
