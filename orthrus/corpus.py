@@ -56,7 +56,11 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
     """(model, tokenizer) through the Auto classes, safetensors only, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from orthrus.modeling import check_finite, check_model_files
+
     src = resolve_teacher(teacher)
+    if Path(src).is_dir():
+        check_model_files(src)
     kwargs = {"revision": revision} if revision else {}
     try:
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
@@ -71,6 +75,7 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
         raise FileNotFoundError(
             f"teacher {teacher!r} is neither a local directory nor a loadable hub id: {e}"
         ) from e
+    check_finite(model, teacher)
     model.eval()
     return model, tok
 

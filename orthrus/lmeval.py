@@ -110,7 +110,7 @@ def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_impleme
     """An Orthrus checkpoint (any decoding) or, for `decoding="ar"`, also a plain Qwen3 one."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from orthrus.modeling import OrthrusForCausalLM, resolve_checkpoint
+    from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
     from orthrus.precision import check_attention, parse_dtype
 
     if decoding not in DECODINGS:
@@ -124,6 +124,7 @@ def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_impleme
     elif decoding == "ar":
         model = Qwen3ForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype), attn_implementation=attn_implementation,
                                                  use_safetensors=True).eval()
+        check_finite(model, path)
     else:
         raise ValueError(f"{pretrained} is not an Orthrus checkpoint (no block_size/mask_token_id); "
                          "only decoding=ar can evaluate a plain model")

@@ -38,13 +38,14 @@ def load(decoder: str, path: str, precision: str, attention: str, device: str = 
     """(model, tokenizer) for a decoder; never runs checkpoint code, never unpickles."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .modeling import resolve_checkpoint
+    from .modeling import check_finite, resolve_checkpoint
 
     path = resolve_checkpoint(path)
     dtype = configure(precision)
     check_attention(attention)
     if decoder == "ar-ref":
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, use_safetensors=True)
+        check_finite(model, path)
     else:
         model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention)
     tokenizer = AutoTokenizer.from_pretrained(path)
