@@ -21,6 +21,9 @@ was not given are written with their header only):
 - `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL
 - `forensics.csv`          margins / layers at the first divergence, per configuration
 - `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
+- `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
+                           mean next-token entropy and the share of steps whose top-1/top-2
+                           margin is below the near-tie threshold (from the perplexity file)
 
 Each CSV gets a Markdown twin (`orthrus.io.write_table`).
 """
@@ -109,6 +112,8 @@ FORENSICS_COLUMNS = CONFIG + [
     "mode_first_layer",
 ]
 FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
+UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
+                       "near_tie_threshold", "scored_precision", "scored_attention"]
 
 # file name -> columns; every `orthrus analyze` run writes exactly these files.
 TABLES = {
@@ -121,6 +126,7 @@ TABLES = {
     "ppl_logit.csv": PPL_LOGIT_COLUMNS,
     "forensics.csv": FORENSICS_COLUMNS,
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
+    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS,
 }
 
 
@@ -471,6 +477,38 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
     return out
 
 
+def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
+    """Per domain (and 'all'): the teacher's entropy and near-tie share along one greedy path per
+    prompt, the highest-precision reference trajectory (fp32 where decoded; first attention)."""
+    from orthrus.world.domains import UNCERTAINTY
+
+    empty = pd.DataFrame(columns=UNCERTAINTY_COLUMNS)
+    if ppl_path is None:
+        return empty
+    need = ["prompt_id", "domain", "entropy", "margins", "precision", "attention"]
+    df = _read_parquet_checked(ppl_path, ["prompt_id"], need + ["model"], what="perplexity file")
+    if any(c not in df.columns for c in need):
+        _warn(f"{ppl_path}: no entropy/margins columns; uncertainty table left empty")
+        return empty
+    if reference is not None and "model" in df.columns:
+        df = df[df["model"].astype(str) == reference]
+    order = {"fp32": 0, "fp16": 1, "bf16": 2}
+    best = min(df["precision"].astype(str), key=lambda p: order.get(p, 3), default=None)
+    df = df[df["precision"].astype(str) == best]
+    att = sorted(df["attention"].astype(str).unique())[:1]
+    df = df[df["attention"].astype(str).isin(att)]
+    rows = []
+    parts = [(d, g) for d, g in df.groupby("domain", sort=True)] + [("all", df)]
+    for dom, g in parts:
+        margins = np.concatenate([np.asarray(m, dtype=float) for m in g["margins"]] or [np.zeros(0)])
+        rows.append({"domain": dom, "declared": UNCERTAINTY.get(dom, ""), "n_prompts": len(g),
+                     "n_steps": int(margins.size), "mean_entropy": float(g["entropy"].mean()),
+                     "near_tie_share": float((margins < near_tie).mean()) if margins.size else math.nan,
+                     "near_tie_threshold": float(near_tie), "scored_precision": best,
+                     "scored_attention": att[0] if att else ""})
+    return pd.DataFrame(rows, columns=UNCERTAINTY_COLUMNS)
+
+
 # ---- driver ----------------------------------------------------------------------------
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
             near_tie: float = DEFAULT_NEAR_TIE) -> dict[str, pd.DataFrame]:
@@ -492,6 +530,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "ppl_logit.csv": ppl_logit(traj),
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
+        "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
     }
 
 

@@ -27,6 +27,7 @@ FIGURES = [
     "tpf_by_domain",          # tokens per forward per domain (verify-only and all forwards)
     "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
     "pairwise_match",         # heat map of match rates between all decoding results
+    "match_vs_uncertainty",   # per-domain match rate against the teacher's near-tie share
 ]
 FORMATS = ("png", "pdf")
 
@@ -314,6 +315,35 @@ def fig_pairwise_match(pw: pd.DataFrame):
     return fig
 
 
+def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
+    """Does a domain's match rate follow how often its teacher meets near-ties? One point per
+    domain and reduced-precision Orthrus configuration."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    ax.set_title("Match rate against the teacher's near-tie share, per domain")
+    d = mbd[(mbd["decoder"] == "orthrus") & (mbd["precision"] != "fp32")] if len(mbd) else mbd
+    if unc is None or not len(unc) or not len(d):
+        _empty(ax, "no uncertainty table or no reduced-precision Orthrus results")
+        return fig
+    share = unc.set_index("domain")["near_tie_share"].astype(float)
+    for (model, prec, att), g in d.groupby(["model", "precision", "attention"], sort=True):
+        g = g[g["domain"].isin(share.index)]
+        x = share.reindex(g["domain"]).to_numpy()
+        ax.errorbar(x, g["match_rate"], yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]), fmt="o",
+                    capsize=2, alpha=0.8, label=f"{model} {prec} {att}")
+    for dom, x in share.drop("all", errors="ignore").items():
+        ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
+                    ha="left", va="bottom")
+    thr = unc["near_tie_threshold"].iloc[0]
+    ax.set_xlabel(f"share of greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
+                  f"{unc['scored_precision'].iloc[0]})")
+    ax.set_ylabel("exact match rate (Wilson 95% CI)")
+    ax.set_ylim(-0.03, 1.25)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
 # ---- driver ----------------------------------------------------------------------------
 def make_figures(tables_dir, out_dir) -> list[Path]:
     plt = _plt()
@@ -334,6 +364,9 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
     if fx is not None:
         _need(fx, ["model", "decoder", "precision", "attention", "margin_native"], "forensics_rows.parquet")
         fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
+    unc = _read_table(tables_dir, "uncertainty_by_domain.csv", False)
+    if unc is not None:
+        _need(unc, ["domain", "near_tie_share", "near_tie_threshold", "scored_precision"], "uncertainty_by_domain.csv")
     fsum = _read_table(tables_dir, "forensics.csv", False)
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):
@@ -349,6 +382,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         "tpf_by_domain": lambda: fig_tpf_by_domain(tpf),
         "margin_at_divergence": lambda: fig_margin_at_divergence(fx, near_tie),
         "pairwise_match": lambda: fig_pairwise_match(pw),
+        "match_vs_uncertainty": lambda: fig_match_vs_uncertainty(mbd, unc),
     }
     assert list(builders) == FIGURES
     written = []

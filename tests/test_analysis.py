@@ -343,3 +343,28 @@ def test_ppl_join_per_precision(world, tmp_path):
     two.assign(precision="bf16").to_parquet(path)
     with pytest.raises(AnalysisError, match="several rows per prompt_id/precision"):
         analyze([p["ref-bf16"], p["orth-bf16"]], REF, ppl_path=path)
+
+
+def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
+    from orthrus.analysis import uncertainty_by_domain
+
+    rows = []
+    for prec, margins in (("fp32", [0.0, 0.1, 0.5, 2.0]), ("bf16", [9.0, 9.0, 9.0, 9.0])):
+        for att in ("eager", "sdpa"):
+            rows += [dict(model=REF, precision=prec, attention=att, prompt_id=f"poetry-en-{i}", domain="poetry-en",
+                          ppl=1.5, entropy=1.0, margins=margins) for i in range(2)]
+            rows.append(dict(model=REF, precision=prec, attention=att, prompt_id="math-0", domain="math", ppl=1.0,
+                             entropy=0.1 if att == "eager" else 5.0, margins=[3.0, 4.0]))
+    path = tmp_path / "ppl.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    t = uncertainty_by_domain(path, REF, near_tie=0.125)
+    assert list(t.columns) == analysis.TABLES["uncertainty_by_domain.csv"]
+    t = t.set_index("domain")
+    assert set(t["scored_precision"]) == {"fp32"} and set(t["scored_attention"]) == {"eager"}
+    assert t.loc["poetry-en", "n_steps"] == 8 and t.loc["poetry-en", "near_tie_share"] == 0.5
+    assert t.loc["poetry-en", "declared"] == "open" and t.loc["math", "declared"] == "determined"
+    assert t.loc["math", "near_tie_share"] == 0.0 and t.loc["math", "mean_entropy"] == pytest.approx(0.1)
+    assert t.loc["all", "n_prompts"] == 3 and t.loc["all", "near_tie_share"] == pytest.approx(4 / 10)
+    # an old perplexity file without the uncertainty columns gives an empty table, not an error
+    pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
+    assert uncertainty_by_domain(path, REF).empty

@@ -77,9 +77,10 @@ ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # Kept in step with orthrus.analysis.TABLES and orthrus.figures.FIGURES (a test checks it),
 # so that parsing the workflow needs no torch.
 TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
-               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet"]
+               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet",
+               "uncertainty_by_domain.csv"]
 FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
-           "margin_at_divergence", "pairwise_match"]
+           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty"]
 
 
 def model_path(name):
