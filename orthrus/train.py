@@ -89,7 +89,7 @@ OBJECTIVES = ("ce", "kl", "mix")
 REQUIRED_COLUMNS = ("prompt_ids", "response_ids")
 LOG_FIELDS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc",
               "grad_norm"]
-EVAL_FIELDS = ["step", "domain", "n", "tpf_verify", "tpf_all", "accepted_mean"]
+EVAL_FIELDS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 # Settings that do not change the trained weights: a checkpoint stays valid when they change.
 _NON_TRAINING = {"description", "log_every", "save_every", "keep_checkpoint", "eval_every",
                  "eval_per_domain", "eval_max_new_tokens"}
@@ -475,14 +475,14 @@ def evaluate_tpf(model, prompts: list, max_new_tokens: int, step: int) -> list[d
     for dom, ids in prompts:
         out = generate(model, torch.tensor(ids, device=device), mode="orthrus", max_new_tokens=max_new_tokens)
         acc = out.stats["accepted"]
-        row = {"tpf_verify": out.stats["tpf_verify"], "tpf_all": out.stats["tpf_all"],
+        row = {"tpf_verify": out.stats["tpf_verify"], "tpf_all": out.stats["tpf_all"], "tpf_authors": out.stats["tpf_authors"],
                "accepted_mean": float(np.mean(acc)) if acc else 0.0}
         per.setdefault(dom, []).append(row)
     rows = []
     every = [r for v in per.values() for r in v]
     for dom, rs in [*sorted(per.items()), ("all", every)]:
         rows.append({"step": step, "domain": dom, "n": len(rs),
-                     **{k: float(np.mean([r[k] for r in rs])) for k in ("tpf_verify", "tpf_all", "accepted_mean")}})
+                     **{k: float(np.mean([r[k] for r in rs])) for k in ("tpf_verify", "tpf_all", "tpf_authors", "accepted_mean")}})
     return rows
 
 
