@@ -39,6 +39,15 @@ COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", 
            "n_prefill", "n_diffusion", "n_verify", "seconds", "finish_reason", "error", "env"]
 
 
+def row_message(env) -> str:
+    """The message format a decoding row's prompt was rendered with (its `env` record), so
+    that later stages (perplexity, forensics) render the same prompt tokens."""
+    try:
+        return json.loads(env).get("message", "empty") if isinstance(env, str) else "empty"
+    except json.JSONDecodeError:
+        return "empty"
+
+
 def load(decoder: str, path: str, precision: str, attention: str, device: str = "cpu", deterministic: bool = True):
     """(model, tokenizer) for a decoder; never runs checkpoint code, never unpickles."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -82,8 +91,13 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
                    attention: str, max_new_tokens: int, progress: bool = True, message: str = "empty",
                    options: dict | None = None) -> pd.DataFrame:
     options = dict(options or {})
-    env = json.dumps(numerical_env(model) | {"message": message, "max_new_tokens": max_new_tokens}
-                     | {k: options.get(k, v) for k, v in DEFAULT_OPTIONS.items()}, sort_keys=True)
+    # the run's protocol beside its numerics; ar-ref ignores our loop's options, so they are not claimed
+    run = {"message": message, "max_new_tokens": max_new_tokens}
+    if decoder == "ar-ref":
+        run["loop"] = "transformers.generate"
+    else:
+        run |= {"loop": "orthrus.generate"} | {k: options.get(k, v) for k, v in DEFAULT_OPTIONS.items()}
+    env = json.dumps(numerical_env(model) | run, sort_keys=True)
     rows = []
     for row in tqdm(prompts.itertuples(), total=len(prompts), desc=f"{model_name}/{decoder}/{precision}/{attention}",
                     disable=not progress, file=sys.stderr):
