@@ -62,3 +62,10 @@ def test_decode_cli_protocol_options_are_recorded_in_env(tmp_path):
                              "deterministic": False, "max_new_tokens": 9}
     assert a.prompt_len.iloc[0] == d.prompt_len.iloc[0] - 1 and a.domain.iloc[0] == "wmt ru-en"
     assert list(a.tokens.iloc[0]) == list(ar.tokens.iloc[0])
+
+
+def test_later_stages_render_the_prompt_with_the_rows_message_format():
+    from orthrus.trajectories import row_message
+
+    assert row_message(json.dumps({"message": "none"})) == "none"
+    assert row_message(json.dumps({})) == row_message(None) == row_message("not json") == "empty"
