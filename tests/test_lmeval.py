@@ -268,8 +268,6 @@ def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(wor
     assert ref["settings"]["max_gen_toks"] is None and not ref["settings"]["chat_template"]
     assert ref["generations"] == [] and len(ours["generations"]) == 2    # ar-ref never entered our loop
     assert not ref["samples"]["tiny_arith"][0]["prompt"].startswith("<|im_start|>")
-    # the task's own max_gen_toks (128) bounded our loop, not the study's 128-token default of run
-    assert all(g["n_tokens"] <= 128 for g in ours["generations"])
     for x, y in zip(ref["samples"]["tiny_arith"], ours["samples"]["tiny_arith"]):
         assert x["resps"] == y["resps"]
     assert lmeval._gen_cap("task") is None and lmeval._gen_cap("64") == 64

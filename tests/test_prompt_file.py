@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -57,7 +58,7 @@ def test_strict_validation_names_file_and_problem(tmp_path, obj, problem):
     src = _write(tmp_path, obj, "bad.json")
     with pytest.raises(PromptFileError, match="bad.json") as e:
         load_eval_file(str(src))
-    assert pytest.importorskip("re").search(problem, str(e.value)), str(e.value)
+    assert re.search(problem, str(e.value)), str(e.value)
 
 
 def test_not_json(tmp_path):
