@@ -15,7 +15,8 @@ was not given are written with their header only):
 - `trajectories.parquet`   per prompt comparison rows (used by `orthrus figures`)
 - `match_overall.csv`      exact-match rate with Wilson 95% CI (Tables 3 and 8)
 - `match_by_domain.csv`    the same per domain (Table 4)
-- `tpf_by_domain.csv`      tokens per forward, Orthrus decoder only (Table 2)
+- `tpf_by_domain.csv`      tokens per forward, Orthrus decoder only (Table 2), per run setting
+                           (message format, max_new_tokens; from --decode and --tpf-decode)
 - `pairwise_match.csv`     match rate between every pair of decoding results
 - `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
 - `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL
@@ -30,6 +31,7 @@ Each CSV gets a Markdown twin (`orthrus.io.write_table`).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import warnings
@@ -62,7 +64,7 @@ DECODE_REQUIRED = CONFIG + [
     "n_diffusion",
     "n_verify",
 ]
-DECODE_OPTIONAL = ["finish_reason"]
+DECODE_OPTIONAL = ["finish_reason", "accepted", "env"]
 PPL_REQUIRED = ["prompt_id", "ppl"]
 FORENSICS_REQUIRED = CONFIG + [
     "prompt_id",
@@ -92,13 +94,20 @@ TPF_COLUMNS = [
     "model",
     "precision",
     "attention",
+    "message",
+    "max_new_tokens",
     "domain",
     "n",
     "tpf_verify",
     "tpf_verify_ci",
     "tpf_all",
     "tpf_all_ci",
+    "tpf_authors",
+    "tpf_authors_ci",
 ]
+# the run settings a TPF row comes from, read from each decoding row's `env` record (the
+# Table 2 run of the paper config decodes 256 tokens with a user-only message)
+TPF_RUN = ["message", "max_new_tokens"]
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = ["model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
 PPL_LOGIT_COLUMNS = ["model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
@@ -320,9 +329,24 @@ def match_by_domain(traj: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MATCH_BY_DOMAIN_COLUMNS)
 
 
+def _env_setting(env, key: str, default):
+    try:
+        return json.loads(env).get(key, default) if isinstance(env, str) else default
+    except json.JSONDecodeError:
+        return default
+
+
 def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
-    """Tokens per forward of the Orthrus decoder, per domain and over all prompts ('all')."""
+    """Tokens per forward of the Orthrus decoder, per run setting, per domain and over all
+    prompts ('all'): `tpf_verify` and `tpf_all` count every emitted token, `tpf_authors`
+    (orthrus.decoding.tpf_authors) is the follow-up paper's, from the accepted lengths."""
+    from orthrus.decoding import tpf_authors
+
     d = decode[decode["decoder"] == "orthrus"].copy()
+    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
+    d["message"] = [_env_setting(e, "message", "empty") for e in env]
+    d["max_new_tokens"] = pd.array([_env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
+    acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
     ntok = np.array([len(t) for t in d["tokens"]], dtype=float)
     pre = pd.to_numeric(d["n_prefill"], errors="coerce").to_numpy(float)
     dif = pd.to_numeric(d["n_diffusion"], errors="coerce").to_numpy(float)
@@ -330,14 +354,17 @@ def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         d["tpf_verify"] = np.where(pre + ver > 0, ntok / (pre + ver), np.nan)
         d["tpf_all"] = np.where(pre + dif + ver > 0, ntok / (pre + dif + ver), np.nan)
+    d["tpf_authors"] = [tpf_authors(a) if a is not None and p > 0 else np.nan for a, p in zip(acc, pre)]
     rows = []
-    for key, g in d.groupby(["model", "precision", "attention"], sort=True):
+    keys = ["model", "precision", "attention"] + TPF_RUN
+    for key, g in d.groupby(keys, sort=True, dropna=False):
         parts = [(dom, gd) for dom, gd in g.groupby("domain", sort=True)] + [("all", g)]
         for dom, gd in parts:
-            v, a = gd["tpf_verify"].dropna(), gd["tpf_all"].dropna()
-            rows.append(dict(zip(["model", "precision", "attention"], key), domain=dom, n=len(gd),
-                             tpf_verify=t_ci(v)[0], tpf_verify_ci=t_halfwidth(v),
-                             tpf_all=t_ci(a)[0], tpf_all_ci=t_halfwidth(a)))
+            stats = {}
+            for col in ("tpf_verify", "tpf_all", "tpf_authors"):
+                v = gd[col].dropna()
+                stats |= {col: t_ci(v)[0], f"{col}_ci": t_halfwidth(v)}
+            rows.append(dict(zip(keys, key), domain=dom, n=len(gd), **stats))
     return pd.DataFrame(rows, columns=TPF_COLUMNS)
 
 
@@ -511,9 +538,11 @@ def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEF
 
 # ---- driver ----------------------------------------------------------------------------
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
-            near_tie: float = DEFAULT_NEAR_TIE) -> dict[str, pd.DataFrame]:
-    """Compute every table; returns {file name: DataFrame} (keys as in TABLES)."""
+            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=()) -> dict[str, pd.DataFrame]:
+    """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
+    decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only."""
     decode = load_decode(decode_paths)
+    tpf_decode = pd.concat([decode, load_decode(tpf_paths)], ignore_index=True) if tpf_paths else decode
     if reference is None:
         reference = detect_reference(decode)
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
@@ -524,7 +553,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "trajectories.parquet": traj,
         "match_overall.csv": match_overall(traj),
         "match_by_domain.csv": match_by_domain(traj),
-        "tpf_by_domain.csv": tpf_table(decode),
+        "tpf_by_domain.csv": tpf_table(tpf_decode),
         "pairwise_match.csv": pairwise_match(decode),
         "ppl_by_match.csv": ppl_by_match(traj),
         "ppl_logit.csv": ppl_logit(traj),
@@ -558,12 +587,14 @@ def main(argv=None) -> int:
                     help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]")
     ap.add_argument("--forensics", default=None, metavar="PARQUET",
                     help="divergence forensics rows (orthrus forensics)")
+    ap.add_argument("--tpf-decode", nargs="*", default=[], metavar="PARQUET",
+                    help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
     ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
                     help="margin (logits) below which a divergence counts as a near-tie")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
     try:
-        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie)
+        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
     except AnalysisError as exc:
         sys.stderr.write(f"orthrus analyze: error: {exc}\n")
         return 2

@@ -237,8 +237,9 @@ def fig_first_divergence_hist(traj: pd.DataFrame):
 
 def fig_tpf_by_domain(tpf: pd.DataFrame):
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), squeeze=False)
-    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)")]
+    fig, axes = plt.subplots(1, 3, figsize=(19, 4.2), squeeze=False)
+    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)"),
+            ("tpf_authors", "(1 + accepted) / (1 + verify), the follow-up paper's")]
     for ax, (col, ylabel) in zip(axes[0], cols):
         ax.set_title(f"Orthrus tokens per forward: {ylabel}")
         d = tpf.dropna(subset=[col]) if len(tpf) else tpf
@@ -248,13 +249,14 @@ def fig_tpf_by_domain(tpf: pd.DataFrame):
         domains = sorted(x for x in d["domain"].unique() if x != "all")
         domains += ["all"] if "all" in set(d["domain"]) else []
         x = np.arange(len(domains))
-        series = list(d.groupby(["model", "precision", "attention"], sort=True))
+        run = [c for c in ("message", "max_new_tokens") if c in d.columns]
+        series = list(d.groupby(["model", "precision", "attention", *run], sort=True, dropna=False))
         width = 0.5 / max(1, len(series))
         for i, (key, s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
             off = (i - (len(series) - 1) / 2) * width
             ax.errorbar(x + off, s[col], yerr=s[f"{col}_ci"].fillna(0).to_numpy(float), fmt="o", capsize=3,
-                        label=" ".join(key))
+                        label=" ".join(str(k) for k in key if not pd.isna(k)))
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylabel(f"{col} (95% t CI)")
         ax.legend(fontsize=8)
@@ -356,7 +358,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
           "match_by_domain.csv")
     tpf = _read_table(tables_dir, "tpf_by_domain.csv", True)
     _need(tpf, ["model", "precision", "attention", "domain", "tpf_verify", "tpf_verify_ci", "tpf_all",
-                "tpf_all_ci"], "tpf_by_domain.csv")
+                "tpf_all_ci", "tpf_authors", "tpf_authors_ci"], "tpf_by_domain.csv")
     pw = _read_table(tables_dir, "pairwise_match.csv", True)
     _need(pw, ["a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder",
                "b_precision", "b_attention", "match_rate"], "pairwise_match.csv")

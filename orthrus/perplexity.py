@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from .io import write_parquet
 from .prompts import render_chat
-from .trajectories import load
+from .trajectories import load, row_message
 
 
 @torch.inference_mode()
@@ -44,7 +44,9 @@ def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precis
             continue
         tokens = [int(t) for t in r.tokens]
         rows.append({"model": r.model, "precision": r.precision, "attention": r.attention, "prompt_id": r.prompt_id,
-                     "domain": r.domain, **response_scores(model, render_chat(tokenizer, text[r.prompt_id]), tokens),
+                     "domain": r.domain,
+                     **response_scores(model, render_chat(tokenizer, text[r.prompt_id], row_message(getattr(r, "env", None))),
+                                       tokens),
                      "n_tokens": len(tokens), "scorer_precision": precision})
     return pd.DataFrame(rows)
 

@@ -91,8 +91,8 @@ def test_columns_are_the_contract(world):
     assert list(t["match_by_domain.csv"].columns) == [
         "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high"]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "precision", "attention", "domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all",
-        "tpf_all_ci"]
+        "model", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
+        "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci"]
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
         "b_attention", "n", "match_rate"]
@@ -152,6 +152,23 @@ def test_tpf(world):
     ntok = tr[(tr.decoder == "orthrus") & (tr.precision == "bf16")]["n_tokens"].to_numpy(float)
     assert bf["tpf_verify"] == pytest.approx(np.mean(ntok / 6))
     assert bf["tpf_verify_ci"] > 0
+    assert (tpf["message"] == "empty").all() and tpf["max_new_tokens"].isna().all()  # env records without them
+
+
+def test_tpf_authors_and_a_separate_tpf_run(world, tmp_path):
+    """A Table 2 run (256 tokens, user-only message) beside the study's rows; tpf_authors from
+    the recorded accepted lengths; a domain key with a space survives."""
+    env = json.dumps({"message": "none", "max_new_tokens": 256})
+    rows = [dict(_row(MODEL, "orthrus", "bf16", f"wmt ru-en-{i}", "wmt ru-en", list(range(2, 26)), 5, 5),
+                 accepted=[3, 4, 5, 6, 1][: 3 + i % 3], env=env) for i in range(4)]
+    path = tmp_path / "tpf.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    t = analysis.analyze(list(world["paths"].values()), REF, tpf_paths=[path])["tpf_by_domain.csv"]
+    run = t[(t.message == "none") & (t.domain == "wmt ru-en")].iloc[0]
+    expect = [(1 + sum(r["accepted"])) / (1 + len(r["accepted"])) for r in rows]
+    assert run["max_new_tokens"] == 256 and run["n"] == 4
+    assert run["tpf_authors"] == pytest.approx(np.mean(expect)) and run["tpf_authors_ci"] > 0
+    assert len(t[t.message == "empty"]) == len(world["tables"]["tpf_by_domain.csv"])  # study rows unchanged
 
 
 def test_pairwise(world):

@@ -25,3 +25,27 @@ def test_response_scores_ppl_entropy_margins_of_the_response_only():
     assert all(m >= 0 for m in s["margins"])
     empty = response_scores(model, prompt, [])
     assert math.isnan(empty["ppl"]) and empty["margins"] == []
+
+
+def test_score_renders_each_prompt_with_its_rows_message_format():
+    import json
+
+    import pandas as pd
+    from conftest import MASK
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from orthrus.perplexity import score
+    from orthrus.prompts import render_chat
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1")
+    fast.chat_template = "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
+    model = tiny_base(0)
+    prompts = pd.DataFrame({"prompt_id": ["a"], "prompt": ["w5 w6"]})
+    rows = [dict(model="t", precision="fp32", attention="eager", prompt_id="a", domain="d", tokens=[9, 10], finish_reason="length",
+                 env=json.dumps({"message": m})) for m in ("none", "empty")]
+    got = score(model, fast, prompts, pd.DataFrame(rows), "fp32")["ppl"].tolist()
+    want = [response_scores(model, render_chat(fast, "w5 w6", m), [9, 10])["ppl"] for m in ("none", "empty")]
+    assert got == want and got[0] != got[1]

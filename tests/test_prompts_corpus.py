@@ -174,3 +174,37 @@ def test_missing_teacher_named(tmp_path, capsys, monkeypatch):
         corpus.resolve_teacher("results/teacher")
     with pytest.raises(ValueError):
         corpus.shard_prompts(pd.DataFrame({"a": [1]}), 2, 2)
+
+
+def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, capsys):
+    """corpus.source: hf: records {prompt, response} (ZaryaOrthrusDataset's fields) become corpus
+    shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
+    from transformers import AutoTokenizer
+
+    from orthrus.prompts import render_chat
+
+    root = setup
+    recs = [{"prompt": f"Compute {i} + 1.", "response": f"The answer is {i + 1}."} for i in range(7)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    outs = [tmp_path / f"s{i}.parquet" for i in range(3)]
+    for i, out in enumerate(outs):
+        assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(data),
+                            "--message", "none", "--shard", str(i), "--num-shards", "3", "--out", str(out)]) == 0
+    shards = [pd.read_parquet(o) for o in outs]
+    assert all(list(s.columns) == corpus.COLUMNS for s in shards)
+    assert list(shards[1]["prompt_id"]) == ["train-1", "train-4"]          # records 1, 4 of 7
+    assert sorted(p for s in shards for p in s["prompt"]) == sorted(r["prompt"] for r in recs)
+    tok = AutoTokenizer.from_pretrained(root / "teacher")
+    r = shards[0].iloc[1]
+    assert r.prompt == recs[3]["prompt"] and r.response == recs[3]["response"] and r.finish_reason == "eos"
+    assert list(r.prompt_ids) == render_chat(tok, r.prompt, "none") != render_chat(tok, r.prompt)
+    assert list(r.response_ids) == tok(r.response + tok.eos_token, add_special_tokens=False)["input_ids"]
+    assert r.response_ids[-1] == tok.eos_token_id
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"instruction": "x", "output": "y"}) + "\n")
+    assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(bad),
+                        "--out", str(tmp_path / "bad.parquet")]) == 2
+    assert "missing field(s) ['prompt', 'response']" in capsys.readouterr().err
+    assert not (tmp_path / "bad.parquet").exists()

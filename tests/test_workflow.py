@@ -62,8 +62,17 @@ def test_default_and_paper_dry_runs(tmp_path):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
-    # (reference + 3 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
-    assert re.search(r"^decode_shard\s+84$", paper.stdout, re.M)
+    # (reference + 4 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
+    assert re.search(r"^decode_shard\s+108$", paper.stdout, re.M)
+    # the authors' protocol: Table 2 as a separate run per Orthrus model; the corpus read from
+    # the hub in 64 shards (no generation), the benchmarks' AR baseline through HF generate
+    assert re.search(r"^tpf_decode\s+4$", paper.stdout, re.M)
+    assert re.search(r"^corpus_shard\s+64$", paper.stdout, re.M)
+    shown = snakemake("-n", "-p", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path).stdout
+    assert "--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train --message none" in shown
+    assert "--eos config --last-block shorten --prefill-logits all --no-deterministic" in shown
+    assert "--decoding ar-ref" in shown and "--max-gen-toks task --no-chat-template" in shown
+    assert "--max-new-tokens 256 --message none" in shown
 
 
 def test_lint_is_clean():

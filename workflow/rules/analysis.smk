@@ -8,6 +8,7 @@ rule perplexity:
     params:
         teacher=teacher_arg,
         precision=config["analysis"]["ppl_precision"],
+        attention=flag("attention", config["analysis"].get("ppl_attention", "eager"), "eager"),
         device=config["decode"].get("device", "cpu"),
     log:
         f"{R}/logs/perplexity.log",
@@ -23,7 +24,7 @@ rule perplexity:
         ENV
     shell:
         "orthrus perplexity --teacher {params.teacher} --prompts {input.prompts} --decode {input.ref}"
-        " --precision {params.precision} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        " --precision {params.precision}{params.attention} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule forensics:
@@ -76,6 +77,7 @@ rule forensics_all:
 rule analyze:
     input:
         decode=decode_files(),
+        tpf=tpf_files(),
         ppl=rules.perplexity.output,
         forensics=rules.forensics_all.output,
     output:
@@ -86,6 +88,7 @@ rule analyze:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
         near_tie=config["analysis"]["near_tie"],
+        tpf=lambda w, input: f" --tpf-decode {' '.join(input.tpf)}" if input.tpf else "",
     log:
         f"{R}/logs/analyze.log",
     resources:
@@ -95,7 +98,7 @@ rule analyze:
         ENV
     shell:
         "orthrus analyze --decode {input.decode} --reference {params.reference} --ppl {input.ppl}"
-        " --forensics {input.forensics} --near-tie {params.near_tie} --out-dir {params.out} > {log} 2>&1"
+        " --forensics {input.forensics}{params.tpf} --near-tie {params.near_tie} --out-dir {params.out} > {log} 2>&1"
 
 
 rule figures:

@@ -31,7 +31,9 @@ rule lm_eval:
         include=lambda w, input: f"--include-path {input.tasks}" if input.tasks else "",
         limit=f"--limit {BENCH['limit']}" if BENCH.get("limit") else "",
         code=" --allow-code-eval" if BENCH.get("allow_code_eval") else "",
-        max_gen=BENCH.get("max_gen_toks", 128),
+        # null: each task's own generation length, as the authors ran lm-eval
+        max_gen=BENCH.get("max_gen_toks", 128) or "task",
+        chat="" if BENCH.get("chat_template", True) else " --no-chat-template",
         device=config["decode"].get("device", "cpu"),
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
@@ -48,7 +50,7 @@ rule lm_eval:
     shell:
         "orthrus lm-eval run --model-path {params.model} --model-name {wildcards.model}"
         " --decoding {wildcards.decoder} --precision {wildcards.precision} --attention {wildcards.attention}"
-        " --tasks {params.tasks} {params.include} {params.limit} {params.code} --max-gen-toks {params.max_gen}"
+        " --tasks {params.tasks} {params.include} {params.limit} {params.code} --max-gen-toks {params.max_gen}{params.chat}"
         " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
 

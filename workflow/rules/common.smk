@@ -1,5 +1,6 @@
 import json
 import os
+import shlex
 
 from snakemake.utils import validate
 
@@ -49,6 +50,40 @@ def scatter_index(item):
     """'2-of-4' -> (1, 4): the 0-based shard and the shard count."""
     i, n = item.split("-of-")
     return int(i) - 1, int(n)
+
+
+CORPUS_SOURCE = config["corpus"].get("source", "generate")
+
+
+def corpus_source_args(wildcards, input):
+    """The corpus's source on the command line: the distillation prompts the teacher answers,
+    or a ready prompt-response dataset (corpus.source hf: hub id, directory or builder name)."""
+    if CORPUS_SOURCE == "generate":
+        return f"--prompts {shlex.quote(input.prompts)}"
+    c = config["corpus"]
+    if not c.get("dataset"):
+        raise ValueError("corpus.dataset is required when corpus.source is 'hf'")
+    files = " ".join(shlex.quote(str(f)) for f in c.get("data_files") or [])
+    return (f"--dataset {shlex.quote(c['dataset'])} --dataset-split {shlex.quote(c.get('split', 'train'))}"
+            f"{' --data-files ' if files else ''}{files}")
+
+
+# Protocol options and their CLI defaults: only the ones set otherwise become flags, so a config
+# that leaves them at their defaults runs the very commands it ran before they existed.
+DECODE_DEFAULTS = {"message": "empty", "eos": "generation_config", "last_block": "full", "prefill_logits": "last"}
+
+
+def decode_options(section):
+    """The decoding protocol options of a config section as `orthrus decode` flags."""
+    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(section[k]))}"
+             for k, default in DECODE_DEFAULTS.items() if section.get(k, default) != default]
+    flags += [] if section.get("deterministic", True) else ["--no-deterministic"]
+    return "".join(f" {f}" for f in flags)
+
+
+def flag(name, value, default):
+    """` --name value` when value differs from the CLI default, else nothing."""
+    return "" if value == default else f" --{name} {shlex.quote(str(value))}"
 
 
 def corpus_shards():
@@ -108,6 +143,17 @@ def decode_files():
     return files
 
 
+TPF = config.get("tpf", {})
+
+
+def tpf_files():
+    """The separate Table 2 run (tpf.enabled): every Orthrus model at the TPF settings."""
+    if not TPF.get("enabled", False):
+        return []
+    return expand(f"{R}/tpf/{{m}}/orthrus-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, p=TPF["precisions"],
+                  a=TPF["attentions"])
+
+
 def forensics_files():
     return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS)
 
@@ -125,7 +171,9 @@ def bench_tasks():
 
 def bench_files():
     """The teacher through its AR view, every Orthrus model through its consensus loop."""
-    runs = [(TEACHER, "ar")] + [(m, "orthrus") for m in ORTHRUS_MODELS]
+    # the teacher through our AR loop, or (ar_baseline: hf) through lm-eval's own HF generate
+    baseline = "ar-ref" if BENCH.get("ar_baseline", "ours") == "hf" else "ar"
+    runs = [(TEACHER, baseline)] + [(m, "orthrus") for m in ORTHRUS_MODELS]
     return [f"{R}/benchmarks/{m}/{d}-{p}-{BENCH.get('attention', 'eager')}.json"
             for m, d in runs for p in BENCH.get("precisions", ["bf16", "fp32"])]
 

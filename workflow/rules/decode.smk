@@ -17,6 +17,7 @@ rule decode_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
+        options=decode_options(config["decode"]),
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
     benchmark:
@@ -32,7 +33,7 @@ rule decode_shard:
     shell:
         "orthrus decode --decoder {wildcards.decoder} --model-path {params.model} --model-name {wildcards.model}"
         " --precision {params.precisions} --attention {params.attentions} --prompts {input.prompts}"
-        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}"
+        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}{params.options}"
         " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
 
@@ -51,3 +52,35 @@ rule decode:
         ENV
     shell:
         "orthrus gather {input} --out {output} > {log} 2>&1"
+
+
+rule tpf_decode:
+    """Table 2 as the authors measured it: a separate Orthrus run at the TPF settings (tpf.*),
+    e.g. 256 new tokens and a user-only message; only tpf_by_domain.csv reads it."""
+    input:
+        model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
+        prompts=rules.prompts.output.eval,
+    output:
+        f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
+    params:
+        model=lambda w: model_path(w.model),
+        max_new=TPF.get("max_new_tokens", 256),
+        device=config["decode"].get("device", "cpu"),
+        options=decode_options({**config["decode"], **TPF}),
+    log:
+        f"{R}/logs/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.log",
+    benchmark:
+        f"{R}/timing/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=RES["decode"]["mem_mb"],
+        runtime=RES["decode"]["runtime"],
+        gpu=RES["decode"]["gpus"],
+        slurm_extra=RES["decode"]["slurm_extra"],
+    conda:
+        ENV
+    shell:
+        "orthrus decode --decoder orthrus --model-path {params.model} --model-name {wildcards.model}"
+        " --precision {wildcards.precision} --attention {wildcards.attention} --prompts {input.prompts}"
+        " --max-new-tokens {params.max_new}{params.options}"
+        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
