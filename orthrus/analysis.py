@@ -15,18 +15,23 @@ was not given are written with their header only):
 - `trajectories.parquet`   per prompt comparison rows (used by `orthrus figures`)
 - `match_overall.csv`      exact-match rate with Wilson 95% CI (Tables 3 and 8)
 - `match_by_domain.csv`    the same per domain (Table 4)
-- `tpf_by_domain.csv`      tokens per forward, Orthrus decoder only (Table 2)
+- `tpf_by_domain.csv`      tokens per forward, Orthrus decoder only (Table 2), per run setting
+                           (message format, max_new_tokens; from --decode and --tpf-decode)
 - `pairwise_match.csv`     match rate between every pair of decoding results
 - `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
 - `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL
 - `forensics.csv`          margins / layers at the first divergence, per configuration
 - `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
+- `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
+                           mean next-token entropy and the share of steps whose top-1/top-2
+                           margin is below the near-tie threshold (from the perplexity file)
 
 Each CSV gets a Markdown twin (`orthrus.io.write_table`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import warnings
@@ -59,7 +64,7 @@ DECODE_REQUIRED = CONFIG + [
     "n_diffusion",
     "n_verify",
 ]
-DECODE_OPTIONAL = ["finish_reason"]
+DECODE_OPTIONAL = ["finish_reason", "accepted", "env"]
 PPL_REQUIRED = ["prompt_id", "ppl"]
 FORENSICS_REQUIRED = CONFIG + [
     "prompt_id",
@@ -89,13 +94,20 @@ TPF_COLUMNS = [
     "model",
     "precision",
     "attention",
+    "message",
+    "max_new_tokens",
     "domain",
     "n",
     "tpf_verify",
     "tpf_verify_ci",
     "tpf_all",
     "tpf_all_ci",
+    "tpf_authors",
+    "tpf_authors_ci",
 ]
+# the run settings a TPF row comes from, read from each decoding row's `env` record (the
+# Table 2 run of the paper config decodes 256 tokens with a user-only message)
+TPF_RUN = ["message", "max_new_tokens"]
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = ["model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
 PPL_LOGIT_COLUMNS = ["model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
@@ -109,6 +121,8 @@ FORENSICS_COLUMNS = CONFIG + [
     "mode_first_layer",
 ]
 FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
+UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
+                       "near_tie_threshold", "scored_precision", "scored_attention"]
 
 # Every CSV table ends with the number of decoding error rows its row left out (see error_counts).
 ERRORS = "n_errors_excluded"
@@ -123,6 +137,7 @@ TABLES = {
     "ppl_logit.csv": PPL_LOGIT_COLUMNS + [ERRORS],
     "forensics.csv": FORENSICS_COLUMNS + [ERRORS],
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
+    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
 }
 
 
@@ -181,35 +196,58 @@ def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
             err = df["finish_reason"].astype(str) == "error"
             if err.any():
                 _warn(f"{p}: ignoring {int(err.sum())} prompt(s) with finish_reason == 'error'")
-                errors.append(df.loc[err, CONFIG + ["domain"]])
+                e = df.loc[err, CONFIG + ["domain"]].copy()
+                env = df.loc[err, "env"] if "env" in df.columns else pd.Series(None, index=e.index, dtype=object)
+                e["message"] = [_env_setting(x, "message", "empty") for x in env]
+                e["max_new_tokens"] = [_run_tokens(_env_setting(x, "max_new_tokens", None)) for x in env]
+                errors.append(e)
                 df = df.loc[~err]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     for c in CONFIG + ["prompt_id", "domain"]:
         df[c] = df[c].astype(str)
     df["tokens"] = [tuple(int(t) for t in x) if x is not None else () for x in df["tokens"]]
-    errors = pd.concat(errors, ignore_index=True).astype(str) if errors else pd.DataFrame(columns=CONFIG + ["domain"])
+    errors = (pd.concat(errors, ignore_index=True).astype(str) if errors
+              else pd.DataFrame(columns=ERROR_COLUMNS))
     return df, errors
+
+
+# an error row's configuration, domain and run setting (TPF_RUN, from its env record)
+ERROR_COLUMNS = CONFIG + ["domain", "message", "max_new_tokens"]
+
+
+def _run_tokens(value) -> str:
+    """A run's max_new_tokens as the key error rows and TPF rows share ('' where unrecorded)."""
+    return "" if value is None or pd.isna(value) else str(int(value))
 
 
 def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str) -> list[int]:
     """Per row of a table: the decoding error rows it left out, those of its own configuration
-    (the Orthrus decoder where the table has no decoder column) and, where it compares with the
-    reference, the reference's at the same precision and attention; per domain where it has one."""
-    counts = errors.value_counts().to_dict()  # (model, decoder, precision, attention, domain) -> n
+    (the Orthrus decoder where the table has no decoder column; the reference at the scored
+    precision and attention for the uncertainty table, whose perplexity forward skips them) and,
+    where it compares with the reference, the reference's at the same precision and attention;
+    per domain where it has one, and per run setting (message, max_new_tokens) in the TPF table."""
+    counts = errors[ERROR_COLUMNS].value_counts().to_dict()  # (model, decoder, precision, attention, domain, message, max_new_tokens) -> n
 
-    def n(model, decoder, precision, attention, domain=None):
-        return sum(v for (m, d, p, a, dom), v in counts.items()
-                   if (m, d, p, a) == (model, decoder, precision, attention) and domain in (None, "all", dom))
+    def n(model, decoder, precision, attention, domain=None, run=None):
+        return sum(v for (m, d, p, a, dom, *r), v in counts.items()
+                   if (m, d, p, a) == (model, decoder, precision, attention) and domain in (None, "all", dom)
+                   and run in (None, tuple(r)))
 
     out = []
     for r in table.to_dict("records"):
         if name == "pairwise_match.csv":
             out.append(n(*(r[f"a_{c}"] for c in CONFIG)) + n(*(r[f"b_{c}"] for c in CONFIG)))
             continue
+        if name == "uncertainty_by_domain.csv":
+            out.append(n(reference, REFERENCE_DECODER, r["scored_precision"], r["scored_attention"], r["domain"]))
+            continue
+        if name == "tpf_by_domain.csv":
+            out.append(n(r["model"], "orthrus", r["precision"], r["attention"], r["domain"],
+                         (str(r["message"]), _run_tokens(r["max_new_tokens"]))))
+            continue
         own = n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r.get("domain"))
-        compared = name != "tpf_by_domain.csv"
-        out.append(own + (n(reference, REFERENCE_DECODER, r["precision"], r["attention"], r.get("domain")) if compared else 0))
+        out.append(own + n(reference, REFERENCE_DECODER, r["precision"], r["attention"], r.get("domain")))
     return out
 
 
@@ -339,9 +377,24 @@ def match_by_domain(traj: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MATCH_BY_DOMAIN_COLUMNS)
 
 
+def _env_setting(env, key: str, default):
+    try:
+        return json.loads(env).get(key, default) if isinstance(env, str) else default
+    except json.JSONDecodeError:
+        return default
+
+
 def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
-    """Tokens per forward of the Orthrus decoder, per domain and over all prompts ('all')."""
+    """Tokens per forward of the Orthrus decoder, per run setting, per domain and over all
+    prompts ('all'): `tpf_verify` and `tpf_all` count every emitted token, `tpf_authors`
+    (orthrus.decoding.tpf_authors) is the follow-up paper's, from the accepted lengths."""
+    from orthrus.decoding import tpf_authors
+
     d = decode[decode["decoder"] == "orthrus"].copy()
+    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
+    d["message"] = [_env_setting(e, "message", "empty") for e in env]
+    d["max_new_tokens"] = pd.array([_env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
+    acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
     ntok = np.array([len(t) for t in d["tokens"]], dtype=float)
     pre = pd.to_numeric(d["n_prefill"], errors="coerce").to_numpy(float)
     dif = pd.to_numeric(d["n_diffusion"], errors="coerce").to_numpy(float)
@@ -349,14 +402,17 @@ def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         d["tpf_verify"] = np.where(pre + ver > 0, ntok / (pre + ver), np.nan)
         d["tpf_all"] = np.where(pre + dif + ver > 0, ntok / (pre + dif + ver), np.nan)
+    d["tpf_authors"] = [tpf_authors(a) if a is not None and p > 0 else np.nan for a, p in zip(acc, pre)]
     rows = []
-    for key, g in d.groupby(["model", "precision", "attention"], sort=True):
+    keys = ["model", "precision", "attention"] + TPF_RUN
+    for key, g in d.groupby(keys, sort=True, dropna=False):
         parts = [(dom, gd) for dom, gd in g.groupby("domain", sort=True)] + [("all", g)]
         for dom, gd in parts:
-            v, a = gd["tpf_verify"].dropna(), gd["tpf_all"].dropna()
-            rows.append(dict(zip(["model", "precision", "attention"], key), domain=dom, n=len(gd),
-                             tpf_verify=t_ci(v)[0], tpf_verify_ci=t_halfwidth(v),
-                             tpf_all=t_ci(a)[0], tpf_all_ci=t_halfwidth(a)))
+            stats = {}
+            for col in ("tpf_verify", "tpf_all", "tpf_authors"):
+                v = gd[col].dropna()
+                stats |= {col: t_ci(v)[0], f"{col}_ci": t_halfwidth(v)}
+            rows.append(dict(zip(keys, key), domain=dom, n=len(gd), **stats))
     return pd.DataFrame(rows, columns=TPF_COLUMNS)
 
 
@@ -496,11 +552,49 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
     return out
 
 
+def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
+    """Per domain (and 'all'): the teacher's entropy and near-tie share along one greedy path per
+    prompt, the highest-precision reference trajectory (fp32 where decoded; first attention)."""
+    from orthrus.world.domains import UNCERTAINTY
+
+    empty = pd.DataFrame(columns=UNCERTAINTY_COLUMNS)
+    if ppl_path is None:
+        return empty
+    need = ["prompt_id", "domain", "entropy", "margins", "precision", "attention"]
+    df = _read_parquet_checked(ppl_path, ["prompt_id"], need + ["model"], what="perplexity file")
+    if any(c not in df.columns for c in need):
+        _warn(f"{ppl_path}: no entropy/margins columns; uncertainty table left empty")
+        return empty
+    if reference is not None and "model" in df.columns:
+        df = df[df["model"].astype(str) == reference]
+    order = {"fp32": 0, "fp16": 1, "bf16": 2}
+    best = min(df["precision"].astype(str), key=lambda p: order.get(p, 3), default=None)
+    df = df[df["precision"].astype(str) == best]
+    att = sorted(df["attention"].astype(str).unique())[:1]
+    df = df[df["attention"].astype(str).isin(att)]
+    rows = []
+    parts = [(d, g) for d, g in df.groupby("domain", sort=True)] + [("all", df)]
+    for dom, g in parts:
+        margins = np.concatenate([np.asarray(m, dtype=float) for m in g["margins"]] or [np.zeros(0)])
+        rows.append({"domain": dom, "declared": UNCERTAINTY.get(dom, ""), "n_prompts": len(g),
+                     "n_steps": int(margins.size), "mean_entropy": float(g["entropy"].mean()),
+                     "near_tie_share": float((margins < near_tie).mean()) if margins.size else math.nan,
+                     "near_tie_threshold": float(near_tie), "scored_precision": best,
+                     "scored_attention": att[0] if att else ""})
+    return pd.DataFrame(rows, columns=UNCERTAINTY_COLUMNS)
+
+
 # ---- driver ----------------------------------------------------------------------------
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
-            near_tie: float = DEFAULT_NEAR_TIE) -> dict[str, pd.DataFrame]:
-    """Compute every table; returns {file name: DataFrame} (keys as in TABLES)."""
+            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=()) -> dict[str, pd.DataFrame]:
+    """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
+    decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only."""
     decode, errors = load_decode(decode_paths)
+    tpf_decode, tpf_errors = decode, errors
+    if tpf_paths:
+        extra, extra_errors = load_decode(tpf_paths)
+        tpf_decode = pd.concat([decode, extra], ignore_index=True)
+        tpf_errors = pd.concat([errors, extra_errors], ignore_index=True)
     if reference is None:
         reference = detect_reference(decode)
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
@@ -511,16 +605,18 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "trajectories.parquet": traj,
         "match_overall.csv": match_overall(traj),
         "match_by_domain.csv": match_by_domain(traj),
-        "tpf_by_domain.csv": tpf_table(decode),
+        "tpf_by_domain.csv": tpf_table(tpf_decode),
         "pairwise_match.csv": pairwise_match(decode),
         "ppl_by_match.csv": ppl_by_match(traj),
         "ppl_logit.csv": ppl_logit(traj),
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
+        "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
     }
     for name, df in tables.items():
         if name.endswith(".csv"):
-            df[ERRORS] = pd.array(error_counts(name, df, errors, reference), dtype="int64")
+            errs = tpf_errors if name == "tpf_by_domain.csv" else errors
+            df[ERRORS] = pd.array(error_counts(name, df, errs, reference), dtype="int64")
     return tables
 
 
@@ -548,12 +644,14 @@ def main(argv=None) -> int:
                     help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]")
     ap.add_argument("--forensics", default=None, metavar="PARQUET",
                     help="divergence forensics rows (orthrus forensics)")
+    ap.add_argument("--tpf-decode", nargs="*", default=[], metavar="PARQUET",
+                    help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
     ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
                     help="margin (logits) below which a divergence counts as a near-tie")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
     try:
-        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie)
+        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
     except AnalysisError as exc:
         sys.stderr.write(f"orthrus analyze: error: {exc}\n")
         return 2

@@ -17,6 +17,7 @@ COMMANDS = {
     "forensics": "orthrus.forensics",
     "figures": "orthrus.figures",
     "lm-eval": "orthrus.lmeval",
+    "summary": "orthrus.summary",
 }
 
 

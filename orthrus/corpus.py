@@ -15,6 +15,11 @@ docs/DESIGN.md): `prompt_id, domain, prompt, response, prompt_ids, response_ids,
 finish_reason ("eos"|"length"|"error"), error, teacher, dtype, batch_size`, in the shard's
 prompt order. The file is written atomically.
 The teacher is loaded with safetensors only and never with remote code.
+
+`--message none|empty|system:<text>`: the message format of the training sequences (default
+empty). `--dataset ID_OR_DIR [--dataset-split train] [--data-files F...]` instead of
+`--prompts`: a ready prompt-response dataset (the authors' corpus) in the same schema, with no
+generation; `--teacher` then only supplies the tokenizer (orthrus.hf_corpus).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ import pandas as pd
 from orthrus.checkpoint import record_digest
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
-from orthrus.prompts import length_error, read_prompt_set
+from orthrus.prompts import check_message, length_error, read_prompt_set
 
 COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
            "finish_reason", "error", "teacher", "dtype", "batch_size"]
@@ -99,7 +104,7 @@ def _eos_ids(model, tok) -> list[int]:
 
 
 def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
-                       max_new_tokens: int = 128, progress: bool = True) -> list[dict]:
+                       max_new_tokens: int = 128, progress: bool = True, message: str = "empty") -> list[dict]:
     """Greedy answers, one dict per prompt (in input order): prompt_ids, response_ids,
     response, finish_reason."""
     import torch
@@ -109,7 +114,7 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
 
     eos = _eos_ids(model, tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    rendered = [render_chat(tok, p) for p in prompts]
+    rendered = [render_chat(tok, p, message) for p in prompts]
     out: list[dict | None] = [None] * len(prompts)
     limit = model.config.max_position_embeddings
     for i, ids in enumerate(rendered):
@@ -145,7 +150,7 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
 def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
                 batch_size: int = 8, max_new_tokens: int = 128, dtype: str = "fp32",
                 threads: int | None = 1, attention: str | None = None,
-                revision: str | None = None, progress: bool = True) -> pd.DataFrame:
+                revision: str | None = None, progress: bool = True, message: str = "empty") -> pd.DataFrame:
     import torch
 
     if threads:
@@ -155,7 +160,7 @@ def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
     part = shard_prompts(df, shard, num_shards)
     model, tok = load_teacher(teacher, dtype=dtype, attention=attention, revision=revision)
     res = generate_responses(model, tok, list(part["prompt"]), batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, progress=progress)
+                             max_new_tokens=max_new_tokens, progress=progress, message=message)
     rows = [{"prompt_id": r.prompt_id, "domain": r.domain, "prompt": r.prompt, **g,
              "teacher": teacher, "dtype": dtype, "batch_size": int(batch_size)}
             for r, g in zip(part.itertuples(index=False), res)]
@@ -166,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus corpus",
                                  description="One shard of the teacher corpus (greedy).")
     ap.add_argument("--teacher", required=True, help="local HF directory or hub id")
-    ap.add_argument("--prompts", required=True, help="distillation prompts (Parquet)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompts", help="distillation prompts (Parquet): the teacher answers them")
+    src.add_argument("--dataset", help="a prompt-response dataset (hub id, directory or builder name): no generation")
+    ap.add_argument("--dataset-split", default="train")
+    ap.add_argument("--data-files", nargs="*", help="data files of --dataset (e.g. with --dataset json)")
+    ap.add_argument("--message", default="empty", help="none | empty | system:<text> (default empty)")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--out", required=True)
@@ -180,11 +190,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
-                         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                         dtype=args.dtype, threads=args.threads, attention=args.attention,
-                         revision=args.revision, progress=not args.no_progress)
-    except FileNotFoundError as e:
+        check_message(args.message)
+        if args.dataset:
+            from transformers import AutoTokenizer
+
+            from orthrus.hf_corpus import build_hf_shard
+
+            tok = AutoTokenizer.from_pretrained(resolve_teacher(args.teacher), revision=args.revision)
+            df = build_hf_shard(args.dataset, tok, args.shard, args.num_shards, split=args.dataset_split,
+                                data_files=args.data_files or None, message=args.message)
+        else:
+            df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
+                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                             dtype=args.dtype, threads=args.threads, attention=args.attention,
+                             revision=args.revision, progress=not args.no_progress, message=args.message)
+    except (FileNotFoundError, ValueError) as e:
         print(f"orthrus corpus: {e}", file=sys.stderr)
         return 2
     write_parquet(args.out, df)

@@ -52,14 +52,46 @@ class GenerateOutput:
     stats: dict = field(default_factory=dict)
 
 
+def tpf_authors(accepted) -> float:
+    """The follow-up paper's tokens per forward (`my_generate` in the authors'
+    eval/eval_speed_orthrus.py): (1 + sum of accepted draft lengths) / (1 + verify passes).
+
+    The prefill counts one token and one forward; each consensus step counts its accepted
+    proposals but not the AR correction/bonus token it also emits, so this comes out about one
+    lower than `tpf_verify`. The one place it is computed: from the recorded accepted lengths.
+    """
+    accepted = [int(a) for a in accepted]
+    return (1 + sum(accepted)) / (1 + len(accepted))
+
+
+EOS_POLICIES = ("generation_config", "config")
+LAST_BLOCKS = ("full", "shorten")
+PREFILL_LOGITS = ("last", "all")
+
+
+def eos_ids(model, policy: str = "generation_config") -> set[int]:
+    """The ids that end a trajectory: every id of `generation_config.eos_token_id` (what
+    transformers' generate stops on; Qwen3 lists two) or only `config.eos_token_id` (what the
+    released Orthrus loop stops on)."""
+    if policy not in EOS_POLICIES:
+        raise ValueError(f"eos policy must be one of {EOS_POLICIES}, got {policy!r}")
+    src = model.generation_config if policy == "generation_config" else model.config
+    eos = getattr(src, "eos_token_id", None)
+    return set([eos] if isinstance(eos, int) else (eos or []))
+
+
 def ar_forward(model, ids: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
-    """One causal forward of the AR view over `ids` (1-D), appending them to `cache`."""
+    """One causal forward of the AR view over `ids` (1-D), appending them to `cache`.
+
+    `last_only` computes the LM head for the last position only; the released loop computes
+    it at every prompt position, which can change the bits of the last row on some kernels."""
     out = model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
     return out.logits[0]
 
 
 def diffusion_proposals(model, x: torch.Tensor, cache, block_size: int) -> torch.Tensor:
-    """Logits of the diffusion view for the block [x, M, ..., M] right after the cache; slots 0..K-2."""
+    """Logits of the diffusion view for the block [x, M, ..., M] (`block_size` tokens) right after
+    the cache; slots 0..block_size-2."""
     start = cache.get_seq_length()
     block = torch.full((1, block_size), model.mask_token_id, dtype=torch.long, device=x.device)
     block[0, 0] = x
@@ -101,13 +133,28 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     block_size: int | None = None,
+    eos: str = "generation_config",
+    last_block: str = "full",
+    prefill_logits: str = "last",
 ) -> GenerateOutput:
-    """Decode one prompt with the AR view (`mode="ar"`) or the Orthrus consensus loop."""
+    """Decode one prompt with the AR view (`mode="ar"`) or the Orthrus consensus loop.
+
+    Parity options with the released reference loop (defaults: this project's behaviour):
+    `eos` which ids stop (see `eos_ids`; an explicit `eos_token_id` wins); `last_block`
+    "full" runs every diffusion block at K tokens and uses only the proposals that fit the
+    budget, "shorten" runs the last blocks at min(K, remaining + 1) tokens as the reference
+    does (bidirectional attention inside the block makes the two differ numerically);
+    `prefill_logits` "last" or "all" prompt positions through the LM head."""
     ids = _check_args(model, input_ids, mode, max_new_tokens, temperature, top_k, top_p, block_size)
+    for name, value, allowed in (("eos policy", eos, EOS_POLICIES), ("last_block", last_block, LAST_BLOCKS),
+                                 ("prefill_logits", prefill_logits, PREFILL_LOGITS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     K = (block_size or model.block_size) if mode == "orthrus" else 1
     if eos_token_id is None:
-        eos_token_id = model.generation_config.eos_token_id
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+        eos = eos_ids(model, eos)
+    else:
+        eos = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
     sampler = Sampler(temperature, top_k, top_p, generator)
 
     stats = {"mode": mode, "block_size": K if mode == "orthrus" else 1, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}
@@ -115,14 +162,15 @@ def generate(
     t0 = time.perf_counter()
     if max_new_tokens > 0:
         cache = DynamicCache(config=model.config)
-        x = sampler.pick(ar_forward(model, ids, cache, last_only=True)[-1])
+        x = sampler.pick(ar_forward(model, ids, cache, last_only=prefill_logits == "last")[-1])
         stats["n_prefill"] = 1
         tokens.append(int(x))
         step = _orthrus_step if mode == "orthrus" else _ar_step
         while len(tokens) < max_new_tokens and tokens[-1] not in eos:
-            new = step(model, x, cache, K, sampler, max_new_tokens - len(tokens), stats)
+            remaining = max_new_tokens - len(tokens)
+            new = step(model, x, cache, K, sampler, remaining, stats, last_block == "shorten")
             x = new[-1]
-            new = new.tolist()
+            new = new.tolist()[:remaining]  # a shortened last block may end one past the budget
             for t in new:
                 tokens.append(t)
                 if t in eos:
@@ -133,6 +181,7 @@ def generate(
     forwards_verify = stats["n_prefill"] + stats["n_verify"]
     stats["tpf_verify"] = len(tokens) / forwards_verify if forwards_verify else 0.0
     stats["tpf_all"] = len(tokens) / (forwards_verify + stats["n_diffusion"]) if forwards_verify else 0.0
+    stats["tpf_authors"] = tpf_authors(stats["accepted"]) if forwards_verify else 0.0
     return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
 
 
@@ -171,19 +220,24 @@ def _check_args(model, input_ids, mode, max_new_tokens, temperature, top_k, top_
     return ids
 
 
-def _ar_step(model, x, cache, K, sampler, remaining, stats) -> torch.Tensor:
+def _ar_step(model, x, cache, K, sampler, remaining, stats, shorten=False) -> torch.Tensor:
     stats["n_verify"] += 1
     return sampler.pick(ar_forward(model, x.reshape(1), cache)[-1]).reshape(1)
 
 
-def _orthrus_step(model, x, cache, K, sampler, remaining, stats) -> torch.Tensor:
+def _orthrus_step(model, x, cache, K, sampler, remaining, stats, shorten=False) -> torch.Tensor:
     """Propose with the diffusion view, verify with the AR view, keep the agreeing prefix.
 
-    Never proposes more than `remaining - 1` tokens, so a step never emits more than asked.
+    Full blocks: never proposes more than `remaining - 1` tokens, so a step never emits more
+    than asked. Shortened blocks (the reference loop): a block of min(K, remaining + 1) tokens
+    proposes up to `remaining`; the caller drops what passes the budget.
     """
-    if remaining == 1:  # nothing left to propose: a plain AR step
+    if remaining == 1 and not shorten:  # nothing left to propose: a plain AR step
         return _ar_step(model, x, cache, K, sampler, remaining, stats)
-    draft_logits = diffusion_proposals(model, x, cache, K)[: remaining - 1]
+    if shorten:
+        draft_logits = diffusion_proposals(model, x, cache, min(K, remaining + 1))
+    else:
+        draft_logits = diffusion_proposals(model, x, cache, K)[: remaining - 1]
     draft = sampler.pick(draft_logits)
     verify_logits = ar_forward(model, torch.cat([x.reshape(1), draft]), cache)
     n, nxt = consensus(draft, draft_logits, verify_logits, sampler)

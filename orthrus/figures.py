@@ -27,6 +27,7 @@ FIGURES = [
     "tpf_by_domain",          # tokens per forward per domain (verify-only and all forwards)
     "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
     "pairwise_match",         # heat map of match rates between all decoding results
+    "match_vs_uncertainty",   # per-domain match rate against the teacher's near-tie share
 ]
 FORMATS = ("png", "pdf")
 
@@ -236,8 +237,9 @@ def fig_first_divergence_hist(traj: pd.DataFrame):
 
 def fig_tpf_by_domain(tpf: pd.DataFrame):
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), squeeze=False)
-    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)")]
+    fig, axes = plt.subplots(1, 3, figsize=(19, 4.2), squeeze=False)
+    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)"),
+            ("tpf_authors", "(1 + accepted) / (1 + verify), the follow-up paper's")]
     for ax, (col, ylabel) in zip(axes[0], cols):
         ax.set_title(f"Orthrus tokens per forward: {ylabel}")
         d = tpf.dropna(subset=[col]) if len(tpf) else tpf
@@ -247,13 +249,14 @@ def fig_tpf_by_domain(tpf: pd.DataFrame):
         domains = sorted(x for x in d["domain"].unique() if x != "all")
         domains += ["all"] if "all" in set(d["domain"]) else []
         x = np.arange(len(domains))
-        series = list(d.groupby(["model", "precision", "attention"], sort=True))
+        run = [c for c in ("message", "max_new_tokens") if c in d.columns]
+        series = list(d.groupby(["model", "precision", "attention", *run], sort=True, dropna=False))
         width = 0.5 / max(1, len(series))
         for i, (key, s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
             off = (i - (len(series) - 1) / 2) * width
             ax.errorbar(x + off, s[col], yerr=s[f"{col}_ci"].fillna(0).to_numpy(float), fmt="o", capsize=3,
-                        label=" ".join(key))
+                        label=" ".join(str(k) for k in key if not pd.isna(k)))
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylabel(f"{col} (95% t CI)")
         ax.legend(fontsize=8)
@@ -314,6 +317,35 @@ def fig_pairwise_match(pw: pd.DataFrame):
     return fig
 
 
+def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
+    """Does a domain's match rate follow how often its teacher meets near-ties? One point per
+    domain and reduced-precision Orthrus configuration."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    ax.set_title("Match rate against the teacher's near-tie share, per domain")
+    d = mbd[(mbd["decoder"] == "orthrus") & (mbd["precision"] != "fp32")] if len(mbd) else mbd
+    if unc is None or not len(unc) or not len(d):
+        _empty(ax, "no uncertainty table or no reduced-precision Orthrus results")
+        return fig
+    share = unc.set_index("domain")["near_tie_share"].astype(float)
+    for (model, prec, att), g in d.groupby(["model", "precision", "attention"], sort=True):
+        g = g[g["domain"].isin(share.index)]
+        x = share.reindex(g["domain"]).to_numpy()
+        ax.errorbar(x, g["match_rate"], yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]), fmt="o",
+                    capsize=2, alpha=0.8, label=f"{model} {prec} {att}")
+    for dom, x in share.drop("all", errors="ignore").items():
+        ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
+                    ha="left", va="bottom")
+    thr = unc["near_tie_threshold"].iloc[0]
+    ax.set_xlabel(f"share of greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
+                  f"{unc['scored_precision'].iloc[0]})")
+    ax.set_ylabel("exact match rate (Wilson 95% CI)")
+    ax.set_ylim(-0.03, 1.25)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
 # ---- driver ----------------------------------------------------------------------------
 def make_figures(tables_dir, out_dir) -> list[Path]:
     plt = _plt()
@@ -326,7 +358,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
           "match_by_domain.csv")
     tpf = _read_table(tables_dir, "tpf_by_domain.csv", True)
     _need(tpf, ["model", "precision", "attention", "domain", "tpf_verify", "tpf_verify_ci", "tpf_all",
-                "tpf_all_ci"], "tpf_by_domain.csv")
+                "tpf_all_ci", "tpf_authors", "tpf_authors_ci"], "tpf_by_domain.csv")
     pw = _read_table(tables_dir, "pairwise_match.csv", True)
     _need(pw, ["a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder",
                "b_precision", "b_attention", "match_rate"], "pairwise_match.csv")
@@ -334,6 +366,9 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
     if fx is not None:
         _need(fx, ["model", "decoder", "precision", "attention", "margin_native"], "forensics_rows.parquet")
         fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
+    unc = _read_table(tables_dir, "uncertainty_by_domain.csv", False)
+    if unc is not None:
+        _need(unc, ["domain", "near_tie_share", "near_tie_threshold", "scored_precision"], "uncertainty_by_domain.csv")
     fsum = _read_table(tables_dir, "forensics.csv", False)
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):
@@ -349,6 +384,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         "tpf_by_domain": lambda: fig_tpf_by_domain(tpf),
         "margin_at_divergence": lambda: fig_margin_at_divergence(fx, near_tie),
         "pairwise_match": lambda: fig_pairwise_match(pw),
+        "match_vs_uncertainty": lambda: fig_match_vs_uncertainty(mbd, unc),
     }
     assert list(builders) == FIGURES
     written = []

@@ -30,7 +30,7 @@ from transformers import DynamicCache
 from .io import write_parquet
 from .prompts import read_prompt_set, render_chat
 from .stats import first_divergence
-from .trajectories import load
+from .trajectories import load, row_message
 
 COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", "position", "ref_token", "orthrus_token",
            "margin_native", "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff", "replay_consistent"]
@@ -98,7 +98,7 @@ def analyse(model, model32, tokenizer, prompts, cases, max_new: int) -> list[dic
     text = prompts.set_index("prompt_id")["prompt"]
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
-        prompt = render_chat(tokenizer, text[o.prompt_id])
+        prompt = render_chat(tokenizer, text[o.prompt_id], row_message(getattr(o, "env", None)))
         step_logits, step_hidden = stepwise(model, prompt, r_tokens[:t])
         ver_logits, ver_hidden = replay_verify(model, prompt, o_tokens, [int(a) for a in o.accepted], t, max_new)
         step32, _ = stepwise(model32, prompt, r_tokens[:t])

@@ -18,7 +18,7 @@ The model (`--model orthrus`) is lm-eval's Hugging Face model class (`HFLM`) wit
   rendered this way are tokenized without added special tokens, as `render_chat` does.
 
 Model arguments (`--model_args`): `pretrained=DIR|HUB_ID`, `decoding=orthrus|ar`,
-`dtype=bf16|fp16|fp32` (or bfloat16/float16/float32; default fp32), `attn_implementation=eager|sdpa|...`
+`decoding=ar-ref` (lm-eval's own HFLM generation), `dtype=bf16|fp16|fp32` (or bfloat16/float16/float32; default fp32), `attn_implementation=eager|sdpa|...`
 (alias `attention`), `block_size=K` (default: the checkpoint's), `device=cpu|cuda`,
 `system_message=`, `enable_thinking=False`, `max_gen_toks=N` (default when a task sets none),
 `seed=N` (sampling only), `deterministic=True`, and `HFLM`'s `batch_size` (log-likelihood only).
@@ -28,7 +28,7 @@ Command line (`orthrus lm-eval <sub>` or `python -m orthrus.lmeval <sub>`):
     prepare-data --out DIR [--n 40] [--seed 0] [--tasks tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate]
                  [--exclude PROMPTS.parquet ...]
     run   --model-path DIR --decoding orthrus|ar --precision bf16|fp16|fp32 --attention eager|sdpa
-          --tasks T1,T2 [--include-path DIR ...] [--limit N] [--max-gen-toks 128]
+          --tasks T1,T2 [--include-path DIR ...] [--limit N] [--max-gen-toks 128|task]
           [--num-fewshot 0] [--no-chat-template] [--no-chat-template-tasks T,...]
           [--model-name NAME] [--device cpu|cuda]
           [--allow-code-eval] --out results/benchmarks/{model}-{decoder}-{precision}-{attention}.json
@@ -75,7 +75,9 @@ from orthrus.io import atomic_path, save_figure, write_json, write_table
 log = logging.getLogger("orthrus.lmeval")
 
 TASKS_DIR = Path(__file__).resolve().parent / "lmeval_tasks"
-DECODINGS = ("orthrus", "ar")
+# ar-ref: lm-eval's own HFLM generation (transformers' generate, stop strings as stopping
+# criteria), the baseline as the authors ran it; ar: the AR view through our loop.
+DECODINGS = ("orthrus", "ar", "ar-ref")
 # The metric each task contributes to Table 7 (all metrics go into the tables; these are marked
 # `primary` and drawn in the figure).
 PRIMARY_METRICS = {
@@ -107,7 +109,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 
 def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_implementation: str = "eager",
                device: str | None = None):
-    """An Orthrus checkpoint (any decoding) or, for `decoding="ar"`, also a plain Qwen3 one."""
+    """An Orthrus checkpoint (any decoding) or, for the AR decodings, also a plain Qwen3 one."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
@@ -121,13 +123,13 @@ def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_impleme
     is_orthrus = getattr(cfg, "block_size", None) is not None and getattr(cfg, "mask_token_id", None) is not None
     if is_orthrus:
         model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
-    elif decoding == "ar":
+    elif decoding in ("ar", "ar-ref"):
         model = Qwen3ForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype), attn_implementation=attn_implementation,
                                                  use_safetensors=True).eval()
         check_finite(model, path)
     else:
         raise ValueError(f"{pretrained} is not an Orthrus checkpoint (no block_size/mask_token_id); "
-                         "only decoding=ar can evaluate a plain model")
+                         "only decoding=ar or ar-ref can evaluate a plain model")
     if device and str(device).startswith("cuda") and not torch.cuda.is_available():
         log.warning("device %s requested but CUDA is not available: using the CPU", device)
         device = "cpu"
@@ -206,6 +208,9 @@ class OrthrusLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
+        if self.decoding == "ar-ref":  # HFLM's own loop: transformers' generate, as the authors ran it
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
         from orthrus.decoding import generate
 
         eos_ids = self._eos_ids()
@@ -239,7 +244,7 @@ class OrthrusLM(HFLM):
                 "prompt_len": len(ids), "tokens": tokens, "n_tokens": st["n_tokens"],
                 "finish_reason": st["finish_reason"], "n_prefill": st["n_prefill"],
                 "n_diffusion": st["n_diffusion"], "n_verify": st["n_verify"], "accepted": st["accepted"],
-                "seconds": st["seconds"], "tpf_verify": st["tpf_verify"],
+                "seconds": st["seconds"], "tpf_verify": st["tpf_verify"], "tpf_authors": st["tpf_authors"],
             })
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
         return out
@@ -376,7 +381,9 @@ def evaluate(model_path, decoding="orthrus", precision="fp32", attention="eager"
     """Run lm-eval on one model x decoder x precision x attention; return the record `run` writes.
 
     `chat_template`: render prompts as the trajectory study does, except for the tasks in
-    `raw_tasks` (plain completion prompts, e.g. lm-eval's `humaneval`)."""
+    `raw_tasks` (plain completion prompts, e.g. lm-eval's `humaneval`). `max_gen_toks=None`:
+    each task's own generation length (256, HFLM's default, where a task sets none), as the
+    authors ran lm-eval."""
     import lm_eval
     from lm_eval.evaluator import simple_evaluate
 
@@ -396,7 +403,7 @@ def evaluate(model_path, decoding="orthrus", precision="fp32", attention="eager"
     check_ifeval(_expand(tm, tasks))
     if lm is None:
         lm = OrthrusLM(pretrained=str(model_path), decoding=decoding, dtype=precision, attn_implementation=attention,
-                       device=device, system_message=system_message, max_gen_toks=max_gen_toks, batch_size=batch_size,
+                       device=device, system_message=system_message, max_gen_toks=max_gen_toks or 256, batch_size=batch_size,
                        seed=seed)
     raw = [t for t in tasks if t in set(raw_tasks or ())] if chat_template else list(tasks)
     groups = [(False, raw), (True, [t for t in tasks if t not in raw])]
@@ -514,7 +521,7 @@ def _per_sample(rec: dict, task: str, metric: str) -> dict:
 
 
 def _is_ar(rec: dict) -> bool:
-    return rec["decoder"] == "ar"
+    return rec["decoder"] in ("ar", "ar-ref")
 
 
 def _find_reference(rec: dict, records: list[dict], reference_model: str | None):
@@ -652,6 +659,15 @@ def make_tables(inputs, out, agreement_out=None, figure=None, reference_model=No
 # --------------------------------------------------------------------------- CLI
 
 
+def _gen_cap(v: str) -> int | None:
+    """`--max-gen-toks`: a positive cap, or 'task' (None: each task's own generation length)."""
+    if v == "task":
+        return None
+    if int(v) < 1:
+        raise argparse.ArgumentTypeError("a positive integer or 'task'")
+    return int(v)
+
+
 def _split(s: str | None) -> list[str]:
     return [t.strip() for t in (s or "").split(",") if t.strip()]
 
@@ -751,7 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", help="extra task directory (repeatable)")
     p.add_argument("--limit", type=float, help="documents per task (lm-eval --limit; <1 = fraction)")
     p.add_argument("--num-fewshot", type=int, default=0)
-    p.add_argument("--max-gen-toks", type=int, default=128, help="generation cap per request (the study's 128)")
+    p.add_argument("--max-gen-toks", type=_gen_cap, default=128,
+                   help="generation cap per request (the study's 128), or 'task' for each task's own max_gen_toks")
     p.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=True,
                    help="render prompts as the trajectory study does (render_chat); default on")
     p.add_argument("--no-chat-template-tasks",

@@ -73,10 +73,12 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
     # ---- construction -----------------------------------------------------------------------
 
     @classmethod
-    def from_base(cls, base, block_size: int, mask_token_id: int | None = None, tokenizer=None, **load_kwargs):
+    def from_base(cls, base, block_size: int, mask_token_id: int | None = None, tokenizer=None,
+                  mask_token: str = MASK_TOKEN, **load_kwargs):
         """Build Orthrus from a Qwen3 causal LM (instance, local directory or hub id).
 
-        `mask_token_id=None` adds a dedicated `<|mask|>` token at id `len(tokenizer)` (as the
+        `mask_token_id=None` adds a dedicated `mask_token` (default `<|mask|>`; the follow-up
+        paper's authors named theirs `<|orthrus_mask|>`) at id `len(tokenizer)` (as the
         released checkpoint did), growing the embedding only if that row does not exist yet; its
         row starts as the mean embedding. `tokenizer` is updated in place; when `base` is a path
         and no tokenizer is given, it is loaded from there (then reach it as `model.tokenizer`).
@@ -104,7 +106,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         if mask_token_id is None:
             if tokenizer is None:
                 raise ValueError("mask_token_id=None adds a new mask token, which needs the tokenizer")
-            mask_token_id = model._add_mask_token(tokenizer)
+            mask_token_id = model._add_mask_token(tokenizer, mask_token)
         elif not 0 <= mask_token_id < model.config.vocab_size:
             raise ValueError(f"mask_token_id {mask_token_id} outside the vocabulary (size {model.config.vocab_size})")
         model.config.mask_token_id = int(mask_token_id)
@@ -113,12 +115,12 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         model.freeze_backbone()
         return model
 
-    def _add_mask_token(self, tokenizer) -> int:
-        if MASK_TOKEN in tokenizer.get_vocab():
-            return tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    def _add_mask_token(self, tokenizer, name: str = MASK_TOKEN) -> int:
+        if name in tokenizer.get_vocab():
+            return tokenizer.convert_tokens_to_ids(name)
         n_real = len(tokenizer)
-        tokenizer.add_special_tokens({"additional_special_tokens": [MASK_TOKEN]}, replace_extra_special_tokens=False)
-        mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+        tokenizer.add_special_tokens({"additional_special_tokens": [name]}, replace_extra_special_tokens=False)
+        mask_id = tokenizer.convert_tokens_to_ids(name)
         if mask_id >= self.config.vocab_size:
             self.resize_token_embeddings(mask_id + 1, pad_to_multiple_of=64, mean_resizing=False)
         with torch.no_grad():

@@ -1,7 +1,10 @@
 """Response-conditional perplexity of reference trajectories under the teacher.
 
 PPL(y|x) = exp(-1/|y| * sum_t log p(y_t | x, y_<t)), one teacher forward per prompt, in the
-scoring precision (fp32 by default), whatever precision produced the trajectory.
+scoring precision (fp32 by default), whatever precision produced the trajectory. The same
+forward gives the teacher's uncertainty along the path: the mean entropy of its next-token
+distribution and, per step, the top-1/top-2 logit margin (the near-ties where a greedy
+choice can flip in reduced precision).
 
 `orthrus perplexity --teacher DIR --prompts eval.parquet --decode REF.parquet... --precision fp32 --out F`
 """
@@ -16,17 +19,21 @@ from tqdm import tqdm
 
 from .io import write_parquet
 from .prompts import read_prompt_set, render_chat
-from .trajectories import load
+from .trajectories import load, row_message
 
 
 @torch.inference_mode()
-def response_ppl(model, prompt_ids: list[int], response: list[int]) -> float:
+def response_scores(model, prompt_ids: list[int], response: list[int]) -> dict:
+    """PPL of `response`, mean next-token entropy (nats) and per-step top-1/top-2 margins."""
     if not response:
-        return float("nan")
+        return {"ppl": float("nan"), "entropy": float("nan"), "margins": []}
     ids = torch.tensor(prompt_ids + response, device=model.device)[None]
     logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
-    logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response, device=model.device)[:, None])
-    return float(torch.exp(-logp.mean()))
+    logp = torch.log_softmax(logits, -1)
+    nll = -logp.gather(-1, torch.tensor(response, device=model.device)[:, None]).mean()
+    entropy = -(logp.exp() * logp).sum(-1).mean()
+    top = logits.topk(2, dim=-1).values
+    return {"ppl": float(torch.exp(nll)), "entropy": float(entropy), "margins": (top[:, 0] - top[:, 1]).tolist()}
 
 
 def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precision: str) -> pd.DataFrame:
@@ -37,7 +44,9 @@ def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precis
             continue
         tokens = [int(t) for t in r.tokens]
         rows.append({"model": r.model, "precision": r.precision, "attention": r.attention, "prompt_id": r.prompt_id,
-                     "ppl": response_ppl(model, render_chat(tokenizer, text[r.prompt_id]), tokens),
+                     "domain": r.domain,
+                     **response_scores(model, render_chat(tokenizer, text[r.prompt_id], row_message(getattr(r, "env", None))),
+                                       tokens),
                      "n_tokens": len(tokens), "scorer_precision": precision})
     return pd.DataFrame(rows)
 

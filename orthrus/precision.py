@@ -47,10 +47,11 @@ def configure(dtype: str | torch.dtype = "fp32", deterministic: bool = True, thr
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
+    # deterministic=False restores torch's own defaults (what the authors' scripts ran with),
+    # explicitly, since these flags are process-wide and a previous run may have set them.
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = deterministic
     if threads:
         torch.set_num_threads(threads)
     return dtype

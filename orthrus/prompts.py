@@ -29,6 +29,10 @@ Sources:
   `n`, optional `min_chars`/`max_chars` (override the global ones) and `shuffle`
   (default true: rows are taken in a seeded random order).
 
+- `eval_file` (with either source): the evaluation set is a file in the authors' format
+  `{domain: [prompt, ...]}` taken as it stands (orthrus.prompt_file); optional
+  `eval_file_sha256` and `eval_duplicates` (error | first).
+
 Prompts that are empty, shorter than `min_chars` or longer than `max_chars` are dropped
 and counted: one log line per domain and set on stderr (kept, dropped by reason).
 Columns: `prompt_id` (unique), `domain`, `prompt` (raw user text).
@@ -54,15 +58,33 @@ import pandas as pd
 from orthrus.io import write_parquet
 
 SYSTEM_PROMPT = ""
+# How a prompt becomes chat messages, a per-stage setting: "empty" (an empty system message, then
+# the user turn: the follow-up paper's trajectory study and this project's default), "none" (the
+# user turn alone: the authors' TPF script and training data) or "system:<text>" (a custom one).
+MESSAGE_FORMATS = ("empty", "none")
 
 
-def render_chat(tokenizer, prompt: str) -> list[int]:
-    """Chat-rendered prompt token ids: empty system message, user `prompt`, assistant
-    turn opened, thinking disabled (Qwen3 `enable_thinking=False`)."""
-    messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": prompt}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=False)
+def check_message(message: str) -> str:
+    if message in MESSAGE_FORMATS or (isinstance(message, str) and message.startswith("system:")):
+        return message
+    raise ValueError(f"message format must be 'empty', 'none' or 'system:<text>', got {message!r}")
+
+
+def chat_messages(prompt: str, message: str = "empty") -> list[dict]:
+    check_message(message)
+    user = [{"role": "user", "content": prompt}]
+    if message == "none":
+        return user
+    system = SYSTEM_PROMPT if message == "empty" else message[len("system:"):]
+    return [{"role": "system", "content": system}] + user
+
+
+def render_chat(tokenizer, prompt: str, message: str = "empty") -> list[int]:
+    """Chat-rendered prompt token ids: the messages of `message` (default: empty system
+    message, then the user `prompt`), assistant turn opened, thinking disabled (Qwen3
+    `enable_thinking=False`)."""
+    text = tokenizer.apply_chat_template(chat_messages(prompt, message), tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -87,6 +109,31 @@ def read_prompt_set(path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
         raise InputError(f"{path}: prompt set not found") from None
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: not a readable Parquet prompt set ({e})") from None
+    return check_prompt_table(table, path, columns)
+
+
+def check_prompt_set(df: pd.DataFrame, name, columns=PROMPT_COLUMNS) -> pd.DataFrame:
+    """The checks of `read_prompt_set` on a prompt set in memory (before a stage writes it,
+    e.g. one taken from `prompts.eval_file`); `name` stands for the file in the messages."""
+    import pyarrow as pa
+
+    from orthrus.io import InputError
+
+    try:
+        # an empty set (e.g. no distillation prompts when the corpus comes ready) has string columns
+        schema = pa.schema([(c, pa.string()) for c in df.columns]) if df.empty else None
+        table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+    except (pa.ArrowException, TypeError) as e:
+        raise InputError(f"{name}: not a table of prompts ({e})") from None
+    return check_prompt_table(table, name, columns)
+
+
+def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
+    """A pyarrow table as a checked prompt set; raises InputError naming `path`, row id, column."""
+    import pyarrow as pa
+
+    from orthrus.io import InputError
+
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise InputError(f"{path}: missing column(s) {missing} (has {table.column_names})")
@@ -346,6 +393,19 @@ def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None,
     return eval_df, distill_df, log
 
 
+def _use_eval_file(cfg: dict, distill_df: pd.DataFrame, log: dict):
+    """The evaluation set of `cfg['eval_file']` (orthrus.prompt_file) in place of the source's;
+    distillation prompts that appear in it are dropped, so the two sets stay disjoint."""
+    from orthrus.prompt_file import load_eval_file
+
+    eval_df, file_log = load_eval_file(cfg["eval_file"], cfg.get("eval_file_sha256"),
+                                       cfg.get("eval_duplicates", "error"))
+    clash = distill_df["prompt"].isin(set(eval_df["prompt"]))
+    if clash.any():
+        _log(f"distill: dropped {int(clash.sum())} prompts that are in the evaluation file")
+    return eval_df, distill_df[~clash].reset_index(drop=True), {**log, **file_log}
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -378,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         eval_df, distill_df, log = hf_prompts(
             cfg, seed=seed, eval_per_domain=None if epd is None else int(epd),
             distill_n=None if dn is None else int(dn))
-    assert eval_df["prompt_id"].is_unique and distill_df["prompt_id"].is_unique
+    if cfg.get("eval_file"):
+        eval_df, distill_df, log = _use_eval_file(cfg, distill_df, log)
+    # the checks every later stage applies on reading (read_prompt_set), here before writing:
+    # a prompt set from the sources or the eval file that they would refuse is never written
+    check_prompt_set(eval_df, f"{args.eval_out} (evaluation prompts)")
+    check_prompt_set(distill_df, f"{args.distill_out} (distillation prompts)")
     assert not set(eval_df["prompt"]) & set(distill_df["prompt"])
     write_parquet(args.eval_out, eval_df)
     write_parquet(args.distill_out, distill_df)

@@ -59,10 +59,12 @@ DEFAULTS: dict = {
     # --- blocks
     "block_size": 8,            # K >= 2
     "blocks_per_seq": 32,       # anchors per sequence, drawn inside the response
-    "min_loss_tokens": 1,       # a block needs at least this many weighted targets
-    "mask_token_id": None,      # None: a dedicated new <|mask|> token; or an existing id
+    "min_loss_tokens": 1,       # a block needs at least this many weighted targets (authors: 4)
+    "mask_token_id": None,      # None: a dedicated new token named `mask_token`; or an existing id
+    "mask_token": "<|mask|>",   # name of that new token (authors: <|orthrus_mask|>)
     # --- optimisation (defaults: the follow-up paper's recipe)
     "lr": 2e-4,
+    "schedule": "cosine",       # after warmup: cosine (decay to lr * min_lr_ratio) | constant (authors)
     "min_lr_ratio": 0.1,        # cosine decay from lr to lr * min_lr_ratio
     "warmup_steps": 100,
     "weight_decay": 0.0,
@@ -87,10 +89,11 @@ DEFAULTS: dict = {
     "eval_max_new_tokens": 128,
 }
 OBJECTIVES = ("ce", "kl", "mix")
+SCHEDULES = ("cosine", "constant")
 REQUIRED_COLUMNS = ("prompt_ids", "response_ids")
 LOG_FIELDS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc",
               "grad_norm"]
-EVAL_FIELDS = ["step", "domain", "n", "tpf_verify", "tpf_all", "accepted_mean"]
+EVAL_FIELDS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 # Settings that do not change the trained weights: a checkpoint stays valid when they change.
 _NON_TRAINING = {"description", "log_every", "save_every", "keep_checkpoint", "eval_every",
                  "eval_per_domain", "eval_max_new_tokens"}
@@ -144,6 +147,10 @@ def resolve_settings(settings: dict | None) -> dict:
         errors.append(f"kl_weight must be in [0, 1], got {s['kl_weight']!r}")
     if not float(s["lr"]) > 0:
         errors.append(f"lr must be > 0, got {s['lr']!r}")
+    if s["schedule"] not in SCHEDULES:
+        errors.append(f"schedule must be one of {SCHEDULES}, got {s['schedule']!r}")
+    if not (isinstance(s["mask_token"], str) and s["mask_token"]):
+        errors.append(f"mask_token must be a non-empty token name, got {s['mask_token']!r}")
     if not 0.0 <= float(s["min_lr_ratio"]) <= 1.0:
         errors.append(f"min_lr_ratio must be in [0, 1], got {s['min_lr_ratio']!r}")
     for key in ("warmup_steps", "log_every", "save_every", "eval_every", "eval_per_domain",
@@ -479,14 +486,14 @@ def evaluate_tpf(model, prompts: list, max_new_tokens: int, step: int) -> list[d
     for dom, ids in prompts:
         out = generate(model, torch.tensor(ids, device=device), mode="orthrus", max_new_tokens=max_new_tokens)
         acc = out.stats["accepted"]
-        row = {"tpf_verify": out.stats["tpf_verify"], "tpf_all": out.stats["tpf_all"],
+        row = {"tpf_verify": out.stats["tpf_verify"], "tpf_all": out.stats["tpf_all"], "tpf_authors": out.stats["tpf_authors"],
                "accepted_mean": float(np.mean(acc)) if acc else 0.0}
         per.setdefault(dom, []).append(row)
     rows = []
     every = [r for v in per.values() for r in v]
     for dom, rs in [*sorted(per.items()), ("all", every)]:
         rows.append({"step": step, "domain": dom, "n": len(rs),
-                     **{k: float(np.mean([r[k] for r in rs])) for k in ("tpf_verify", "tpf_all", "accepted_mean")}})
+                     **{k: float(np.mean([r[k] for r in rs])) for k in ("tpf_verify", "tpf_all", "tpf_authors", "accepted_mean")}})
     return rows
 
 
@@ -499,6 +506,8 @@ def _lr_lambda(s: dict, total: int):
     def f(step: int) -> float:
         if step < warm:
             return (step + 1) / warm
+        if s["schedule"] == "constant":
+            return 1.0
         frac = min(1.0, (step - warm) / max(1, total - warm))
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
 
@@ -543,7 +552,7 @@ def load_student(teacher, s: dict, device=None):
     path = resolve_checkpoint(teacher)
     tok = AutoTokenizer.from_pretrained(path)
     model = OrthrusForCausalLM.from_base(path, block_size=s["block_size"], mask_token_id=s["mask_token_id"],
-                                         tokenizer=tok, dtype=torch.float32, attn_implementation=s["attention"])
+                                         mask_token=s["mask_token"], tokenizer=tok, dtype=torch.float32, attn_implementation=s["attention"])
     if device is not None:
         model.to(device)
     model.eval()  # no dropout anywhere; gradients flow regardless

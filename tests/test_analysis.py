@@ -92,8 +92,9 @@ def test_columns_are_the_contract(world):
         "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high",
         "n_errors_excluded"]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "precision", "attention", "domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all",
-        "tpf_all_ci", "n_errors_excluded"]
+        "model", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
+        "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
+    assert list(t["uncertainty_by_domain.csv"].columns) == analysis.UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
     assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
@@ -154,6 +155,23 @@ def test_tpf(world):
     ntok = tr[(tr.decoder == "orthrus") & (tr.precision == "bf16")]["n_tokens"].to_numpy(float)
     assert bf["tpf_verify"] == pytest.approx(np.mean(ntok / 6))
     assert bf["tpf_verify_ci"] > 0
+    assert (tpf["message"] == "empty").all() and tpf["max_new_tokens"].isna().all()  # env records without them
+
+
+def test_tpf_authors_and_a_separate_tpf_run(world, tmp_path):
+    """A Table 2 run (256 tokens, user-only message) beside the study's rows; tpf_authors from
+    the recorded accepted lengths; a domain key with a space survives."""
+    env = json.dumps({"message": "none", "max_new_tokens": 256})
+    rows = [dict(_row(MODEL, "orthrus", "bf16", f"wmt ru-en-{i}", "wmt ru-en", list(range(2, 26)), 5, 5),
+                 accepted=[3, 4, 5, 6, 1][: 3 + i % 3], env=env) for i in range(4)]
+    path = tmp_path / "tpf.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    t = analysis.analyze(list(world["paths"].values()), REF, tpf_paths=[path])["tpf_by_domain.csv"]
+    run = t[(t.message == "none") & (t.domain == "wmt ru-en")].iloc[0]
+    expect = [(1 + sum(r["accepted"])) / (1 + len(r["accepted"])) for r in rows]
+    assert run["max_new_tokens"] == 256 and run["n"] == 4
+    assert run["tpf_authors"] == pytest.approx(np.mean(expect)) and run["tpf_authors_ci"] > 0
+    assert len(t[t.message == "empty"]) == len(world["tables"]["tpf_by_domain.csv"])  # study rows unchanged
 
 
 def test_pairwise(world):
@@ -368,3 +386,63 @@ def test_every_table_counts_the_error_rows_it_excluded(world, tmp_path):
     assert both["n_errors_excluded"].tolist() == [2]
     for name in ("ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"):
         assert (t[name].query("precision == 'bf16'")["n_errors_excluded"] == 2).all(), name
+
+
+def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
+    """tpf_by_domain counts per run setting (the separate TPF run's errors only in its own rows);
+    uncertainty_by_domain counts the reference's errors at the scored precision/attention, which
+    the perplexity forward never saw."""
+    def rows(model, decoder, precision, budget, message, error_pid):
+        out = []
+        for dom in ("code", "math"):
+            for i in range(3):
+                r = _row(model, decoder, precision, f"{dom}-{i}", dom, [5, 6, 7], *((2, 2) if decoder == "orthrus" else ()))
+                r["env"] = json.dumps({"message": message, "max_new_tokens": budget})
+                if r["prompt_id"] == error_pid:
+                    r.update(tokens=[], finish_reason="error", error="PromptTooLong: ...")
+                out.append(r)
+        return pd.DataFrame(out)
+
+    paths = {}
+    for key, args in {"ref": (REF, "ar-ref", "fp32", 3, "empty", "math-1"),
+                      "orth": (MODEL, "orthrus", "fp32", 3, "empty", None),
+                      "tpf": (MODEL, "orthrus", "fp32", 256, "none", "code-2")}.items():
+        paths[key] = tmp_path / f"{key}.parquet"
+        rows(*args).to_parquet(paths[key], index=False)
+    ppl = tmp_path / "ppl.parquet"
+    pd.DataFrame([dict(model=REF, precision="fp32", attention="eager", prompt_id=f"{d}-{i}", domain=d, ppl=1.2,
+                       entropy=0.5, margins=[1.0, 2.0]) for d in ("code", "math") for i in range(3)
+                  if (d, i) != ("math", 1)]).to_parquet(ppl, index=False)
+    t = analyze([paths["ref"], paths["orth"]], REF, ppl, tpf_paths=[paths["tpf"]])
+    tpf = t["tpf_by_domain.csv"].set_index(["max_new_tokens", "domain"])["n_errors_excluded"].to_dict()
+    assert tpf == {(3, "code"): 0, (3, "math"): 0, (3, "all"): 0, (256, "code"): 1, (256, "math"): 0, (256, "all"): 1}
+    unc = t["uncertainty_by_domain.csv"].set_index("domain")
+    assert unc["n_errors_excluded"].to_dict() == {"code": 0, "math": 1, "all": 1}
+    assert unc.loc["math", "n_prompts"] == 2
+    # the TPF run's error is in no other table
+    assert t["match_overall.csv"]["n_errors_excluded"].tolist() == [1]
+
+
+def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
+    from orthrus.analysis import uncertainty_by_domain
+
+    rows = []
+    for prec, margins in (("fp32", [0.0, 0.1, 0.5, 2.0]), ("bf16", [9.0, 9.0, 9.0, 9.0])):
+        for att in ("eager", "sdpa"):
+            rows += [dict(model=REF, precision=prec, attention=att, prompt_id=f"poetry-en-{i}", domain="poetry-en",
+                          ppl=1.5, entropy=1.0, margins=margins) for i in range(2)]
+            rows.append(dict(model=REF, precision=prec, attention=att, prompt_id="math-0", domain="math", ppl=1.0,
+                             entropy=0.1 if att == "eager" else 5.0, margins=[3.0, 4.0]))
+    path = tmp_path / "ppl.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    t = uncertainty_by_domain(path, REF, near_tie=0.125)
+    assert list(t.columns) == analysis.UNCERTAINTY_COLUMNS
+    t = t.set_index("domain")
+    assert set(t["scored_precision"]) == {"fp32"} and set(t["scored_attention"]) == {"eager"}
+    assert t.loc["poetry-en", "n_steps"] == 8 and t.loc["poetry-en", "near_tie_share"] == 0.5
+    assert t.loc["poetry-en", "declared"] == "open" and t.loc["math", "declared"] == "determined"
+    assert t.loc["math", "near_tie_share"] == 0.0 and t.loc["math", "mean_entropy"] == pytest.approx(0.1)
+    assert t.loc["all", "n_prompts"] == 3 and t.loc["all", "near_tie_share"] == pytest.approx(4 / 10)
+    # an old perplexity file without the uncertainty columns gives an empty table, not an error
+    pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
+    assert uncertainty_by_domain(path, REF).empty

@@ -107,6 +107,27 @@ BAD = [
     ("resources typo", _set("resources.decode.memory", 10), "resources.decode.memory"),
     ("benchmarks no tasks", _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}), "benchmarks.tasks"),
     ("benchmarks precisions", _set("benchmarks", {"enabled": True, "precisions": []}), "benchmarks.precisions"),
+    ("model schedule", _set("models.smoke-ce.schedule", "linear"), "models.smoke-ce.schedule"),
+    ("model mask token empty", _set("models.smoke-ce.mask_token", ""), "models.smoke-ce.mask_token"),
+    ("prompts eval file missing", _set("prompts.eval_file", "./no/such/prompts.json"), "prompts.eval_file"),
+    ("prompts eval file scheme", _set("prompts.eval_file", "ftp://example.org/p.json"), "prompts.eval_file"),
+    ("prompts sha256 not hex", _set("prompts.eval_file_sha256", "abc"), "prompts.eval_file_sha256"),
+    ("prompts sha256 without file", _set("prompts.eval_file_sha256", "0" * 64), "prompts.eval_file_sha256"),
+    ("prompts duplicates policy", _set("prompts.eval_duplicates", "last"), "prompts.eval_duplicates"),
+    ("hf prompts without distill for generate",
+     _both(_set("prompts.source", "hf"), _set("prompts.eval_file", "https://example.org/p.json")), "prompts.distill"),
+    ("corpus source", _set("corpus.source", "scrape"), "corpus.source"),
+    ("corpus hf without dataset", _set("corpus.source", "hf"), "corpus.dataset"),
+    ("corpus message", _set("corpus.message", "user"), "corpus.message"),
+    ("decode message", _set("decode.message", "System:x"), "decode.message"),
+    ("decode eos policy", _set("decode.eos", "tokenizer"), "decode.eos"),
+    ("decode last block", _set("decode.last_block", "trim"), "decode.last_block"),
+    ("decode deterministic word", _set("decode.deterministic", "yes"), "decode.deterministic"),
+    ("tpf tokens zero", _set("tpf.max_new_tokens", 0), "tpf.max_new_tokens"),
+    ("tpf typo", _set("tpf.enable", True), "tpf.enable"),
+    ("analysis ppl attention", _set("analysis.ppl_attention", "flash"), "analysis.ppl_attention"),
+    ("benchmarks ar baseline", _set("benchmarks.ar_baseline", "vllm"), "benchmarks.ar_baseline"),
+    ("benchmarks max gen zero", _set("benchmarks.max_gen_toks", 0), "benchmarks.max_gen_toks"),
     ("duplicate nested key", SMOKE_TEXT.replace("steps: 40,", "steps: 40, steps: 3,"), "teacher.tiny.steps"),
     ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
 ]
@@ -180,6 +201,21 @@ def test_local_hf_teacher_directory_is_accepted(tmp_path):
     cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher")}
     cc.check_config(cfg, SCHEMA)
     cfg["teacher"]["path"] = "Qwen/Qwen3-1.7B"  # a hub id is checked by the job that downloads it
+    cc.check_config(cfg, SCHEMA)
+
+
+def test_paper_protocol_sources_are_accepted(tmp_path):
+    """An eval file (local path or URL), a ready hub corpus and hub ids for the teacher and an
+    external model (not local paths: the jobs that download them check them)."""
+    (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"]}')
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B"}
+    cfg["prompts"] = {"source": "hf", "eval_file": str(tmp_path / "prompts.json"), "eval_duplicates": "first",
+                      "distill": []}
+    cfg["corpus"] |= {"source": "hf", "dataset": "ai-forever/ZaryaOrthrusDataset-1.7B", "message": "none"}
+    cfg["external_models"] = {"ZaryaOrthrus-1.7B": "ai-forever/ZaryaOrthrus-1.7B"}
+    cc.check_config(cfg, SCHEMA)
+    cfg["prompts"]["eval_file"] = "https://example.org/speed_evaluation_dataset.json"
     cc.check_config(cfg, SCHEMA)
 
 

@@ -157,3 +157,56 @@ def test_generate_rejects_bad_arguments_in_one_line(ids, kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
         orthrus.generate(model, ids, **kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_tpf_authors_does_not_count_the_correction_token():
+    assert orthrus.decoding.tpf_authors([]) == 1.0
+    assert orthrus.decoding.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    s = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[]).stats
+    assert s["tpf_authors"] == pytest.approx((1 + sum(s["accepted"])) / (1 + len(s["accepted"])))
+    assert s["tpf_authors"] < s["tpf_verify"]
+    # with one step fewer the budget ends on a consensus step: tpf_verify counts the step's
+    # correction token, tpf_authors does not, so tpf_verify = tpf_authors + steps / (1 + steps)
+    s = orthrus.generate(model, torch.tensor([5, 6, 7]), max_new_tokens=49, eos_token_id=[]).stats
+    steps = len(s["accepted"])
+    assert s["n_verify"] == steps and s["tpf_verify"] == pytest.approx(s["tpf_authors"] + steps / (1 + steps))
+
+
+def test_eos_policies_config_vs_generation_config():
+    """A model whose generation_config lists a second EOS id that the trajectory emits: the
+    `generation_config` policy stops there, the `config` policy (the released loop) goes on."""
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    free = orthrus.generate(model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=[]).tokens.tolist()
+    second = next(t for t in free[3:] if t != EOS)
+    model.config.eos_token_id = EOS
+    model.generation_config.eos_token_id = [EOS, second]
+    assert orthrus.decoding.eos_ids(model, "config") == {EOS}
+    by_gen = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30).tokens.tolist()
+    by_cfg = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30, eos="config").tokens.tolist()
+    assert by_gen == free[: free.index(second) + 1]
+    assert by_cfg == (free[: free.index(EOS) + 1] if EOS in free else free) and len(by_cfg) > len(by_gen)
+    with pytest.raises(ValueError, match="eos policy"):
+        orthrus.generate(model, torch.tensor([9]), eos="tokenizer")
+
+
+@pytest.mark.parametrize("budget", [1, 2, 5, 9, 23])
+def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random_prompts):
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    calls = []
+    forward = model.diffusion_forward
+    model.diffusion_forward = lambda ids, *a, **k: calls.append(ids.shape[1]) or forward(ids, *a, **k)
+    for p in random_prompts(4, budget):
+        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=budget, eos_token_id=[]).tokens
+        calls.clear()
+        full = orthrus.generate(model, p, max_new_tokens=budget, eos_token_id=[])
+        assert set(calls) <= {8}
+        calls.clear()
+        short = orthrus.generate(model, p, max_new_tokens=budget, eos_token_id=[], last_block="shorten",
+                                 prefill_logits="all")
+        # the reference loop: blocks of min(K, remaining + 1) tokens (none when the prefill's
+        # token is the whole budget); the first block follows the prefill's one token
+        assert calls[:1] == ([min(8, budget)] if budget > 1 else []) and max(calls, default=0) <= 8
+        assert torch.equal(ar, full.tokens) and torch.equal(ar, short.tokens) and len(short.tokens) == budget
+    with pytest.raises(ValueError, match="last_block"):
+        orthrus.generate(model, random_prompts(1)[0], last_block="trim")

@@ -256,3 +256,18 @@ def test_tables_and_figure(tmp_path):
     assert (tmp_path / "empty" / "b.png").exists()
     # two inputs for the same run are an error
     assert lmeval.main(["table", "--inputs", str(paths[0]), str(paths[0]), "--out", str(tmp_path / "dup.csv")]) == 2
+
+
+def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(world):
+    """The authors' Table 7 settings: no chat template, each task's own max_gen_toks, the AR
+    baseline through lm-eval's own HFLM generation (ar-ref); greedy fp32 ar-ref == our AR loop."""
+    kw = dict(tasks=["tiny_arith"], include_paths=[world["data"]], limit=2, max_gen_toks=None,
+              chat_template=False, device="cpu", bootstrap_iters=0)
+    ref = lmeval.evaluate(world["model"], decoding="ar-ref", **kw)
+    ours = lmeval.evaluate(world["model"], decoding="ar", **kw)
+    assert ref["settings"]["max_gen_toks"] is None and not ref["settings"]["chat_template"]
+    assert ref["generations"] == [] and len(ours["generations"]) == 2    # ar-ref never entered our loop
+    assert not ref["samples"]["tiny_arith"][0]["prompt"].startswith("<|im_start|>")
+    for x, y in zip(ref["samples"]["tiny_arith"], ours["samples"]["tiny_arith"]):
+        assert x["resps"] == y["resps"]
+    assert lmeval._gen_cap("task") is None and lmeval._gen_cap("64") == 64

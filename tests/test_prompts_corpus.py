@@ -242,3 +242,57 @@ def test_over_length_prompt_is_an_error_row_of_the_corpus(setup, tmp_path):
     assert (tmp_path / "shard.parquet.sha256").is_file() and file_digest(out) == _sha256(out)
     c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
     assert c.counts["skipped_error"] == 1
+
+
+def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, capsys):
+    """corpus.source: hf: records {prompt, response} (ZaryaOrthrusDataset's fields) become corpus
+    shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
+    from transformers import AutoTokenizer
+
+    from orthrus.prompts import render_chat
+
+    root = setup
+    recs = [{"prompt": f"Compute {i} + 1.", "response": f"The answer is {i + 1}."} for i in range(7)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    outs = [tmp_path / f"s{i}.parquet" for i in range(3)]
+    for i, out in enumerate(outs):
+        assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(data),
+                            "--message", "none", "--shard", str(i), "--num-shards", "3", "--out", str(out)]) == 0
+    shards = [pd.read_parquet(o) for o in outs]
+    assert all(list(s.columns) == corpus.COLUMNS for s in shards)
+    assert list(shards[1]["prompt_id"]) == ["train-1", "train-4"]          # records 1, 4 of 7
+    assert sorted(p for s in shards for p in s["prompt"]) == sorted(r["prompt"] for r in recs)
+    tok = AutoTokenizer.from_pretrained(root / "teacher")
+    r = shards[0].iloc[1]
+    assert r.prompt == recs[3]["prompt"] and r.response == recs[3]["response"] and r.finish_reason == "eos"
+    assert list(r.prompt_ids) == render_chat(tok, r.prompt, "none") != render_chat(tok, r.prompt)
+    assert list(r.response_ids) == tok(r.response + tok.eos_token, add_special_tokens=False)["input_ids"]
+    assert r.response_ids[-1] == tok.eos_token_id
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"instruction": "x", "output": "y"}) + "\n")
+    assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(bad),
+                        "--out", str(tmp_path / "bad.parquet")]) == 2
+    assert "missing field(s) ['prompt', 'response']" in capsys.readouterr().err
+    assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_hf_corpus_records_without_prompt_or_response_are_error_rows(setup, tmp_path):
+    """Where the authors' loader silently skips a record, the shard keeps it as an error row;
+    training counts and skips it like the corpus stage's over-length prompts."""
+    from orthrus import train as T
+
+    recs = [{"prompt": "Compute 1 + 1.", "response": "2."}, {"prompt": "", "response": "x"},
+            {"prompt": "Compute 2 + 2.", "response": None}]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "s.parquet"
+    assert corpus.main(["--teacher", str(setup / "teacher"), "--dataset", "json", "--data-files", str(data),
+                        "--message", "none", "--out", str(out)]) == 0
+    df = pd.read_parquet(out).set_index("prompt_id")
+    assert list(df.finish_reason) == ["eos", "error", "error"] and pd.isna(df.error["train-0"])
+    assert df.error["train-1"].startswith("empty or missing prompt") and df.error["train-2"].startswith("missing response")
+    assert (tmp_path / "s.parquet.sha256").is_file()
+    c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
+    assert c.counts["skipped_error"] == 2 and c.counts["used"] == 1

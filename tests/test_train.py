@@ -137,6 +137,22 @@ def test_settings_validation():
             T.resolve_settings(bad)
     s = T.resolve_settings({"block_size": 4, "offset_weights": [1, 1, 1, 1]})
     assert T.offset_weights(s["offset_weights"], 4).tolist() == [1, 1, 1, 1]
+    for bad, msg in [({"schedule": "linear"}, "schedule must be one of"), ({"mask_token": ""}, "mask_token")]:
+        with pytest.raises(ValueError, match=msg):
+            T.resolve_settings(bad)
+
+
+def test_authors_recipe_constant_schedule_and_named_mask_token(teacher):
+    """The authors' recipe: constant lr without warmup (their script has no scheduler), and a
+    dedicated mask token named <|orthrus_mask|>."""
+    cos = T._lr_lambda(T.resolve_settings({"warmup_steps": 2}), total=10)
+    const = T._lr_lambda(T.resolve_settings({"warmup_steps": 0, "schedule": "constant"}), total=10)
+    assert [const(i) for i in range(10)] == [1.0] * 10
+    assert cos(0) == 0.5 and cos(2) == 1.0 and cos(9) < 0.2
+    s = T.resolve_settings({"block_size": 4, "mask_token": "<|orthrus_mask|>"})
+    model, tok = T.load_student(teacher, s)
+    assert tok.convert_ids_to_tokens(model.mask_token_id) == "<|orthrus_mask|>"
+    assert model.mask_token_id == len(tok) - 1
 
 
 def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):

@@ -55,3 +55,38 @@ def test_over_length_prompt_is_an_error_row_in_every_decoder_and_errors_fail_the
         df = pd.read_parquet(out).set_index("prompt_id")
         assert df.finish_reason["a"] != "error" and df.finish_reason["b"] == "error"
         assert df.error["b"] == "PromptTooLong: prompt (250 tokens) + max_new_tokens (12) exceeds the model's 256 positions"
+
+
+def test_decode_cli_protocol_options_are_recorded_in_env(tmp_path):
+    """--message none, the released loop's options and determinism off reach the rows' env; a
+    domain key with a space passes through; fp32 stays exact under every option."""
+    vocab = {f"w{i}": i for i in range(MASK)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    # system turns render as "w3", so the message format shows in the prompt length
+    fast.chat_template = "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
+    model = OrthrusForCausalLM.from_base(tiny_base(0), block_size=4, mask_token_id=MASK)
+    model.save_pretrained(tmp_path / "m")
+    fast.save_pretrained(tmp_path / "m")
+    pd.DataFrame({"prompt_id": ["wmt ru-en-0"], "domain": ["wmt ru-en"], "prompt": ["w5 w6 w7"]}).to_parquet(tmp_path / "p.parquet")
+    common = ["--model-path", str(tmp_path / "m"), "--model-name", "m", "--precision", "fp32",
+              "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "9", "--no-progress"]
+    assert main(["--decoder", "orthrus", *common, "--out", str(tmp_path / "default.parquet")]) == 0
+    assert main(["--decoder", "orthrus", *common, "--message", "none", "--eos", "config", "--last-block", "shorten",
+                 "--prefill-logits", "all", "--no-deterministic", "--out", str(tmp_path / "authors.parquet")]) == 0
+    assert main(["--decoder", "ar", *common, "--message", "none", "--out", str(tmp_path / "ar.parquet")]) == 0
+    d, a, ar = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("default", "authors", "ar"))
+    env_d, env_a = json.loads(d.env.iloc[0]), json.loads(a.env.iloc[0])
+    assert env_d["message"] == "empty" and env_d["eos"] == "generation_config" and env_d["deterministic"]
+    assert env_a == env_a | {"message": "none", "eos": "config", "last_block": "shorten", "prefill_logits": "all",
+                             "deterministic": False, "max_new_tokens": 9}
+    assert a.prompt_len.iloc[0] == d.prompt_len.iloc[0] - 1 and a.domain.iloc[0] == "wmt ru-en"
+    assert list(a.tokens.iloc[0]) == list(ar.tokens.iloc[0])
+
+
+def test_later_stages_render_the_prompt_with_the_rows_message_format():
+    from orthrus.trajectories import row_message
+
+    assert row_message(json.dumps({"message": "none"})) == "none"
+    assert row_message(json.dumps({})) == row_message(None) == row_message("not json") == "empty"

@@ -62,8 +62,17 @@ def test_default_and_paper_dry_runs(tmp_path):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
-    # (reference + 3 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
-    assert re.search(r"^decode_shard\s+84$", paper.stdout, re.M)
+    # (reference + 4 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
+    assert re.search(r"^decode_shard\s+108$", paper.stdout, re.M)
+    # the authors' protocol: Table 2 as a separate run per Orthrus model; the corpus read from
+    # the hub in 64 shards (no generation), the benchmarks' AR baseline through HF generate
+    assert re.search(r"^tpf_decode\s+4$", paper.stdout, re.M)
+    assert re.search(r"^corpus_shard\s+64$", paper.stdout, re.M)
+    shown = snakemake("-n", "-p", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path).stdout
+    assert "--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train --message none" in shown
+    assert "--eos config --last-block shorten --prefill-logits all --no-deterministic" in shown
+    assert "--decoding ar-ref" in shown and "--max-gen-toks task --no-chat-template" in shown
+    assert "--max-new-tokens 256 --message none" in shown
 
 
 def test_lint_is_clean():
@@ -93,6 +102,23 @@ def test_end_to_end_smoke_study(tmp_path):
     plan = snakemake("-n", "results/corpus/shard_1-of-2.parquet", "results/corpus/shard_2-of-2.parquet", cwd=work)
     assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
     assert "output: results/corpus/shard_1-of-2.parquet" in plan.stdout
+
+
+def test_every_shell_placeholder_is_quoted():
+    """Every `{...}` of every rule's shell command goes through `:q` (optional flags are argument
+    lists, quoted element by element), except the launcher, which is a command, not a value."""
+    unquoted = []
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        lines = smk.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != "shell:":
+                continue
+            for cont in lines[i + 1:]:
+                if not cont.strip().startswith('"'):
+                    break
+                unquoted += [f"{smk.name}: {{{p}}}" for p in re.findall(r"\{([^{}]+)\}", cont)
+                             if not p.endswith(":q") and p != "params.launch"]
+    assert not unquoted, unquoted
 
 
 @pytest.mark.slow

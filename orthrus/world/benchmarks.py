@@ -11,7 +11,7 @@ absolute path of the data, so the directory is self-contained: `--include_path D
 - `tiny_gec`: grammar correction from the `gec-en` domain; generation, scored by exact match
   of the whole response ("Corrected: ...") after stripping surrounding whitespace.
 - `tiny_qa`: record lookup from the `qa` domain as a multiple-choice task: after the assistant
-  prefix "The record for NAME says the color is", which of the ten colours is most likely
+  prefix "<free opener> The record for NAME says the color is", which of the ten colours is most likely
   (log-likelihood, through the AR view); scored by accuracy.
 - `tiny_code` (HumanEval-like, without executing anything): write a small templated Python
   function from the `code-ru` domain ("Napishi funkciju sum_items(xs) na Pitone: summu
@@ -67,11 +67,12 @@ def _gec_doc(prompt: str, answer: str) -> dict:
 
 
 def _qa_doc(prompt: str, answer: str) -> dict:
-    m = re.match(r"The record for (\w+) says the color is (\w+) and the age is (\d+)\.", answer)
+    m = re.search(r"The record for (\w+) says the color is (\w+) and the age is (\d+)\.", answer)
     assert m, answer
     name, color, _ = m.groups()
+    # the reference answer's own words up to the colour (its free opener included)
     return {"question": prompt, "answer": answer, "name": name,
-            "prefix": f"The record for {name} says the color is",
+            "prefix": answer[: m.start(2)].rstrip(),
             "choices": list(QA_VALS), "gold": QA_VALS.index(color), "target": color}
 
 

@@ -1,15 +1,19 @@
 """Twelve tiny synthetic domains mirroring the study's evaluation domains.
 
 Every generator is a pure function of a `random.Random` and returns `(prompt, answer)`,
-plain ASCII text. The domains differ in how predictable the answer is given the prompt:
+plain ASCII text. Each domain states its own uncertainty (`UNCERTAINTY`): how much of the
+answer the prompt determines. Where the world is open it samples uniformly among equally
+good continuations, so a teacher trained on it learns near-uniform top candidates there:
+the near-ties at which reduced precision can flip a greedy choice (as a real model meets
+them in stories and verse, and rarely in arithmetic).
 
-- near-deterministic: math, math-ru (worked sums), gec-en, gec-ru (templated grammar
-  correction), qa, qa-ru (key-value record lookup), code-ru (templated Python);
-- in between: wmt-ru-en (word-by-word translation from an invented language with
-  re-ordering and a few synonyms), code (real functions from the Python standard library,
-  too many to memorise);
-- high entropy: creative-en (stories from a random grammar), poetry-en, poetry-ru
-  (rhyming verse from random word choices).
+- determined: math, math-ru (worked sums), gec-en, gec-ru (templated grammar correction),
+  qa-ru (key-value record lookup), code-ru (templated Python), wmt-ru-en (word-by-word
+  translation from an invented language with re-ordering);
+- mixed: qa (the looked-up facts are determined, the phrasing around them is free), code
+  (real functions from the Python standard library, too many to memorise);
+- open: creative-en (stories from a random grammar: nearly every word is a free choice),
+  poetry-en, poetry-ru (rhyming verse from random word choices).
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
 vocabulary stays small. Nothing here touches the network; `code` reads the local
@@ -112,13 +116,20 @@ def _records(rng: random.Random, vals: list[str]):
     return recs
 
 
+_QA_OPENERS = ["Sure.", "Of course.", "Let me look.", "Here is what I found.", "Good question.",
+               "I checked the records."]
+_QA_CLOSERS = ["So {k} is {color} and {age} years old.", "In short, {k} is {color}.",
+               "That is all the records say.", "I hope this helps.", "Nothing else is known about {k}.",
+               "So {k} is {age} years old."]
+
+
 def qa_en(rng: random.Random) -> tuple[str, str]:
     recs = _records(rng, QA_VALS)
     k, color, age = rng.choice(recs)
     table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
     prompt = f"Records (name color age): {table}. Tell me about {k}."
-    answer = (f"The record for {k} says the color is {color} and the age is {age}. "
-              f"So {k} is {color} and {age} years old.")
+    answer = (f"{rng.choice(_QA_OPENERS)} The record for {k} says the color is {color} and the age "
+              f"is {age}. " + rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age))
     return prompt, answer
 
 
@@ -308,10 +319,9 @@ def code_ru(rng: random.Random) -> tuple[str, str]:
 
 _STORY_OPENERS = ["Once upon a time", "Long ago", "One cold morning", "Far away",
                   "In a small village", "One summer night", "Not long ago"]
-_STORY_EVENTS = ["found a {adj} key", "lost a {adj} hat", "met a {adj} {noun}",
-                 "built a {adj} boat", "sang a {adj} song", "ran to the {adj} hill",
-                 "hid from the {adj} {noun}", "dreamed of a {adj} star",
-                 "gave bread to the {adj} {noun}", "climbed a {adj} tree"]
+_STORY_LINKS = ["Then", "Later", "One day", "Soon", "After that", "At dawn", "That night", "Next"]
+_STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", "helped", "fed",
+                "heard", "chased", "painted"]
 _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
@@ -321,11 +331,12 @@ def creative_en(rng: random.Random) -> tuple[str, str]:
     hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
     theme = rng.choice(["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"])
     prompt = f"Write a short story about a {hero_adj} {hero} and {theme}."
-    sents = [f"{rng.choice(_STORY_OPENERS)}, there was a {hero_adj} {hero}."]
-    for _ in range(rng.randint(2, 4)):
-        ev = rng.choice(_STORY_EVENTS).format(adj=rng.choice(EN_ADJ), noun=rng.choice(EN_NOUNS))
-        who = rng.choice(["The " + hero, "It", "Then the " + hero, "Later the " + hero])
-        sents.append(f"{who} {ev}.")
+    # The prompt fixes the hero; every other slot is a uniform choice the story could make.
+    sents = [f"{rng.choice(_STORY_OPENERS)}, there {rng.choice(['was', 'lived'])} a {hero_adj} {hero}."]
+    for _ in range(rng.randint(6, 8)):
+        sents.append(f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
+                     f"{rng.choice(['a', 'the'])} {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} "
+                     f"{rng.choice(EN_PLACES)}.")
     sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
     return prompt, " ".join(sents)
 
@@ -350,15 +361,16 @@ _LINES_RU = ["{adj} {noun} idet v {w}", "ja poju pro {adj} {w}", "vse {noun}i sn
              "{adj} veter neset {w}", "pod {adj} nebom {w}", "moe {adj} serdce pomnit {w}"]
 
 
-def _poem(rng, rhymes, lines, nouns, adjs) -> str:
-    scheme = rng.choice(["AABB", "ABAB", "ABBA"])
-    groups = rng.sample(rhymes, 2)
-    words = {"A": rng.sample(groups[0], 2), "B": rng.sample(groups[1], 2)}
+def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
     out = []
-    for letter in scheme:
-        w = words[letter].pop()
-        line = rng.choice(lines).format(adj=rng.choice(adjs), noun=rng.choice(nouns), w=w)
-        out.append(line[0].upper() + line[1:] + ",")
+    for _ in range(stanzas):
+        scheme = rng.choice(["AABB", "ABAB", "ABBA"])
+        groups = rng.sample(rhymes, 2)
+        words = {"A": rng.sample(groups[0], 2), "B": rng.sample(groups[1], 2)}
+        for letter in scheme:
+            w = words[letter].pop()
+            line = rng.choice(lines).format(adj=rng.choice(adjs), noun=rng.choice(nouns), w=w)
+            out.append(line[0].upper() + line[1:] + ",")
     out[-1] = out[-1][:-1] + "."
     return "\n".join(out)
 
@@ -386,8 +398,15 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 }
 assert list(GENERATORS) == DOMAINS
 
-# How predictable each domain is meant to be (documentation and sanity checks only).
-DETERMINISTIC = ("math", "math-ru", "gec-en", "gec-ru", "qa", "qa-ru", "code-ru", "wmt-ru-en")
+# How much of the answer the prompt determines (see the module docstring); the study's
+# uncertainty table and figures order domains by it.
+UNCERTAINTY: dict[str, str] = {
+    "math": "determined", "math-ru": "determined", "gec-en": "determined", "gec-ru": "determined",
+    "qa-ru": "determined", "code-ru": "determined", "wmt-ru-en": "determined",
+    "qa": "mixed", "code": "mixed",
+    "creative-en": "open", "poetry-en": "open", "poetry-ru": "open",
+}
+assert set(UNCERTAINTY) == set(DOMAINS)
 
 
 def sample(domain: str, rng: random.Random) -> tuple[str, str]:

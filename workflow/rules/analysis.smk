@@ -8,6 +8,7 @@ rule perplexity:
     params:
         teacher=teacher_path(),
         precision=config["analysis"]["ppl_precision"],
+        attention=flag("attention", config["analysis"].get("ppl_attention", "eager"), "eager"),
         device=config["decode"].get("device", "cpu"),
     log:
         f"{R}/logs/perplexity.log",
@@ -23,7 +24,8 @@ rule perplexity:
         ENV
     shell:
         "orthrus perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
-        " --precision {params.precision:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " --precision {params.precision:q} {params.attention:q} --device {params.device:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule forensics:
@@ -76,6 +78,7 @@ rule forensics_all:
 rule analyze:
     input:
         decode=decode_files(),
+        tpf=tpf_files(),
         ppl=rules.perplexity.output,
         forensics=rules.forensics_all.output,
     output:
@@ -86,6 +89,8 @@ rule analyze:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
         near_tie=config["analysis"]["near_tie"],
+        # an argument list, each quoted by :q; empty without a separate TPF run
+        tpf=lambda w, input: ["--tpf-decode", *input.tpf] if input.tpf else [],
     log:
         f"{R}/logs/analyze.log",
     resources:
@@ -95,7 +100,8 @@ rule analyze:
         ENV
     shell:
         "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
-        " --forensics {input.forensics:q} --near-tie {params.near_tie:q} --out-dir {params.out:q} > {log:q} 2>&1"
+        " --forensics {input.forensics:q} {params.tpf:q} --near-tie {params.near_tie:q} --out-dir {params.out:q}"
+        " > {log:q} 2>&1"
 
 
 rule figures:

@@ -32,7 +32,9 @@ rule lm_eval:
         include=lambda w, input: ["--include-path", input.tasks] if input.tasks else [],
         limit=["--limit", BENCH["limit"]] if BENCH.get("limit") else [],
         code=["--allow-code-eval"] if BENCH.get("allow_code_eval") else [],
-        max_gen=BENCH.get("max_gen_toks", 128),
+        # null: each task's own generation length, as the authors ran lm-eval
+        max_gen=BENCH.get("max_gen_toks", 128) or "task",
+        chat=[] if BENCH.get("chat_template", True) else ["--no-chat-template"],
         device=config["decode"].get("device", "cpu"),
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
@@ -50,7 +52,7 @@ rule lm_eval:
         "orthrus lm-eval run --model-path {params.model:q} --model-name {wildcards.model:q}"
         " --decoding {wildcards.decoder:q} --precision {wildcards.precision:q} --attention {wildcards.attention:q}"
         " --tasks {params.tasks:q} {params.include:q} {params.limit:q} {params.code:q} --max-gen-toks {params.max_gen:q}"
-        " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " {params.chat:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule benchmarks_table:

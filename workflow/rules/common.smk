@@ -59,6 +59,40 @@ def scatter_index(item):
     return int(i) - 1, int(n)
 
 
+CORPUS_SOURCE = config["corpus"].get("source", "generate")
+
+
+def corpus_source_args(wildcards, input):
+    """The corpus's source as command-line arguments (a list, each quoted by `:q`): the
+    distillation prompts the teacher answers, or a ready prompt-response dataset (corpus.source
+    hf: hub id, directory or builder name; config_check requires corpus.dataset then)."""
+    if CORPUS_SOURCE == "generate":
+        return ["--prompts", input.prompts]
+    c = config["corpus"]
+    files = [str(f) for f in c.get("data_files") or []]
+    return ["--dataset", c["dataset"], "--dataset-split", c.get("split", "train")] + (["--data-files", *files] if files else [])
+
+
+# Protocol options and their CLI defaults: only the ones set otherwise become flags, so a config
+# that leaves them at their defaults runs the very commands it ran before they existed.
+DECODE_DEFAULTS = {"message": "empty", "eos": "generation_config", "last_block": "full", "prefill_logits": "last"}
+
+
+def decode_options(section):
+    """The decoding protocol options of a config section as `orthrus decode` arguments (a list,
+    each quoted by `:q`)."""
+    args = []
+    for k, default in DECODE_DEFAULTS.items():
+        args += flag(k.replace("_", "-"), section.get(k, default), default)
+    return args + ([] if section.get("deterministic", True) else ["--no-deterministic"])
+
+
+def flag(name, value, default):
+    """`["--name", value]` when value differs from the CLI default, else nothing (an argument
+    list, each quoted by `:q`)."""
+    return [] if value == default else [f"--{name}", str(value)]
+
+
 def corpus_shards():
     return gather.corpus(f"{R}/corpus/shard_{{scatteritem}}.parquet")
 
@@ -85,9 +119,10 @@ ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # Kept in step with orthrus.analysis.TABLES and orthrus.figures.FIGURES (a test checks it),
 # so that parsing the workflow needs no torch.
 TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
-               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet"]
+               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet",
+               "uncertainty_by_domain.csv"]
 FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
-           "margin_at_divergence", "pairwise_match"]
+           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty"]
 
 
 def model_path(name):
@@ -116,6 +151,17 @@ def decode_files():
     return files
 
 
+TPF = config.get("tpf", {})
+
+
+def tpf_files():
+    """The separate Table 2 run (tpf.enabled): every Orthrus model at the TPF settings."""
+    if not TPF.get("enabled", False):
+        return []
+    return expand(f"{R}/tpf/{{m}}/orthrus-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, p=TPF["precisions"],
+                  a=TPF["attentions"])
+
+
 def forensics_files():
     return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS)
 
@@ -133,7 +179,9 @@ def bench_tasks():
 
 def bench_files():
     """The teacher through its AR view, every Orthrus model through its consensus loop."""
-    runs = [(TEACHER, "ar")] + [(m, "orthrus") for m in ORTHRUS_MODELS]
+    # the teacher through our AR loop, or (ar_baseline: hf) through lm-eval's own HF generate
+    baseline = "ar-ref" if BENCH.get("ar_baseline", "ours") == "hf" else "ar"
+    runs = [(TEACHER, baseline)] + [(m, "orthrus") for m in ORTHRUS_MODELS]
     return [f"{R}/benchmarks/{m}/{d}-{p}-{BENCH.get('attention', 'eager')}.json"
             for m, d in runs for p in BENCH.get("precisions", ["bf16", "fp32"])]
 

@@ -45,7 +45,8 @@ rule prompts:
 rule corpus_shard:
     input:
         teacher_input,
-        prompts=rules.prompts.output.distill,
+        # corpus.source hf reads a ready prompt-response dataset: no distillation prompts needed
+        prompts=rules.prompts.output.distill if CORPUS_SOURCE == "generate" else [],
     output:
         f"{R}/corpus/shard_{{scatteritem}}.parquet",
     params:
@@ -53,6 +54,8 @@ rule corpus_shard:
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
+        source=corpus_source_args,
+        message=flag("message", config["corpus"].get("message", "empty"), "empty"),
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",
     benchmark:
@@ -66,7 +69,7 @@ rule corpus_shard:
     conda:
         ENV
     shell:
-        "orthrus corpus --teacher {params.teacher:q} --prompts {input.prompts:q}"
+        "orthrus corpus --teacher {params.teacher:q} {params.source:q} {params.message:q}"
         " --shard {params.shard:q} --num-shards {params.n:q} --batch-size {params.c[batch_size]:q}"
         " --max-new-tokens {params.c[max_new_tokens]:q} --dtype {params.c[precision]:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

@@ -168,9 +168,35 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
         problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
     prompts = cfg.get("prompts") or {}
-    if prompts.get("source") == "hf" and not prompts.get("eval"):
-        problems.append("prompts.eval: required (non-empty) when prompts.source is hf")
+    eval_file = prompts.get("eval_file")
+    if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
+        problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
+    if eval_file:
+        problems.append(_eval_file_problem(eval_file))
+    for key in ("eval_file_sha256", "eval_duplicates"):
+        if prompts.get(key) is not None and not eval_file:
+            problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
+    corpus = cfg.get("corpus") or {}
+    if corpus.get("source") == "hf":
+        if not corpus.get("dataset"):
+            problems.append("corpus.dataset: required when corpus.source is hf")
+    elif prompts.get("source") == "hf" and not prompts.get("distill"):
+        problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
+                        "is hf (the teacher answers the distillation prompts)")
     return [p for p in problems if p]
+
+
+def _eval_file_problem(value: str) -> str | None:
+    """None for an http(s)/file URL (the prompts job downloads and checks it) or an existing
+    local file; else the problem."""
+    scheme = value.split("://", 1)[0].lower() if "://" in value else None
+    if scheme is not None:
+        if scheme not in ("http", "https", "file"):
+            return f"prompts.eval_file: unsupported URL scheme {scheme!r} in {value!r} (http, https or file)"
+        return None
+    if not Path(os.path.expanduser(value)).is_file():
+        return f"prompts.eval_file: no such file: {value!r} (nor an http(s)/file URL)"
+    return None
 
 
 def check_config(config: dict, schema_path, files=()) -> dict:

@@ -48,7 +48,8 @@ def _default(s: dict) -> str:
     d = s["default"]
     if d == {} and s.get("properties"):
         return "(see keys)"
-    return "`" + json.dumps(d, ensure_ascii=False) + "`"
+    # a pipe, even inside a code span, would end the table cell (GFM): escape it
+    return "`" + json.dumps(d, ensure_ascii=False).replace("|", "\\|") + "`"
 
 
 def _cell(text) -> str:

@@ -1,0 +1,108 @@
+"""An evaluation prompt set given as a file in the authors' format: `{domain: [prompt, ...]}`.
+
+The follow-up paper's authors publish their evaluation prompts as one JSON object
+(`eval/speed_evaluation_dataset.json` in ai-forever/Zarya-Orthrus) and both their trajectory
+and their TPF scripts read it as it stands. `prompts.eval_file` (a path, or an http(s)/file URL)
+makes that file the evaluation set: its prompts byte for byte, in file order (domains in key
+order, prompts in list order), ids `<domain>-<index>` with the 0-based index into the domain's
+list. No length filter and no template apply.
+
+Duplicates. The authors' file holds 1,200 prompts of which 1,190 are distinct (gec-en repeats
+10). Their trajectory script (`eval/losslessness_evaluation.py`, `process_generations`) keys
+every generation by its prompt text, so a repeated prompt is counted once: that is why the
+paper reports 1,190 trajectories and gec-en 90. `duplicates: first` reproduces that rule (the
+first occurrence is kept, later ones are dropped and counted); `duplicates: error` (the default)
+refuses a file with a repeated prompt.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+
+from orthrus.io import InputError
+
+DUPLICATES = ("error", "first")
+
+
+class PromptFileError(InputError):
+    """A prompt file that cannot be used; the message names the file and the problem (one line:
+    `orthrus prompts` prints it without a traceback)."""
+
+
+def read_source(src: str, sha256: str | None = None) -> bytes:
+    """The bytes of a local path or a URL, checked against `sha256` when given."""
+    if "://" in src:
+        with urllib.request.urlopen(src, timeout=120) as r:  # noqa: S310 - URL from the config
+            data = r.read()
+    else:
+        try:
+            data = Path(src).read_bytes()
+        except OSError as e:
+            raise PromptFileError(f"prompt file {src}: cannot read it ({e.strerror or e})") from e
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and digest != sha256.lower():
+        raise PromptFileError(f"prompt file {src}: sha256 {digest} differs from the expected {sha256}")
+    return data
+
+
+def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]:
+    """Validated `{domain: [prompt, ...]}` from JSON bytes."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PromptFileError(f"prompt file {src}: not UTF-8 JSON ({e})") from e
+    if not isinstance(obj, dict) or not obj:
+        raise PromptFileError(f"prompt file {src}: expected a non-empty JSON object "
+                              f"{{domain: [prompt, ...]}}, got {type(obj).__name__}")
+    for domain, prompts in obj.items():
+        if not domain.strip():
+            raise PromptFileError(f"prompt file {src}: an empty domain name")
+        if not isinstance(prompts, list):
+            raise PromptFileError(f"prompt file {src}: domain {domain!r} is a {type(prompts).__name__}, "
+                                  "not a list of prompts")
+        if not prompts:
+            raise PromptFileError(f"prompt file {src}: domain {domain!r} has no prompts")
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str):
+                raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is a {type(p).__name__}, not a string")
+            if not p.strip():
+                raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is an empty prompt")
+    return obj
+
+
+def prompt_table(domains: dict[str, list[str]], src: str = "<bytes>", duplicates: str = "error"):
+    """(DataFrame prompt_id, domain, prompt; dropped-duplicate count per domain)."""
+    if duplicates not in DUPLICATES:
+        raise ValueError(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    first: dict[str, str] = {}
+    rows, dropped = [], {}
+    for domain, prompts in domains.items():
+        dropped[domain] = 0
+        for i, p in enumerate(prompts):
+            pid = f"{domain}-{i}"
+            if p in first:
+                if duplicates == "error":
+                    raise PromptFileError(f"prompt file {src}: {pid} repeats {first[p]} "
+                                          "(set prompts.eval_duplicates: first to keep the first occurrence)")
+                dropped[domain] += 1
+                continue
+            first[p] = pid
+            rows.append({"prompt_id": pid, "domain": domain, "prompt": p})
+    return pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"]), dropped
+
+
+def load_eval_file(src: str, sha256: str | None = None, duplicates: str = "error"):
+    """(eval DataFrame, log dict) of the prompt file at `src` (path or URL)."""
+    data = read_source(str(src), sha256)
+    df, dropped = prompt_table(parse_prompt_file(data, str(src)), str(src), duplicates)
+    log = {"eval_file": str(src), "sha256": hashlib.sha256(data).hexdigest(), "duplicates": duplicates,
+           "eval": {d: {"kept": int((df["domain"] == d).sum()), "duplicate": n} for d, n in dropped.items()}}
+    for d, c in log["eval"].items():
+        print(f"[prompts] eval file {d}: kept {c['kept']}, dropped {c['duplicate']} duplicates",
+              file=sys.stderr, flush=True)
+    return df, log
