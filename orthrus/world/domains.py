@@ -10,10 +10,14 @@ them in stories and verse, and rarely in arithmetic).
 - determined: math, math-ru (worked sums), gec-en, gec-ru (templated grammar correction),
   qa-ru (key-value record lookup), code-ru (templated Python), wmt-ru-en (word-by-word
   translation from an invented language with re-ordering);
-- mixed: qa (the looked-up facts are determined, the phrasing around them is free), code
-  (real functions from the Python standard library, too many to memorise);
-- open: creative-en (stories from a random grammar: nearly every word is a free choice),
-  poetry-en, poetry-ru (rhyming verse from random word choices).
+- mixed: qa (the looked-up facts are determined; half the prompts ask for a chatty answer
+  whose words around the facts are free), code (real functions from the Python standard
+  library, too many to memorise);
+- open: creative-en (stories from a random grammar: nearly every word is a free choice among
+  a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
+  of their prompts ask instead for a known text (one fixed fable or rhyme per topic), which is
+  determined: the perplexity of the reference then varies within a domain as it does for a
+  real model, between memorised and composed text.
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
 vocabulary stays small. Nothing here touches the network; `code` reads the local
@@ -127,9 +131,13 @@ def qa_en(rng: random.Random) -> tuple[str, str]:
     recs = _records(rng, QA_VALS)
     k, color, age = rng.choice(recs)
     table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
-    prompt = f"Records (name color age): {table}. Tell me about {k}."
-    answer = (f"{rng.choice(_QA_OPENERS)} The record for {k} says the color is {color} and the age "
-              f"is {age}. " + rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age))
+    core = f"The record for {k} says the color is {color} and the age is {age}."
+    if rng.random() < 0.5:  # a chatty request: free words around the determined facts
+        prompt = f"Records (name color age): {table}. Tell me about {k}."
+        answer = f"{rng.choice(_QA_OPENERS)} {core} " + rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age)
+    else:                   # a plain lookup: the facts only
+        prompt = f"Records (name color age): {table}. Look up {k}."
+        answer = core
     return prompt, answer
 
 
@@ -322,23 +330,33 @@ _STORY_OPENERS = ["Once upon a time", "Long ago", "One cold morning", "Far away"
 _STORY_LINKS = ["Then", "Later", "One day", "Soon", "After that", "At dawn", "That night", "Next"]
 _STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", "helped", "fed",
                 "heard", "chased", "painted"]
+_STORY_ADJ, _STORY_NOUNS, _STORY_PLACES = EN_ADJ, EN_NOUNS, EN_PLACES
 _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
+_THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
+
+
+def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
+    sents = [f"{rng.choice(_STORY_OPENERS)}, there {rng.choice(['was', 'lived'])} a {hero_adj} {hero}."]
+    for _ in range(n_events):
+        sents.append(f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
+                     f"{rng.choice(['a', 'the'])} {rng.choice(_STORY_ADJ)} {rng.choice(_STORY_NOUNS)} "
+                     f"{rng.choice(_STORY_PLACES)}.")
+    sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
+    return " ".join(sents)
 
 
 def creative_en(rng: random.Random) -> tuple[str, str]:
+    theme = rng.choice(_THEMES)
+    if rng.random() < 0.5:  # a story everyone knows: one fixed text per theme, determined
+        fixed = random.Random(f"fable|{theme}")
+        adj, hero = fixed.choice(EN_ADJ), fixed.choice(EN_NOUNS)
+        return (f"Tell the old fable about {theme}.",
+                _story(fixed, adj, hero, 6))
     hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
-    theme = rng.choice(["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"])
-    prompt = f"Write a short story about a {hero_adj} {hero} and {theme}."
-    # The prompt fixes the hero; every other slot is a uniform choice the story could make.
-    sents = [f"{rng.choice(_STORY_OPENERS)}, there {rng.choice(['was', 'lived'])} a {hero_adj} {hero}."]
-    for _ in range(rng.randint(6, 8)):
-        sents.append(f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
-                     f"{rng.choice(['a', 'the'])} {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} "
-                     f"{rng.choice(EN_PLACES)}.")
-    sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
-    return prompt, " ".join(sents)
+    prompt = f"Write a new story about a {hero_adj} {hero} and {theme}."
+    return prompt, _story(rng, hero_adj, hero, 7)
 
 
 # --------------------------------------------------------------------------- poetry
@@ -353,12 +371,14 @@ _LINES_EN = ["the {adj} {noun} walks into the {w}", "I sing of the {adj} {w}",
              "and all the {noun}s dream of {w}", "a {adj} wind will carry the {w}",
              "under the {adj} sky of {w}", "my {adj} heart remembers {w}",
              "the {noun} is waiting for the {w}"]
+_POEM_TOPICS_EN = ["the sea", "the night", "a friend", "the rain", "the moon", "home"]
 
 _RHYMES_RU = [["noch", "doch", "proch", "moch"], ["zima", "tima", "sama", "dama"],
               ["luna", "struna", "volna", "odna"], ["svet", "otvet", "let", "net"],
               ["more", "gore", "vskore", "zore"]]
 _LINES_RU = ["{adj} {noun} idet v {w}", "ja poju pro {adj} {w}", "vse {noun}i snjat {w}",
              "{adj} veter neset {w}", "pod {adj} nebom {w}", "moe {adj} serdce pomnit {w}"]
+_POEM_TOPICS_RU = ["more", "noch", "drug", "dozhd", "luna", "dom"]
 
 
 def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
@@ -376,17 +396,23 @@ def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
 
 
 def poetry_en(rng: random.Random) -> tuple[str, str]:
-    topic = rng.choice(["the sea", "the night", "a friend", "the rain", "the moon", "home"])
-    prompt = (f"Write a short rhyming poem about {topic} and a {rng.choice(EN_ADJ)} "
-              f"{rng.choice(EN_NOUNS)}.")
-    return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ)
+    topic = rng.choice(_POEM_TOPICS_EN)
+    if rng.random() < 0.5:  # a poem everyone knows: one fixed text per topic, determined
+        return (f"Recite the old rhyme about {topic}.",
+                _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, _STORY_NOUNS, _STORY_ADJ))
+    prompt = f"Write a new rhyming poem about {topic} and a {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)}."
+    return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, _STORY_NOUNS, _STORY_ADJ)
 
 
 def poetry_ru(rng: random.Random) -> tuple[str, str]:
-    topic = rng.choice(["more", "noch", "drug", "dozhd", "luna", "dom"])
-    prompt = (f"Napishi korotkij stih pro {topic} i {rng.choice(list(RU_ADJ))} "
+    nouns, adjs = list(RU_NOUNS), list(RU_ADJ)
+    topic = rng.choice(_POEM_TOPICS_RU)
+    if rng.random() < 0.5:
+        return (f"Prochitaj staryj stih pro {topic}.",
+                _poem(random.Random(f"stih|{topic}"), _RHYMES_RU, _LINES_RU, nouns, adjs))
+    prompt = (f"Napishi novyj stih pro {topic} i {rng.choice(list(RU_ADJ))} "
               f"{rng.choice(list(RU_NOUNS))}.")
-    return prompt, _poem(rng, _RHYMES_RU, _LINES_RU, list(RU_NOUNS), list(RU_ADJ))
+    return prompt, _poem(rng, _RHYMES_RU, _LINES_RU, nouns, adjs)
 
 
 # --------------------------------------------------------------------------- registry
