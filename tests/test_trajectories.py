@@ -69,3 +69,61 @@ def test_later_stages_render_the_prompt_with_the_rows_message_format():
 
     assert row_message(json.dumps({"message": "none"})) == "none"
     assert row_message(json.dumps({})) == row_message(None) == row_message("not json") == "empty"
+
+
+def _word_tokenizer(n=MASK):
+    vocab = {f"w{i}": i for i in range(n)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def test_transformers_speculative_decoders_equal_ar_in_fp32(tmp_path):
+    """assisted (a 1-layer draft) and prompt-lookup through transformers' generate() emit the
+    plain AR trajectory in fp32 (exact verification), and record forwards and accepted lengths."""
+    tok = _word_tokenizer()
+    for name, model in (("teacher", tiny_base(0)), ("draft", tiny_base(1, layers=1))):
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    # repetitive prompts, so that prompt lookup finds n-grams to propose
+    prompts = ["w5 w6 w7 w5 w6 w7 w5 w6", "w9 w9 w9 w9", "w11 w12 w13 w14 w11 w12", "w20"]
+    pd.DataFrame({"prompt_id": list("abcd"), "domain": ["x"] * 4, "prompt": prompts}).to_parquet(tmp_path / "p.parquet")
+    common = ["--model-path", str(tmp_path / "teacher"), "--model-name", "teacher", "--precision", "fp32",
+              "--attention", "sdpa", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "24", "--no-progress"]
+    assert main(["--decoder", "ar-ref", *common, "--out", str(tmp_path / "ref.parquet")]) == 0
+    assert main(["--decoder", "assisted", *common, "--draft-path", str(tmp_path / "draft"),
+                 "--out", str(tmp_path / "assisted.parquet")]) == 0
+    assert main(["--decoder", "prompt-lookup", *common, "--prompt-lookup-tokens", "4",
+                 "--out", str(tmp_path / "lookup.parquet")]) == 0
+    ref, asst, look = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("ref", "assisted", "lookup"))
+    assert (ref.finish_reason != "error").all() and (asst.finish_reason != "error").all(), asst.error.tolist()
+    assert (look.finish_reason != "error").all(), look.error.tolist()
+    for df in (asst, look):
+        assert [list(t) for t in df.tokens] == [list(t) for t in ref.tokens]
+        # every emitted token is one accepted draft token or one per target forward
+        for r in df.itertuples():
+            assert len(r.accepted) == r.n_prefill + r.n_verify
+            assert sum(r.accepted) + len(r.accepted) == len(r.tokens)
+    assert (ref.n_verify == [len(t) - 1 for t in ref.tokens]).all() and ref.n_diffusion.eq(0).all()
+    assert (asst.n_diffusion > 0).all() and look.n_diffusion.eq(0).all()
+    assert sum(map(sum, look.accepted)) > 0  # the repetitive prompts gave prompt lookup something to accept
+    env_a, env_l = json.loads(asst.env.iloc[0]), json.loads(look.env.iloc[0])
+    assert env_a["loop"] == "transformers.generate" and env_a["draft"] == str(tmp_path / "draft")
+    assert env_a["num_assistant_tokens"] == 20 and env_l["prompt_lookup_num_tokens"] == 4
+
+
+def test_assisted_refuses_a_draft_with_another_tokenizer_naming_both(tmp_path):
+    import pytest
+
+    tiny_base(0).save_pretrained(tmp_path / "teacher")
+    _word_tokenizer().save_pretrained(tmp_path / "teacher")
+    tiny_base(1, layers=1).save_pretrained(tmp_path / "draft")
+    _word_tokenizer(MASK - 3).save_pretrained(tmp_path / "draft")
+    pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5"]}).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(ValueError) as err:
+        main(["--decoder", "assisted", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
+              "--precision", "fp32", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "4",
+              "--draft-path", str(tmp_path / "draft"), "--no-progress", "--out", str(tmp_path / "o.parquet")])
+    assert str(tmp_path / "draft") in str(err.value) and str(tmp_path / "teacher") in str(err.value)
