@@ -91,15 +91,15 @@ def test_columns_are_the_contract(world):
     assert list(t["match_by_domain.csv"].columns) == [
         "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high"]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
+        "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
         "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci"]
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
         "b_attention", "n", "match_rate"]
     assert list(t["ppl_by_match.csv"].columns) == [
-        "model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
     assert list(t["ppl_logit.csv"].columns) == [
-        "model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+        "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -385,3 +385,36 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     # an old perplexity file without the uncertainty columns gives an empty table, not an error
     pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
     assert uncertainty_by_domain(path, REF).empty
+
+
+def test_transformers_speculative_decoders_in_every_table_and_the_decoders_figure(world, tmp_path):
+    """assisted and prompt-lookup rows on the teacher: match rates, tokens per forward (with the
+    draft's forwards in tpf_all, no tpf_authors), ppl tables per decoder, the pairwise matrix and
+    the side-by-side decoders table and figure."""
+    ref = pd.read_parquet(world["paths"]["ref-bf16"])
+    assisted = ref.assign(decoder="assisted", n_verify=11, n_diffusion=30, accepted=[[1] * 12] * len(ref))
+    lookup = ref.assign(decoder="prompt-lookup", n_verify=23)
+    lookup.loc[0, "tokens"] = [5] * 24  # one divergence
+    paths = [*world["paths"].values(), tmp_path / "assisted.parquet", tmp_path / "lookup.parquet"]
+    assisted.to_parquet(paths[-2])
+    lookup.to_parquet(paths[-1])
+    t = analyze(paths, REF, world["ppl"], world["fx"])
+    mo = t["match_overall.csv"].set_index(["model", "decoder", "precision"])
+    assert mo.loc[(REF, "assisted", "bf16"), "match_rate"] == 1.0
+    assert mo.loc[(REF, "prompt-lookup", "bf16"), "n"] == len(ref)
+    assert mo.loc[(REF, "prompt-lookup", "bf16"), "match_rate"] == pytest.approx(1 - 1 / len(ref))
+    tpf = t["tpf_by_domain.csv"].set_index(["decoder", "domain"])
+    assert tpf.loc[("assisted", "all"), "tpf_verify"] == pytest.approx(24 / 12)
+    assert tpf.loc[("assisted", "all"), "tpf_all"] == pytest.approx(24 / 42)
+    assert math.isnan(tpf.loc[("assisted", "all"), "tpf_authors"]) and (tpf.loc[("orthrus", "all"), "tpf_authors"] > 0).all()
+    assert {"assisted", "prompt-lookup", "orthrus"} <= set(t["ppl_by_match.csv"]["decoder"])
+    assert {"assisted", "prompt-lookup"} <= set(t["pairwise_match.csv"]["a_decoder"])
+    dec = t["decoders.csv"]
+    assert list(dec.columns) == analysis.TABLES["decoders.csv"]
+    bf = dec[dec.precision == "bf16"]
+    assert list(bf["decoder"]) == ["orthrus", "assisted", "prompt-lookup"]  # side by side, study order
+    assert bf.set_index("decoder").loc["assisted", "tpf_verify"] == pytest.approx(2.0)
+    assert (dec["ci_low"] <= dec["match_rate"]).all() and (dec["match_rate"] <= dec["ci_high"]).all()
+    analysis.write_tables(t, tmp_path / "tables")
+    written = figures.make_figures(tmp_path / "tables", tmp_path / "figures")
+    assert tmp_path / "figures" / "decoders.png" in written
