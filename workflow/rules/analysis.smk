@@ -28,15 +28,17 @@ rule perplexity:
 
 
 rule forensics:
+    """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
+    decoders' (margins only; see orthrus/forensics.py)."""
     input:
-        model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
+        model=lambda w: teacher_input() if w.model == TEACHER else [] if w.model in EXTERNAL else model_path(w.model),
         prompts=rules.prompts.output.eval,
-        orthrus=expand(f"{R}/decode/{{{{model}}}}/orthrus-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
-        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
+        decoded=forensics_decoded,
+        ref=forensics_reference,
     output:
         f"{R}/forensics/{{model}}.parquet",
     params:
-        model=lambda w: model_path(w.model),
+        model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
     log:
@@ -52,7 +54,7 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model} --prompts {input.prompts} --orthrus {input.orthrus}"
+        "orthrus forensics --model-path {params.model} --prompts {input.prompts} --decoded {input.decoded}"
         " --reference {input.ref} --max-new-tokens {params.max_new} --device {params.device}"
         " --threads {threads} --out {output} > {log} 2>&1"
 

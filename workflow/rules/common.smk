@@ -46,6 +46,48 @@ def teacher_arg(wildcards, input):
     return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
 
 
+# transformers' speculative decoders (decode.decoders) run on the teacher; `assisted` needs a draft
+# model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it.
+TEACHER_DECODERS = config["decode"].get("decoders", [])
+DRAFT = config["teacher"].get("draft")
+
+
+def check_draft():
+    if "assisted" not in TEACHER_DECODERS:
+        return
+    if not DRAFT:
+        raise ValueError("decode.decoders has 'assisted', which needs teacher.draft (the draft model)")
+    if DRAFT["source"] == "hf" and not DRAFT.get("path"):
+        raise ValueError("teacher.draft.path is required when teacher.draft.source is 'hf'")
+    if DRAFT["source"] == "hf" and config["teacher"]["source"] == "tiny":
+        raise ValueError(f"the draft model teacher.draft.path={DRAFT['path']!r} cannot share the tokenizer of the "
+                         "tiny teacher teacher.source='tiny' (its tokenizer is trained on the tiny world); use "
+                         "teacher.draft.source tiny, or an hf teacher with the draft's tokenizer")
+    if DRAFT["source"] == "tiny" and "vocab_size" in DRAFT.get("tiny", {}):
+        raise ValueError("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher "
+                         f"({teacher_path()}); leave its vocabulary to the teacher")
+
+
+check_draft()
+
+
+def draft_path():
+    return f"{R}/draft" if DRAFT["source"] == "tiny" else DRAFT["path"]
+
+
+def draft_input(wildcards):
+    return [draft_path()] if wildcards.decoder == "assisted" and DRAFT["source"] == "tiny" else []
+
+
+def speculative_args(wildcards, input):
+    """`orthrus decode` flags of transformers' speculative decoders."""
+    if wildcards.decoder == "assisted":
+        return f" --draft-path {shlex.quote(input.draft[0] if input.draft else draft_path())}"
+    if wildcards.decoder == "prompt-lookup":
+        return flag("prompt-lookup-tokens", config["decode"].get("prompt_lookup_tokens", 10), 10)
+    return ""
+
+
 def scatter_index(item):
     """'2-of-4' -> (1, 4): the 0-based shard and the shard count."""
     i, n = item.split("-of-")
@@ -98,7 +140,7 @@ def final_outputs():
 
 
 wildcard_constraints:
-    decoder="ar-ref|ar|orthrus",
+    decoder="ar-ref|ar|orthrus|assisted|prompt-lookup",
     precision="bf16|fp16|fp32",
     attention="eager|sdpa|flash_attention_2",
     model="[A-Za-z0-9_.-]+",
@@ -113,9 +155,9 @@ ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # so that parsing the workflow needs no torch.
 TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
                "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet",
-               "uncertainty_by_domain.csv"]
+               "uncertainty_by_domain.csv", "decoders.csv"]
 FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
-           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty"]
+           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty", "decoders"]
 
 
 def model_path(name):
@@ -123,21 +165,26 @@ def model_path(name):
     return EXTERNAL[name] if name in EXTERNAL else f"{R}/models/{name}"
 
 
+# decoders that run the teacher through transformers' generate()
+HF_DECODERS = ["ar-ref"] + TEACHER_DECODERS
+
+
 def model_input(wildcards):
-    if wildcards.decoder == "ar-ref":
+    if wildcards.decoder in HF_DECODERS:
         return teacher_input()
     return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
 
 
 def model_arg(wildcards, input):
-    if wildcards.decoder == "ar-ref":
+    if wildcards.decoder in HF_DECODERS:
         return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
     return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
 
 
 def decode_files():
-    """Every decoding result of the study: the reference, each model's Orthrus loop and AR view."""
-    files = expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS)
+    """Every decoding result of the study: the reference and transformers' speculative decoders on
+    the teacher, each model's Orthrus loop and AR view."""
+    files = expand(f"{R}/decode/{TEACHER}/{{d}}-{{p}}-{{a}}.parquet", d=HF_DECODERS, p=PRECISIONS, a=ATTENTIONS)
     decoders = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
     files += expand(f"{R}/decode/{{m}}/{{d}}-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, d=decoders, p=PRECISIONS, a=ATTENTIONS)
     return files
@@ -155,7 +202,20 @@ def tpf_files():
 
 
 def forensics_files():
-    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS)
+    """One file per Orthrus model, and one for the teacher's speculative decoders."""
+    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS + ([TEACHER] if TEACHER_DECODERS else []))
+
+
+def forensics_decoded(wildcards):
+    """The decoding results a forensics job explains, in (precision, attention) order."""
+    decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
+    return expand(f"{R}/decode/{wildcards.model}/{{d}}-{{p}}-{{a}}.parquet", d=decoders, p=PRECISIONS, a=ATTENTIONS)
+
+
+def forensics_reference(wildcards):
+    """The reference file paired with each of forensics_decoded's."""
+    n = len(TEACHER_DECODERS) if wildcards.model == TEACHER else 1
+    return expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) * n
 
 
 def study_outputs():

@@ -2,6 +2,7 @@ rule decode_shard:
     input:
         model_input,
         prompts=rules.prompts.output.eval,
+        draft=draft_input,
     output:
         # every (precision, attention) pair in one job: one start-up, one output each
         expand(
@@ -18,6 +19,7 @@ rule decode_shard:
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
         options=decode_options(config["decode"]),
+        speculative=speculative_args,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
     benchmark:
@@ -33,7 +35,7 @@ rule decode_shard:
     shell:
         "orthrus decode --decoder {wildcards.decoder} --model-path {params.model} --model-name {wildcards.model}"
         " --precision {params.precisions} --attention {params.attentions} --prompts {input.prompts}"
-        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}{params.options}"
+        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}{params.options}{params.speculative}"
         " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
 
