@@ -79,17 +79,18 @@ def load(decoder: str, path: str, precision: str, attention: str, device: str = 
     return model.to(device).eval(), tokenizer
 
 
-def load_draft(path: str, tokenizer, model_path: str, precision: str, attention: str, device: str = "cpu"):
-    """The draft model of `assisted`, in the model's precision and attention; refused, naming
-    both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
+def load_draft(path: str, model, tokenizer, model_path: str):
+    """The draft model of `assisted`, in the model's dtype, attention and device; refused,
+    naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .modeling import resolve_checkpoint
 
-    check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(resolve_checkpoint(path)), model_path, path)
-    draft = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(path), dtype=configure(precision),
-                                                 attn_implementation=attention, use_safetensors=True)
-    return draft.to(device).eval()
+    path_ = resolve_checkpoint(path)
+    check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
+    draft = AutoModelForCausalLM.from_pretrained(path_, dtype=model.dtype, use_safetensors=True,
+                                                 attn_implementation=model.config._attn_implementation)
+    return draft.to(model.device).eval()
 
 
 def check_same_tokenizer(tok, draft_tok, model_path: str, draft_path: str) -> None:
@@ -248,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     prompts = pd.read_parquet(args.prompts).iloc[args.shard :: args.num_shards]
     for (precision, attention), out in zip(pairs, args.out):
         model, tokenizer = load(args.decoder, args.model_path, precision, attention, args.device, args.deterministic)
-        draft = args.draft_path and load_draft(args.draft_path, tokenizer, args.model_path, precision, attention, args.device)
+        draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if args.draft_path else None
         df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, precision, attention,
                             args.max_new_tokens, progress=not args.no_progress, message=args.message,
-                            options=options, draft=draft or None, draft_name=args.draft_path,
+                            options=options, draft=draft, draft_name=args.draft_path,
                             prompt_lookup_tokens=args.prompt_lookup_tokens)
         write_parquet(out, df)
         errors = int((df["finish_reason"] == "error").sum())
