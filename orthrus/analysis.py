@@ -134,19 +134,21 @@ FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
 UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
                        "near_tie_threshold", "scored_precision", "scored_attention"]
 
+# Every CSV table ends with the number of decoding error rows its row left out (see error_counts).
+ERRORS = "n_errors_excluded"
 # file name -> columns; every `orthrus analyze` run writes exactly these files.
 TABLES = {
     "trajectories.parquet": TRAJECTORY_COLUMNS,
-    "match_overall.csv": MATCH_OVERALL_COLUMNS,
-    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS,
-    "tpf_by_domain.csv": TPF_COLUMNS,
-    "pairwise_match.csv": PAIRWISE_COLUMNS,
-    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS,
-    "ppl_logit.csv": PPL_LOGIT_COLUMNS,
-    "forensics.csv": FORENSICS_COLUMNS,
+    "match_overall.csv": MATCH_OVERALL_COLUMNS + [ERRORS],
+    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS + [ERRORS],
+    "tpf_by_domain.csv": TPF_COLUMNS + [ERRORS],
+    "pairwise_match.csv": PAIRWISE_COLUMNS + [ERRORS],
+    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS + [ERRORS],
+    "ppl_logit.csv": PPL_LOGIT_COLUMNS + [ERRORS],
+    "forensics.csv": FORENSICS_COLUMNS + [ERRORS],
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
-    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS,
-    "decoders.csv": DECODERS_COLUMNS,
+    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
+    "decoders.csv": DECODERS_COLUMNS + [ERRORS],
 }
 
 
@@ -179,11 +181,11 @@ def _read_parquet_checked(path, required, optional=(), what="file") -> pd.DataFr
     return pd.read_parquet(path, columns=cols)
 
 
-def load_decode(paths) -> pd.DataFrame:
-    """Concatenate decoding results; drop rows with finish_reason == 'error'."""
+def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Concatenate decoding results: (the rows kept, the error rows dropped (finish_reason == 'error'))."""
     if not paths:
         raise AnalysisError("no --decode files given")
-    frames = []
+    frames, errors = [], []
     seen: dict[tuple, Path] = {}
     for p in paths:
         df = _read_parquet_checked(p, DECODE_REQUIRED, DECODE_OPTIONAL, what="decoding result")
@@ -205,13 +207,59 @@ def load_decode(paths) -> pd.DataFrame:
             err = df["finish_reason"].astype(str) == "error"
             if err.any():
                 _warn(f"{p}: ignoring {int(err.sum())} prompt(s) with finish_reason == 'error'")
+                e = df.loc[err, CONFIG + ["domain"]].copy()
+                env = df.loc[err, "env"] if "env" in df.columns else pd.Series(None, index=e.index, dtype=object)
+                e["message"] = [_env_setting(x, "message", "empty") for x in env]
+                e["max_new_tokens"] = [_run_tokens(_env_setting(x, "max_new_tokens", None)) for x in env]
+                errors.append(e)
                 df = df.loc[~err]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     for c in CONFIG + ["prompt_id", "domain"]:
         df[c] = df[c].astype(str)
     df["tokens"] = [tuple(int(t) for t in x) if x is not None else () for x in df["tokens"]]
-    return df
+    errors = (pd.concat(errors, ignore_index=True).astype(str) if errors
+              else pd.DataFrame(columns=ERROR_COLUMNS))
+    return df, errors
+
+
+# an error row's configuration, domain and run setting (TPF_RUN, from its env record)
+ERROR_COLUMNS = CONFIG + ["domain", "message", "max_new_tokens"]
+
+
+def _run_tokens(value) -> str:
+    """A run's max_new_tokens as the key error rows and TPF rows share ('' where unrecorded)."""
+    return "" if value is None or pd.isna(value) else str(int(value))
+
+
+def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str) -> list[int]:
+    """Per row of a table: the decoding error rows it left out, those of its own configuration
+    (the Orthrus decoder where the table has no decoder column; the reference at the scored
+    precision and attention for the uncertainty table, whose perplexity forward skips them) and,
+    where it compares with the reference, the reference's at the same precision and attention;
+    per domain where it has one, and per run setting (message, max_new_tokens) in the TPF table."""
+    counts = errors[ERROR_COLUMNS].value_counts().to_dict()  # (model, decoder, precision, attention, domain, message, max_new_tokens) -> n
+
+    def n(model, decoder, precision, attention, domain=None, run=None):
+        return sum(v for (m, d, p, a, dom, *r), v in counts.items()
+                   if (m, d, p, a) == (model, decoder, precision, attention) and domain in (None, "all", dom)
+                   and run in (None, tuple(r)))
+
+    out = []
+    for r in table.to_dict("records"):
+        if name == "pairwise_match.csv":
+            out.append(n(*(r[f"a_{c}"] for c in CONFIG)) + n(*(r[f"b_{c}"] for c in CONFIG)))
+            continue
+        if name == "uncertainty_by_domain.csv":
+            out.append(n(reference, REFERENCE_DECODER, r["scored_precision"], r["scored_attention"], r["domain"]))
+            continue
+        if name == "tpf_by_domain.csv":
+            out.append(n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r["domain"],
+                         (str(r["message"]), _run_tokens(r["max_new_tokens"]))))
+            continue
+        own = n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r.get("domain"))
+        out.append(own + n(reference, REFERENCE_DECODER, r["precision"], r["attention"], r.get("domain")))
+    return out
 
 
 def load_ppl(path, reference: str | None) -> pd.DataFrame:
@@ -573,8 +621,12 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
             near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=()) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
     decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only."""
-    decode = load_decode(decode_paths)
-    tpf_decode = pd.concat([decode, load_decode(tpf_paths)], ignore_index=True) if tpf_paths else decode
+    decode, errors = load_decode(decode_paths)
+    tpf_decode, tpf_errors = decode, errors
+    if tpf_paths:
+        extra, extra_errors = load_decode(tpf_paths)
+        tpf_decode = pd.concat([decode, extra], ignore_index=True)
+        tpf_errors = pd.concat([errors, extra_errors], ignore_index=True)
     if reference is None:
         reference = detect_reference(decode)
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
@@ -582,7 +634,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     traj = attach_ppl(compare_trajectories(decode, reference), ppl)
     overall = match_overall(traj)
     empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
-    return {
+    tables = {
         "trajectories.parquet": traj,
         "match_overall.csv": overall,
         "match_by_domain.csv": match_by_domain(traj),
@@ -595,6 +647,11 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
         "decoders.csv": decoders_table(overall, decode),
     }
+    for name, df in tables.items():
+        if name.endswith(".csv"):
+            errs = tpf_errors if name == "tpf_by_domain.csv" else errors
+            df[ERRORS] = pd.array(error_counts(name, df, errs, reference), dtype="int64")
+    return tables
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir) -> list[Path]:

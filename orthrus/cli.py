@@ -17,6 +17,7 @@ COMMANDS = {
     "forensics": "orthrus.forensics",
     "figures": "orthrus.figures",
     "lm-eval": "orthrus.lmeval",
+    "summary": "orthrus.summary",
 }
 
 
@@ -30,8 +31,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         sys.stdout.write(msg)
         return 0
+    from orthrus.io import InputError
+
     module = importlib.import_module(COMMANDS[argv[0]])
-    return module.main(argv[1:]) or 0
+    try:
+        return module.main(argv[1:]) or 0
+    except InputError as e:
+        sys.stderr.write(f"orthrus {argv[0]}: {e}\n")
+        return 2
 
 
 if __name__ == "__main__":

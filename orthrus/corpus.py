@@ -8,9 +8,12 @@ Shard I takes prompts I, I+N, I+2N, ... of the prompt file (in file order), so t
 shards partition the prompts. Prompts are rendered with `orthrus.prompts.render_chat`,
 batched in order of rendered length (stable), LEFT-padded and decoded greedily with
 `model.generate(do_sample=False)`. Padding is stripped; `response_ids` end at the first
-EOS (included) or after T tokens. Output columns (see docs/DESIGN.md): `prompt_id,
-domain, prompt, response, prompt_ids, response_ids, finish_reason ("eos"|"length"),
-teacher, dtype, batch_size`, in the shard's prompt order. The file is written atomically.
+EOS (included) or after T tokens. A prompt too long for the teacher (`orthrus.prompts.
+length_error`, the rule every decoder follows too) is not generated: its row has an empty
+response, finish_reason "error" and the reason in `error`. Output columns (see
+docs/DESIGN.md): `prompt_id, domain, prompt, response, prompt_ids, response_ids,
+finish_reason ("eos"|"length"|"error"), error, teacher, dtype, batch_size`, in the shard's
+prompt order. The file is written atomically.
 The teacher is loaded with safetensors only and never with remote code.
 
 `--message none|empty|system:<text>`: the message format of the training sequences (default
@@ -28,12 +31,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from orthrus.checkpoint import record_digest
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
-from orthrus.prompts import check_message
+from orthrus.prompts import check_message, length_error, read_prompt_set
 
 COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
-           "finish_reason", "teacher", "dtype", "batch_size"]
+           "finish_reason", "error", "teacher", "dtype", "batch_size"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -57,7 +61,11 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
     """(model, tokenizer) through the Auto classes, safetensors only, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from orthrus.modeling import check_finite, check_model_files
+
     src = resolve_teacher(teacher)
+    if Path(src).is_dir():
+        check_model_files(src)
     kwargs = {"revision": revision} if revision else {}
     try:
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
@@ -72,6 +80,7 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
         raise FileNotFoundError(
             f"teacher {teacher!r} is neither a local directory nor a loadable hub id: {e}"
         ) from e
+    check_finite(model, teacher)
     model.eval()
     return model, tok
 
@@ -106,8 +115,13 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
     eos = _eos_ids(model, tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     rendered = [render_chat(tok, p, message) for p in prompts]
-    order = sorted(range(len(prompts)), key=lambda i: len(rendered[i]))  # stable
     out: list[dict | None] = [None] * len(prompts)
+    limit = model.config.max_position_embeddings
+    for i, ids in enumerate(rendered):
+        error = length_error(len(ids), max_new_tokens, limit)
+        if error:
+            out[i] = {"prompt_ids": ids, "response_ids": [], "response": "", "finish_reason": "error", "error": error}
+    order = sorted((i for i in range(len(prompts)) if out[i] is None), key=lambda i: len(rendered[i]))  # stable
     device = next(model.parameters()).device
     batches = [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
     for idx in tqdm(batches, desc="corpus", unit="batch", file=sys.stderr,
@@ -129,7 +143,7 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
                 resp, reason = row[: cut + 1], "eos"
             out[i] = {"prompt_ids": rendered[i], "response_ids": resp,
                       "response": tok.decode(resp, skip_special_tokens=True),
-                      "finish_reason": reason}
+                      "finish_reason": reason, "error": None}
     return out  # type: ignore[return-value]
 
 
@@ -142,7 +156,7 @@ def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
     if threads:
         torch.set_num_threads(int(threads))
     torch.manual_seed(0)
-    df = pd.read_parquet(prompts_path)
+    df = read_prompt_set(prompts_path)
     part = shard_prompts(df, shard, num_shards)
     model, tok = load_teacher(teacher, dtype=dtype, attention=attention, revision=revision)
     res = generate_responses(model, tok, list(part["prompt"]), batch_size=batch_size,
@@ -194,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orthrus corpus: {e}", file=sys.stderr)
         return 2
     write_parquet(args.out, df)
-    n_eos = int((df["finish_reason"] == "eos").sum())
-    print(f"[corpus] shard {args.shard}/{args.num_shards}: {len(df)} responses "
-          f"({n_eos} eos, {len(df) - n_eos} length) -> {args.out}", file=sys.stderr)
+    record_digest(args.out)  # hashed once, here: training fingerprints read the record
+    n = df["finish_reason"].value_counts()
+    print(f"[corpus] shard {args.shard}/{args.num_shards}: {len(df)} responses ({n.get('eos', 0)} eos, "
+          f"{n.get('length', 0)} length, {n.get('error', 0)} errors) -> {args.out}", file=sys.stderr)
     return 0
 
 

@@ -6,6 +6,7 @@ that survives finite precision is what this project measures.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -144,25 +145,12 @@ def generate(
     budget, "shorten" runs the last blocks at min(K, remaining + 1) tokens as the reference
     does (bidirectional attention inside the block makes the two differ numerically);
     `prefill_logits` "last" or "all" prompt positions through the LM head."""
-    if mode not in ("ar", "orthrus"):
-        raise ValueError(f"mode must be 'ar' or 'orthrus', got {mode!r}")
-    ids = input_ids.reshape(-1) if input_ids.dim() == 1 or input_ids.shape[0] == 1 else None
-    if ids is None:
-        raise ValueError(f"batch size 1 only; got input_ids of shape {tuple(input_ids.shape)}")
-    ids = ids.to(model.device)
-    if ids.numel() == 0:
-        raise ValueError("empty prompt: at least one token is needed")
-    limit = model.config.max_position_embeddings
-    if ids.numel() + max_new_tokens > limit:
-        raise ValueError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's {limit} positions")
-    if max_new_tokens < 0:
-        raise ValueError("max_new_tokens must be >= 0")
-    K = block_size or (model.block_size if mode == "orthrus" else 1)
-    if mode == "orthrus" and K < 2:
-        raise ValueError(f"block_size must be >= 2 for Orthrus decoding, got {K}")
-    if last_block not in LAST_BLOCKS or prefill_logits not in PREFILL_LOGITS:
-        raise ValueError(f"last_block must be one of {LAST_BLOCKS} and prefill_logits one of {PREFILL_LOGITS}, "
-                         f"got {last_block!r}, {prefill_logits!r}")
+    ids = _check_args(model, input_ids, mode, max_new_tokens, temperature, top_k, top_p, block_size)
+    for name, value, allowed in (("eos policy", eos, EOS_POLICIES), ("last_block", last_block, LAST_BLOCKS),
+                                 ("prefill_logits", prefill_logits, PREFILL_LOGITS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    K = (block_size or model.block_size) if mode == "orthrus" else 1
     if eos_token_id is None:
         eos = eos_ids(model, eos)
     else:
@@ -195,6 +183,41 @@ def generate(
     stats["tpf_all"] = len(tokens) / (forwards_verify + stats["n_diffusion"]) if forwards_verify else 0.0
     stats["tpf_authors"] = tpf_authors(stats["accepted"]) if forwards_verify else 0.0
     return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_args(model, input_ids, mode, max_new_tokens, temperature, top_k, top_p, block_size) -> torch.Tensor:
+    """The prompt as 1-D ids on the model's device; a ValueError saying in one line what is wrong."""
+    if mode not in ("ar", "orthrus"):
+        raise ValueError(f"mode must be 'ar' or 'orthrus', got {mode!r}")
+    if (not isinstance(input_ids, torch.Tensor) or input_ids.dtype == torch.bool or input_ids.is_floating_point()
+            or input_ids.is_complex()):
+        raise ValueError(f"input_ids must be an integer tensor of token ids, got {getattr(input_ids, 'dtype', type(input_ids))}")
+    if not (input_ids.dim() == 1 or (input_ids.dim() == 2 and input_ids.shape[0] == 1)):
+        raise ValueError(f"batch size 1 only; got input_ids of shape {tuple(input_ids.shape)}")
+    ids = input_ids.reshape(-1).to(device=model.device, dtype=torch.long)
+    if ids.numel() == 0:
+        raise ValueError("empty prompt: at least one token is needed")
+    vocab = model.config.vocab_size
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(f"input_ids must lie in [0, {vocab}), got values from {int(ids.min())} to {int(ids.max())}")
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 0):
+        raise ValueError(f"top_k must be None or an integer >= 0 (0 = off), got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+    if block_size is not None and (not _is_int(block_size) or block_size < 2):
+        raise ValueError(f"block_size must be None (the model's) or an integer >= 2, got {block_size!r}")
+    limit = model.config.max_position_embeddings
+    if ids.numel() + max_new_tokens > limit:
+        raise ValueError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's {limit} positions")
+    return ids
 
 
 def _ar_step(model, x, cache, K, sampler, remaining, stats, shorten=False) -> torch.Tensor:

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .io import write_parquet
-from .prompts import render_chat
+from .prompts import read_prompt_set, render_chat
 from .stats import first_divergence
 from .trajectories import load, row_message
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.decoded) != len(args.reference):
         ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)
-    prompts = pd.read_parquet(args.prompts)
+    prompts = read_prompt_set(args.prompts)
     rows = []
     for dec_file, ref_file in zip(args.decoded, args.reference):
         dec, ref = pd.read_parquet(dec_file), pd.read_parquet(ref_file)

@@ -15,6 +15,9 @@ project's corpus shard schema (`orthrus.corpus.COLUMNS`) with the same rule: `pr
 without added special tokens. Shard I of N takes records I, I+N, I+2N, ... of the split, as
 `orthrus corpus` does with prompts, so the shards partition the split. A record's id is
 `<split>-<index>`; its domain is the dataset's `domain` field when it has one, else `hf`.
+A record with an empty prompt or no response (the authors' loader skips these) becomes an error
+row (finish_reason "error", the reason in `error`, no ids), which training counts and skips, as
+it does the corpus stage's over-length prompts.
 
 `datasets.load_dataset` does the reading, so `dataset` is a hub id (`ai-forever/...`), a local
 directory, or a builder name (`json`) with `data_files`. A split without the two fields fails
@@ -59,13 +62,20 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
     rows = []
     for k, rec in enumerate(part):
         prompt, response = rec["prompt"], rec["response"]
-        if not prompt or response is None:  # the authors' loader skips these too
+        row = {"prompt_id": f"{split}-{shard + k * num_shards}", "domain": rec.get("domain") or "hf",
+               "teacher": dataset, "dtype": "dataset", "batch_size": 0}
+        if not isinstance(prompt, str) or not prompt.strip() or not isinstance(response, str):
+            # the authors' loader skips these; here they are error rows (counted, skipped by training)
+            what = "empty or missing prompt" if not isinstance(prompt, str) or not prompt.strip() else "missing response"
+            rows.append({**row, "prompt": prompt if isinstance(prompt, str) else "",
+                         "response": response if isinstance(response, str) else "",
+                         "prompt_ids": [], "response_ids": [], "finish_reason": "error",
+                         "error": f"{what} in dataset record {row['prompt_id']}"})
             continue
         rows.append({
-            "prompt_id": f"{split}-{shard + k * num_shards}", "domain": rec.get("domain") or "hf",
-            "prompt": prompt, "response": response,
+            **row, "prompt": prompt, "response": response,
             "prompt_ids": render_chat(tokenizer, prompt, message),
             "response_ids": tokenizer(response + eos, add_special_tokens=False)["input_ids"],
-            "finish_reason": "eos", "teacher": dataset, "dtype": "dataset", "batch_size": 0,
+            "finish_reason": "eos", "error": None,
         })
     return pd.DataFrame(rows, columns=COLUMNS)

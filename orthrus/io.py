@@ -9,6 +9,10 @@ import tempfile
 from pathlib import Path
 
 
+class InputError(ValueError):
+    """A bad input file, said in one line naming it; the CLI prints it without a traceback."""
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary sibling path; move it onto `path` only if the block succeeds.

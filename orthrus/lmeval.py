@@ -112,7 +112,7 @@ def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_impleme
     """An Orthrus checkpoint (any decoding) or, for the AR decodings, also a plain Qwen3 one."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from orthrus.modeling import OrthrusForCausalLM, resolve_checkpoint
+    from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
     from orthrus.precision import check_attention, parse_dtype
 
     if decoding not in DECODINGS:
@@ -126,6 +126,7 @@ def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_impleme
     elif decoding in ("ar", "ar-ref"):
         model = Qwen3ForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype), attn_implementation=attn_implementation,
                                                  use_safetensors=True).eval()
+        check_finite(model, path)
     else:
         raise ValueError(f"{pretrained} is not an Orthrus checkpoint (no block_size/mask_token_id); "
                          "only decoding=ar or ar-ref can evaluate a plain model")
@@ -677,9 +678,9 @@ def cmd_prepare_data(args) -> int:
     tasks = _split(args.tasks) or list(bm.TASKS)
     exclude = set()
     for p in args.exclude or []:
-        import pandas as pd
+        from orthrus.prompts import read_prompt_set
 
-        exclude |= set(pd.read_parquet(p, columns=["prompt"])["prompt"])
+        exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
     manifest = {"seed": args.seed, "n": args.n, "stream": bm.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
     with atomic_path(out) as tmp:

@@ -92,6 +92,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
 
                 tokenizer = AutoTokenizer.from_pretrained(path)
             base = Qwen3ForCausalLM.from_pretrained(path, use_safetensors=True, **load_kwargs)
+            check_finite(base, path)
         config = Qwen3Config.from_dict(base.config.to_dict())
         config.block_size = int(block_size)
         config._attn_implementation = base.config._attn_implementation
@@ -150,6 +151,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
             path, *args, config=config, attn_implementation=attn_implementation,
             use_safetensors=None if allow_pickle else True, **kwargs,
         )
+        check_finite(model, path)
         model.freeze_backbone()
         model.eval()
         return model
@@ -233,14 +235,46 @@ def check_weights(path, cls, config) -> None:
 
 
 def resolve_checkpoint(path_or_id, allow_pickle: bool = False) -> str:
-    """A local directory, or a hub snapshot holding only configs, tokenizers and safetensors."""
+    """A local directory, or a hub snapshot holding only configs, tokenizers and safetensors;
+    its files checked (`check_model_files`)."""
     path = Path(os.path.expanduser(str(path_or_id)))
-    if path.is_dir():
-        return str(path)
-    looks_like_hub_id = len(str(path_or_id).split("/")) == 2 and not str(path_or_id).startswith((".", "/", "~"))
-    if not looks_like_hub_id:
-        raise FileNotFoundError(f"model path does not exist: {path_or_id}")
-    from huggingface_hub import snapshot_download
+    if not path.is_dir():
+        looks_like_hub_id = len(str(path_or_id).split("/")) == 2 and not str(path_or_id).startswith((".", "/", "~"))
+        if not looks_like_hub_id:
+            raise FileNotFoundError(f"model path does not exist: {path_or_id}")
+        from huggingface_hub import snapshot_download
 
-    patterns = _HUB_PATTERNS + (["*.bin"] if allow_pickle else [])
-    return snapshot_download(str(path_or_id), allow_patterns=patterns)
+        patterns = _HUB_PATTERNS + (["*.bin"] if allow_pickle else [])
+        path = Path(snapshot_download(str(path_or_id), allow_patterns=patterns))
+    check_model_files(path, allow_pickle)
+    return str(path)
+
+
+def check_model_files(path, allow_pickle: bool = False) -> None:
+    """Say in one line what is wrong with a model directory's files before transformers reads
+    them (its own messages about a missing config or a truncated file point elsewhere)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    try:
+        json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no config.json (not a model directory)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights and not (allow_pickle and any(path.glob("*.bin"))):
+        raise FileNotFoundError(f"{path}: no *.safetensors weights" + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)"))
+    for f in weights:
+        try:
+            with safe_open(f, framework="pt"):
+                pass
+        except SafetensorError as e:  # a cut-off download or copy: the header promises more than the file holds
+            raise ValueError(f"{f}: truncated or corrupt safetensors file ({e})") from None
+
+
+def check_finite(model, source) -> None:
+    """Raise naming the first weight that holds NaN or inf: such a model decodes garbage silently."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ValueError(f"{source}: weight {name} holds non-finite values (NaN or inf)")

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from .io import write_parquet
-from .prompts import render_chat
+from .prompts import read_prompt_set, render_chat
 from .trajectories import load, row_message
 
 
@@ -65,5 +65,5 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model, tokenizer = load("ar-ref", args.teacher, args.precision, args.attention, args.device)
     decoded = pd.concat([pd.read_parquet(f) for f in args.decode], ignore_index=True)
-    write_parquet(args.out, score(model, tokenizer, pd.read_parquet(args.prompts), decoded, args.precision))
+    write_parquet(args.out, score(model, tokenizer, read_prompt_set(args.prompts), decoded, args.precision))
     return 0

@@ -24,11 +24,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from orthrus.io import InputError
+
 DUPLICATES = ("error", "first")
 
 
-class PromptFileError(ValueError):
-    """A prompt file that cannot be used; the message names the file and the problem."""
+class PromptFileError(InputError):
+    """A prompt file that cannot be used; the message names the file and the problem (one line:
+    `orthrus prompts` prints it without a traceback)."""
 
 
 def read_source(src: str, sha256: str | None = None) -> bytes:

@@ -28,15 +28,16 @@ Outputs: `DIR` (written atomically) holds the `save_pretrained` model and tokeni
 `train_log.csv` / `train_log.jsonl` (step, loss, lr, tokens, seconds, ...), `eval_log.csv`
 (held-out tokens per forward with the real `orthrus.generate` loop) and `train_summary.json`.
 Checkpoints (diffusion weights, optimizer, scheduler, RNG, data position) go to
-`DIR.ckpt/last.pt` every `save_every` steps; a rerun with the same settings and data resumes
-from there, and the directory is removed after a successful run unless `keep_checkpoint`.
+`DIR.ckpt/last/` (safetensors + JSON, no pickle: orthrus/checkpoint.py) every `save_every`
+steps; a rerun with the same settings, the same teacher files and the same corpus content
+resumes from there (anything else starts afresh, saying what changed), and the directory is
+removed after a successful run unless `keep_checkpoint`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import csv
-import hashlib
 import json
 import math
 import os
@@ -219,7 +220,7 @@ class Corpus:
         pos = np.flatnonzero(w > 0)
         need = int(pos[s["min_loss_tokens"] - 1])  # anchor a usable iff a <= len - 2 - need
         self.ids, self.prompt_len, self.domain, self.last_anchor = [], [], [], []
-        self.counts = {"rows": 0, "used": 0, "truncated": 0, "skipped_empty_response": 0,
+        self.counts = {"rows": 0, "used": 0, "truncated": 0, "skipped_error": 0, "skipped_empty_response": 0,
                        "skipped_short_response": 0, "skipped_prompt_over_max_len": 0}
         self.skipped_by_domain: dict = {}
         for f in files:
@@ -229,14 +230,17 @@ class Corpus:
             missing = [c for c in REQUIRED_COLUMNS if c not in cols]
             if missing:
                 raise ValueError(f"corpus shard {f} lacks column(s) {missing} (has {sorted(cols)})")
-            table = pq.read_table(f, columns=[*REQUIRED_COLUMNS] + (["domain"] if "domain" in cols else []))
+            table = pq.read_table(f, columns=[*REQUIRED_COLUMNS] + [c for c in ("domain", "error") if c in cols])
             data = table.to_pydict()
             doms = data.get("domain") or ["-"] * table.num_rows
-            for p, r, d in zip(data["prompt_ids"], data["response_ids"], doms):
+            errors = data.get("error") or [None] * table.num_rows  # a prompt the corpus stage could not answer
+            for p, r, d, e in zip(data["prompt_ids"], data["response_ids"], doms, errors):
                 self.counts["rows"] += 1
                 p, r = list(p or []), list(r or [])
                 reason = None
-                if not r:
+                if e:
+                    reason = "skipped_error"
+                elif not r:
                     reason = "skipped_empty_response"
                 elif len(p) >= s["max_len"]:
                     reason = "skipped_prompt_over_max_len"
@@ -259,11 +263,11 @@ class Corpus:
                 self.last_anchor.append(last)
         self.counts["used"] = len(self.ids)
         self.lengths = np.array([len(x) for x in self.ids], dtype=np.int64)
-        self.fingerprint = [(f, os.path.getsize(f)) for f in files]
+        self.files = files
         if verbose:
             c = self.counts
             _log(f"corpus: {c['rows']} rows in {len(files)} shard(s), {c['used']} used, "
-                 f"{c['truncated']} truncated to max_len={s['max_len']}, skipped: "
+                 f"{c['truncated']} truncated to max_len={s['max_len']}, skipped: {c['skipped_error']} error rows, "
                  f"{c['skipped_empty_response']} empty response, {c['skipped_short_response']} "
                  f"response too short for one block, {c['skipped_prompt_over_max_len']} prompt >= max_len")
         if not self.ids:
@@ -455,12 +459,12 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     """(domain, prompt token ids) of the first `per_domain` prompts of each domain (file order).
     Accepts a prompt set (`prompt`, rendered with the chat template) or a corpus (`prompt_ids`)."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
-    from orthrus.prompts import render_chat
+    from orthrus.prompts import read_prompt_set, render_chat
 
-    df = pd.read_parquet(path)
-    if "prompt_ids" not in df.columns and "prompt" not in df.columns:
-        raise ValueError(f"eval prompts {path} need a `prompt` or `prompt_ids` column (have {list(df.columns)})")
+    corpus = "prompt_ids" in pq.read_schema(path).names
+    df = pd.read_parquet(path) if corpus else read_prompt_set(path)
     if "domain" not in df.columns:
         df = df.assign(domain="-")
     df = df.groupby("domain", sort=True, group_keys=False).head(per_domain)
@@ -510,11 +514,13 @@ def _lr_lambda(s: dict, total: int):
     return f
 
 
-def _fingerprint(s: dict, corpus: Corpus, teacher, world: int) -> str:
-    key = {k: v for k, v in s.items() if k not in _NON_TRAINING}
-    blob = json.dumps({"settings": key, "corpus": corpus.fingerprint, "teacher": str(teacher),
-                       "world": world}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def _fingerprint(s: dict, corpus: Corpus, teacher_dir, world: int) -> dict:
+    """What a checkpoint's weights depend on, by content: a resumed run must see the same."""
+    from orthrus.checkpoint import file_digest, model_digests
+
+    return {"settings": {k: v for k, v in s.items() if k not in _NON_TRAINING},
+            "teacher": model_digests(teacher_dir), "corpus": [file_digest(f) for f in corpus.files],
+            "world": world}
 
 
 def _init_distributed():
@@ -564,7 +570,9 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
     import torch.distributed as dist
     from tqdm import tqdm
 
+    from orthrus import checkpoint
     from orthrus.io import atomic_path, write_json
+    from orthrus.modeling import resolve_checkpoint
 
     s = resolve_settings(settings)
     if threads:
@@ -574,13 +582,14 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
     rank, world = _rank(), _world()
     out_dir = Path(out_dir)
     ckpt_dir = out_dir.with_name(out_dir.name + ".ckpt")
-    ckpt_file = ckpt_dir / "last.pt"
+    ckpt_path = ckpt_dir / "last"
     try:
         corpus = Corpus(corpus_files, s, verbose=True)
         if eval_prompts is not None and not Path(eval_prompts).is_file():
             raise FileNotFoundError(f"eval prompts not found: {eval_prompts}")
         torch.manual_seed(s["seed"])
-        model, tok = load_student(teacher, s, device)
+        teacher_dir = resolve_checkpoint(teacher)
+        model, tok = load_student(teacher_dir, s, device)
         K, mask_id = model.block_size, model.mask_token_id
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         weights = offset_weights(s["offset_weights"], K)
@@ -613,11 +622,14 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
         else:
             runner = step_mod
 
-        fp = _fingerprint(s, corpus, teacher, world)
+        fp = _fingerprint(s, corpus, teacher_dir, world)
         state = {"step": 0, "elapsed": 0.0, "tokens": 0, "loss_tokens": 0.0, "log": [], "eval": []}
-        if ckpt_file.is_file():
-            ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)
-            if ck.get("fingerprint") == fp and ck["step"] <= total:
+        if (ckpt_dir / "last.pt").exists():
+            _log(f"ignoring {ckpt_dir / 'last.pt'}: pickled checkpoints are no longer read")
+        if (ckpt_path / "state.json").is_file():
+            ck = checkpoint.load(ckpt_path)
+            changed = [k for k in fp if ck["fingerprint"].get(k) != fp[k]]
+            if not changed and ck["step"] <= total:
                 own = dict(model.named_parameters())
                 with torch.no_grad():
                     for k, v in ck["diffusion"].items():
@@ -630,9 +642,10 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
                 if torch.cuda.is_available() and ck["rng"].get("cuda") is not None and device.type == "cuda":
                     torch.cuda.set_rng_state(ck["rng"]["cuda"], device)
                 state = ck["state"]
-                _log(f"resumed from {ckpt_file} at step {state['step']}")
+                _log(f"resumed from {ckpt_path} at step {state['step']}")
             else:
-                _log(f"ignoring checkpoint {ckpt_file}: made with other settings, data or world size")
+                why = f"changed: {', '.join(changed)}" if changed else f"its step {ck['step']} is past {total}"
+                _log(f"fresh start: checkpoint {ckpt_path} does not fit this run ({why})")
 
         eval_set = None
         if eval_prompts is not None and s["eval_per_domain"] > 0 and rank == 0:
@@ -657,9 +670,7 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
                       "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                               "python": random.getstate(),
                               "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}}
-                ckpt_dir.mkdir(parents=True, exist_ok=True)
-                with atomic_path(ckpt_file) as tmp:
-                    torch.save(ck, tmp)
+                checkpoint.save(ckpt_path, ck)
             if world > 1:
                 dist.barrier()
 
@@ -736,7 +747,7 @@ def train(settings: dict, teacher, corpus_files, out_dir, eval_prompts=None, thr
             run_eval(total)
 
         summary = {
-            "settings": s, "teacher": str(teacher), "corpus": [str(f) for f in corpus.fingerprint],
+            "settings": s, "teacher": str(teacher), "corpus": [str(f) for f in corpus.files],
             "counts": corpus.counts, "skipped_by_domain": corpus.skipped_by_domain,
             "world_size": world, "global_batch": G, "steps": total, "steps_per_epoch": spe,
             "train_seconds": round(train_seconds, 2),

@@ -10,7 +10,10 @@ and `orthrus` load an Orthrus checkpoint and use `orthrus.generate`. `assisted` 
 `prompt-lookup` are transformers' own speculative decoders on the plain model, greedy and
 lossless in exact arithmetic: `generate(..., assistant_model=draft)` with the draft model of
 `--draft-path` (it must share the model's tokenizer) and `generate(...,
-prompt_lookup_num_tokens=k)`. A prompt that fails is recorded with its error, never dropped.
+prompt_lookup_num_tokens=k)`. A prompt that fails is recorded with its error, never dropped; a
+prompt too long for the model (or for the draft) is such an error in every decoder
+(`orthrus.prompts.length_error`). When more than `--max-error-share` of a run's prompts are
+errors (default 0: any), the job fails naming the first ones and writes nothing.
 
 For the transformers decoders a forward hook counts the forwards of the model (and of the
 draft) and a streamer records the tokens each step emits, without touching the library's
@@ -41,7 +44,7 @@ from .decoding import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, generate
 from .io import write_parquet
 from .modeling import OrthrusForCausalLM
 from .precision import check_attention, configure, numerical_env
-from .prompts import check_message, render_chat
+from .prompts import check_message, length_error, read_prompt_set, render_chat
 
 DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup")
 # decoders that run a plain causal LM through transformers' generate(); the last two speculate
@@ -66,13 +69,14 @@ def load(decoder: str, path: str, precision: str, attention: str, device: str = 
     """(model, tokenizer) for a decoder; never runs checkpoint code, never unpickles."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .modeling import resolve_checkpoint
+    from .modeling import check_finite, resolve_checkpoint
 
     path = resolve_checkpoint(path)
     dtype = configure(precision, deterministic=deterministic)
     check_attention(attention)
     if decoder in HF_DECODERS:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, use_safetensors=True)
+        check_finite(model, path)
     else:
         model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -84,12 +88,13 @@ def load_draft(path: str, model, tokenizer, model_path: str):
     naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .modeling import resolve_checkpoint
+    from .modeling import check_finite, resolve_checkpoint
 
     path_ = resolve_checkpoint(path)
     check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
     draft = AutoModelForCausalLM.from_pretrained(path_, dtype=model.dtype, use_safetensors=True,
                                                  attn_implementation=model.config._attn_implementation)
+    check_finite(draft, path_)
     return draft.to(model.device).eval()
 
 
@@ -196,17 +201,25 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
     else:
         run |= {"loop": "orthrus.generate"} | {k: options.get(k, v) for k, v in DEFAULT_OPTIONS.items()}
     env = json.dumps(numerical_env(model) | run, sort_keys=True)
+    # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
+    positions = model.config.max_position_embeddings
+    if draft is not None:
+        positions = min(positions, getattr(draft.config, "max_position_embeddings", positions))
     rows = []
     for row in tqdm(prompts.itertuples(), total=len(prompts), desc=f"{model_name}/{decoder}/{precision}/{attention}",
                     disable=not progress, file=sys.stderr):
         ids = torch.tensor(render_chat(tokenizer, row.prompt, message), dtype=torch.long, device=model.device)
         base = {"model": model_name, "decoder": decoder, "precision": precision, "attention": attention,
                 "prompt_id": row.prompt_id, "domain": row.domain, "prompt_len": len(ids), "env": env, "error": None}
+        error = length_error(len(ids), max_new_tokens, positions)
         try:
-            rows.append(base | decode_one(model, decoder, ids, max_new_tokens, options, draft, prompt_lookup_tokens))
+            if error is None:
+                rows.append(base | decode_one(model, decoder, ids, max_new_tokens, options, draft, prompt_lookup_tokens))
         except Exception as e:  # recorded, not dropped: a failing prompt is a result too
+            error = f"{type(e).__name__}: {e}"
+        if error is not None:
             rows.append(base | {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0,
-                                "seconds": float("nan"), "finish_reason": "error", "error": f"{type(e).__name__}: {e}"})
+                                "seconds": float("nan"), "finish_reason": "error", "error": error})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -228,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--max-error-share", type=float, default=0.0,
+                    help="fail when more than this share of the prompts end in an error row (default 0)")
     ap.add_argument("--message", default="empty", help="none | empty | system:<text> (default empty)")
     ap.add_argument("--eos", choices=EOS_POLICIES, default="generation_config")
     ap.add_argument("--last-block", choices=LAST_BLOCKS, default="full")
@@ -241,12 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{len(pairs)} (precision, attention) pairs need as many --out files, got {len(args.out)}")
     if (args.decoder == "assisted") != bool(args.draft_path):
         ap.error("--draft-path goes with --decoder assisted, and only with it")
+    if args.prompt_lookup_tokens < 1:
+        ap.error(f"--prompt-lookup-tokens {args.prompt_lookup_tokens}: needs at least 1")
     if not 0 <= args.shard < args.num_shards:
         ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
     torch.set_num_threads(args.threads)
     check_message(args.message)
     options = {"eos": args.eos, "last_block": args.last_block, "prefill_logits": args.prefill_logits}
-    prompts = pd.read_parquet(args.prompts).iloc[args.shard :: args.num_shards]
+    prompts = read_prompt_set(args.prompts).iloc[args.shard :: args.num_shards]
     for (precision, attention), out in zip(pairs, args.out):
         model, tokenizer = load(args.decoder, args.model_path, precision, attention, args.device, args.deterministic)
         draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if args.draft_path else None
@@ -254,7 +271,12 @@ def main(argv: list[str] | None = None) -> int:
                             args.max_new_tokens, progress=not args.no_progress, message=args.message,
                             options=options, draft=draft, draft_name=args.draft_path,
                             prompt_lookup_tokens=args.prompt_lookup_tokens)
+        failed = df[df["finish_reason"] == "error"]
+        if len(failed) > args.max_error_share * len(df):
+            first = "; ".join(f"{r.prompt_id}: {r.error}" for r in failed.head(3).itertuples())
+            print(f"orthrus decode: {precision}/{attention}: {len(failed)} of {len(df)} prompts failed, more than "
+                  f"--max-error-share {args.max_error_share}; first: {first}", file=sys.stderr)
+            return 1
         write_parquet(out, df)
-        errors = int((df["finish_reason"] == "error").sum())
-        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({errors} errors) -> {out}", file=sys.stderr)
+        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({len(failed)} errors) -> {out}", file=sys.stderr)
     return 0

@@ -87,19 +87,27 @@ def test_columns_are_the_contract(world):
     for name, cols in analysis.TABLES.items():
         assert list(t[name].columns) == cols, name
     assert list(t["match_overall.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high", "n_errors_excluded"]
     assert list(t["match_by_domain.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high",
+        "n_errors_excluded"]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
-        "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci"]
+        "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify",
+        "tpf_verify_ci", "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
+    assert list(t["uncertainty_by_domain.csv"].columns) == analysis.UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
+    assert list(t["decoders.csv"].columns) == [
+        "precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
+        "n_errors_excluded"]
+    assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
-        "b_attention", "n", "match_rate"]
+        "b_attention", "n", "match_rate", "n_errors_excluded"]
     assert list(t["ppl_by_match.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
+        "model", "decoder", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high",
+        "n_errors_excluded"]
     assert list(t["ppl_logit.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+        "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note",
+        "n_errors_excluded"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -252,7 +260,7 @@ def test_logit_cannot_be_estimated():
 
 def test_forensics_summary(world):
     fs = world["tables"]["forensics.csv"]
-    assert list(fs.columns) == analysis.FORENSICS_COLUMNS
+    assert list(fs.columns) == analysis.TABLES["forensics.csv"]
     assert len(fs) == 1
     r = fs.iloc[0]
     rows = world["fx_rows"]
@@ -362,6 +370,64 @@ def test_ppl_join_per_precision(world, tmp_path):
         analyze([p["ref-bf16"], p["orth-bf16"]], REF, ppl_path=path)
 
 
+def test_every_table_counts_the_error_rows_it_excluded(world, tmp_path):
+    """One Orthrus bf16 error (a code prompt) and one reference bf16 error (a math prompt)."""
+    paths = dict(world["paths"])
+    for key, pid in (("orth-bf16", "code-000"), ("ref-bf16", "math-000")):
+        df = pd.read_parquet(paths[key])
+        df.loc[df.prompt_id == pid, ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
+        paths[key] = tmp_path / f"{key}.parquet"
+        df.to_parquet(paths[key], index=False)
+    t = analyze(list(paths.values()), REF, world["ppl"], world["fx"])
+    overall = t["match_overall.csv"].set_index(["decoder", "precision"])["n_errors_excluded"]
+    assert overall[("orthrus", "bf16")] == 2 and overall[("ar", "bf16")] == 1 and overall[("orthrus", "fp32")] == 0
+    by_dom = t["match_by_domain.csv"].query("decoder == 'orthrus' and precision == 'bf16'").set_index("domain")
+    assert by_dom["n_errors_excluded"].to_dict() == {"code": 1, "math": 1, "qa": 0}
+    tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index("domain")["n_errors_excluded"]
+    assert tpf.to_dict() == {"code": 1, "math": 0, "qa": 0, "all": 1}  # TPF compares with nothing
+    pair = t["pairwise_match.csv"]
+    both = pair[(pair.a_decoder == "orthrus") & (pair.a_precision == "bf16") & (pair.b_decoder == "ar-ref")
+                & (pair.b_precision == "bf16")]
+    assert both["n_errors_excluded"].tolist() == [2]
+    for name in ("ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"):
+        assert (t[name].query("precision == 'bf16'")["n_errors_excluded"] == 2).all(), name
+
+
+def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
+    """tpf_by_domain counts per run setting (the separate TPF run's errors only in its own rows);
+    uncertainty_by_domain counts the reference's errors at the scored precision/attention, which
+    the perplexity forward never saw."""
+    def rows(model, decoder, precision, budget, message, error_pid):
+        out = []
+        for dom in ("code", "math"):
+            for i in range(3):
+                r = _row(model, decoder, precision, f"{dom}-{i}", dom, [5, 6, 7], *((2, 2) if decoder == "orthrus" else ()))
+                r["env"] = json.dumps({"message": message, "max_new_tokens": budget})
+                if r["prompt_id"] == error_pid:
+                    r.update(tokens=[], finish_reason="error", error="PromptTooLong: ...")
+                out.append(r)
+        return pd.DataFrame(out)
+
+    paths = {}
+    for key, args in {"ref": (REF, "ar-ref", "fp32", 3, "empty", "math-1"),
+                      "orth": (MODEL, "orthrus", "fp32", 3, "empty", None),
+                      "tpf": (MODEL, "orthrus", "fp32", 256, "none", "code-2")}.items():
+        paths[key] = tmp_path / f"{key}.parquet"
+        rows(*args).to_parquet(paths[key], index=False)
+    ppl = tmp_path / "ppl.parquet"
+    pd.DataFrame([dict(model=REF, precision="fp32", attention="eager", prompt_id=f"{d}-{i}", domain=d, ppl=1.2,
+                       entropy=0.5, margins=[1.0, 2.0]) for d in ("code", "math") for i in range(3)
+                  if (d, i) != ("math", 1)]).to_parquet(ppl, index=False)
+    t = analyze([paths["ref"], paths["orth"]], REF, ppl, tpf_paths=[paths["tpf"]])
+    tpf = t["tpf_by_domain.csv"].set_index(["max_new_tokens", "domain"])["n_errors_excluded"].to_dict()
+    assert tpf == {(3, "code"): 0, (3, "math"): 0, (3, "all"): 0, (256, "code"): 1, (256, "math"): 0, (256, "all"): 1}
+    unc = t["uncertainty_by_domain.csv"].set_index("domain")
+    assert unc["n_errors_excluded"].to_dict() == {"code": 0, "math": 1, "all": 1}
+    assert unc.loc["math", "n_prompts"] == 2
+    # the TPF run's error is in no other table
+    assert t["match_overall.csv"]["n_errors_excluded"].tolist() == [1]
+
+
 def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     from orthrus.analysis import uncertainty_by_domain
 
@@ -375,7 +441,7 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     path = tmp_path / "ppl.parquet"
     pd.DataFrame(rows).to_parquet(path)
     t = uncertainty_by_domain(path, REF, near_tie=0.125)
-    assert list(t.columns) == analysis.TABLES["uncertainty_by_domain.csv"]
+    assert list(t.columns) == analysis.UNCERTAINTY_COLUMNS
     t = t.set_index("domain")
     assert set(t["scored_precision"]) == {"fp32"} and set(t["scored_attention"]) == {"eager"}
     assert t.loc["poetry-en", "n_steps"] == 8 and t.loc["poetry-en", "near_tie_share"] == 0.5
@@ -418,3 +484,24 @@ def test_transformers_speculative_decoders_in_every_table_and_the_decoders_figur
     analysis.write_tables(t, tmp_path / "tables")
     written = figures.make_figures(tmp_path / "tables", tmp_path / "figures")
     assert tmp_path / "figures" / "decoders.png" in written
+
+
+def test_speculative_decoders_error_rows_are_counted_in_their_rows(world, tmp_path):
+    """An assisted error row (a prompt too long for the draft, say) is counted in the assisted rows
+    of match_overall, tpf_by_domain and decoders.csv, beside the reference's, and nowhere else."""
+    ref = pd.read_parquet(world["paths"]["ref-bf16"])
+    assisted = ref.assign(decoder="assisted", n_verify=11, n_diffusion=30, accepted=[[1] * 12] * len(ref))
+    assisted.loc[assisted.prompt_id == "code-001", ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
+    lookup = ref.assign(decoder="prompt-lookup", n_verify=23)
+    paths = [*world["paths"].values(), tmp_path / "assisted.parquet", tmp_path / "lookup.parquet"]
+    assisted.to_parquet(paths[-2])
+    lookup.to_parquet(paths[-1])
+    t = analyze(paths, REF, world["ppl"], world["fx"])
+    dec = t["decoders.csv"].query("precision == 'bf16'").set_index("decoder")
+    assert dec["n_errors_excluded"].to_dict() == {"orthrus": 0, "assisted": 1, "prompt-lookup": 0}
+    assert dec.loc["assisted", "n"] == len(ref) - 1
+    mo = t["match_overall.csv"].set_index(["decoder", "precision"])["n_errors_excluded"]
+    assert mo[("assisted", "bf16")] == 1 and mo[("prompt-lookup", "bf16")] == 0
+    tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index(["decoder", "domain"])["n_errors_excluded"]
+    assert tpf[("assisted", "code")] == 1 and tpf[("assisted", "all")] == 1 and tpf[("assisted", "qa")] == 0
+    assert tpf[("prompt-lookup", "all")] == 0 and tpf[("orthrus", "all")] == 0

@@ -134,6 +134,31 @@ def test_sampler_top_p_keeps_smallest_nucleus():
     assert probs.sum().item() == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("ids, kwargs, message", [
+    (torch.tensor([7.0, 8.0]), {}, "integer tensor"),
+    (torch.tensor([True]), {}, "integer tensor"),
+    ([7, 8], {}, "integer tensor"),
+    (torch.tensor([7, MASK + 1]), {}, r"\[0, 96\)"),
+    (torch.tensor([-1, 7]), {}, r"\[0, 96\)"),
+    (torch.tensor([[7], [8]]), {}, "batch size 1"),
+    (torch.tensor([7]), {"max_new_tokens": 4.5}, "max_new_tokens"),
+    (torch.tensor([7]), {"max_new_tokens": -1}, "max_new_tokens"),
+    (torch.tensor([7]), {"temperature": -0.5}, "temperature"),
+    (torch.tensor([7]), {"temperature": float("nan")}, "temperature"),
+    (torch.tensor([7]), {"temperature": 1.0, "top_p": 0}, "top_p"),
+    (torch.tensor([7]), {"temperature": 1.0, "top_p": 1.5}, "top_p"),
+    (torch.tensor([7]), {"temperature": 1.0, "top_k": -3}, "top_k"),
+    (torch.tensor([7]), {"temperature": 1.0, "top_k": 2.5}, "top_k"),
+    (torch.tensor([7]), {"block_size": 0}, "block_size"),
+    (torch.tensor([7]), {"block_size": 4.0}, "block_size"),
+])
+def test_generate_rejects_bad_arguments_in_one_line(ids, kwargs, message):
+    model = tiny_orthrus(0, 4)
+    with pytest.raises(ValueError, match=message) as err:
+        orthrus.generate(model, ids, **kwargs)
+    assert "\n" not in str(err.value)
+
+
 def test_tpf_authors_does_not_count_the_correction_token():
     assert orthrus.decoding.tpf_authors([]) == 1.0
     assert orthrus.decoding.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))

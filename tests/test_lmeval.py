@@ -69,7 +69,7 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
     # deterministic, and prompts listed in --exclude are skipped
     assert bm.make_docs("tiny_arith", 5, seed=3) == arith
     excl = tmp_path / "eval.parquet"
-    pd.DataFrame({"prompt": [arith[0]["question"]]}).to_parquet(excl)
+    pd.DataFrame({"prompt_id": ["e0"], "domain": ["math"], "prompt": [arith[0]["question"]]}).to_parquet(excl)
     assert lmeval.main(["prepare-data", "--out", str(tmp_path / "d"), "--n", "5", "--seed", "3",
                         "--tasks", "tiny_arith", "--exclude", str(excl)]) == 0
     again = [json.loads(line) for line in (tmp_path / "d" / "tiny_arith.jsonl").read_text().splitlines()]

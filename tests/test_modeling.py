@@ -131,3 +131,32 @@ def test_pickled_weights_refused_unless_opted_in(tmp_path):
 def test_missing_path_is_named():
     with pytest.raises(FileNotFoundError, match="no/such/dir"):
         OrthrusForCausalLM.from_pretrained("./no/such/dir")
+
+
+def test_bad_model_files_are_named_in_one_line(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from orthrus.trajectories import load
+
+    tiny_orthrus(0, 8).save_pretrained(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])  # a cut-off copy
+    with pytest.raises(ValueError, match="model.safetensors: truncated or corrupt") as err:
+        OrthrusForCausalLM.from_pretrained(tmp_path / "m")
+    assert "\n" not in str(err.value)
+    weights.write_bytes(good)
+    state = load_file(weights)
+    state["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="weight model.layers.1.mlp.up_proj.weight holds non-finite values"):
+        OrthrusForCausalLM.from_pretrained(tmp_path / "m")
+    with pytest.raises(ValueError, match="non-finite"):  # the plain-model loader of the reference decoder too
+        load("ar-ref", tmp_path / "m", "fp32", "eager")
+    (tmp_path / "m" / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        OrthrusForCausalLM.from_pretrained(tmp_path / "m")
+    weights.unlink()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"no \*.safetensors weights"):
+        OrthrusForCausalLM.from_pretrained(tmp_path / "m")

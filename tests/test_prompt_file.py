@@ -98,3 +98,35 @@ def test_message_formats():
     assert prompts.chat_messages("hi", "system:Be brief.")[0] == {"role": "system", "content": "Be brief."}
     with pytest.raises(ValueError, match="message format"):
         prompts.chat_messages("hi", "user")
+
+
+def test_prompt_sets_from_the_file_pass_the_prompt_set_validator(tmp_path, capsys):
+    """What `orthrus prompts` writes from an eval file is read back by every stage's validator
+    (read_prompt_set); a bad file is one line from the CLI, naming it, and nothing is written."""
+    from orthrus.cli import main
+
+    ev, di = tmp_path / "eval.parquet", tmp_path / "distill.parquet"
+    src = _write(tmp_path, FIXTURE)
+    cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(src),
+                      "eval_duplicates": "first"})
+    assert main(["prompts", "--config", cfg, "--eval-out", str(ev), "--distill-out", str(di)]) == 0
+    assert list(prompts.read_prompt_set(ev)["prompt_id"]) == ["wmt ru-en-0", "wmt ru-en-1", "math-0", "math-1",
+                                                               "gec-en-0", "gec-en-1"]
+    prompts.read_prompt_set(di)
+    capsys.readouterr()
+    bad = _write(tmp_path, {"qa": ["fine", "  "]}, "bad.json")
+    cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(bad)})
+    out = tmp_path / "out"
+    assert main(["prompts", "--config", cfg, "--eval-out", str(out / "e.parquet"), "--distill-out",
+                 str(out / "d.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1] == f"orthrus prompts: prompt file {bad}: 'qa'[1] is an empty prompt", err
+    assert not out.exists()
+
+
+def test_an_empty_distillation_set_is_a_valid_prompt_set():
+    """paper.yaml takes its corpus ready from the hub: `distill: []` gives an empty set, which
+    the check before writing accepts (string columns, no rows)."""
+    empty = prompts.check_prompt_set(pd.DataFrame(columns=["prompt_id", "domain", "prompt"]), "distill")
+    assert empty.empty and list(empty.columns) == ["prompt_id", "domain", "prompt"]

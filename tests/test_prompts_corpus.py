@@ -176,6 +176,74 @@ def test_missing_teacher_named(tmp_path, capsys, monkeypatch):
         corpus.shard_prompts(pd.DataFrame({"a": [1]}), 2, 2)
 
 
+# ------------------------------------------------------------------ the prompt-set validator
+
+
+def _bad_sets():
+    import pyarrow as pa
+
+    ok = {"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["hi", "there"]}
+    not_utf8 = pa.array([b"hi", b"\xff\xfe"], type=pa.binary()).view(pa.string())
+    return [
+        ("binary column", pa.table({**ok, "prompt": pa.array([b"hi", b"yo"], type=pa.binary())}),
+         "column 'prompt' must hold UTF-8 strings"),
+        ("invalid utf-8", pa.table({**ok, "prompt": not_utf8}), "prompt_id 'b': column 'prompt' is not valid UTF-8"),
+        ("missing column", pa.table({k: v for k, v in ok.items() if k != "prompt"}), "missing column(s) ['prompt']"),
+        ("null prompt", pa.table({**ok, "prompt": ["hi", None]}), "prompt_id 'b': column 'prompt' is null"),
+        ("empty prompt", pa.table({**ok, "prompt": ["hi", "  "]}), "prompt_id 'b': column 'prompt' is empty"),
+        ("null id", pa.table({**ok, "prompt_id": ["a", None]}), "row 1: column 'prompt_id' is null"),
+        ("duplicate id", pa.table({**ok, "prompt_id": ["a", "a"]}), "prompt_id 'a': column 'prompt_id' is not unique"),
+        ("numeric domain", pa.table({**ok, "domain": [1, 2]}), "column 'domain' must hold UTF-8 strings"),
+    ]
+
+
+@pytest.mark.parametrize("name, table, message", _bad_sets(), ids=[c[0] for c in _bad_sets()])
+def test_prompt_set_problems_name_file_row_and_column(tmp_path, name, table, message):
+    import pyarrow.parquet as pq
+
+    from orthrus.io import InputError
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(InputError) as err:
+        prompts.read_prompt_set(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+def test_bad_prompt_set_is_one_line_from_every_command(tmp_path, capsys):
+    from orthrus.cli import main
+
+    bad = str(tmp_path / "p.parquet")
+    (tmp_path / "p.parquet").write_bytes(b"not parquet")
+    for argv in (["corpus", "--teacher", "org/none", "--out", "o.parquet", "--prompts", bad],
+                 ["decode", "--decoder", "ar", "--model-path", "x", "--model-name", "x", "--precision", "fp32",
+                  "--out", "o.parquet", "--prompts", bad],
+                 ["lm-eval", "prepare-data", "--out", str(tmp_path / "t"), "--exclude", bad]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "p.parquet: not a readable Parquet prompt set" in err, err
+
+
+def test_over_length_prompt_is_an_error_row_of_the_corpus(setup, tmp_path):
+    from orthrus import train as T
+
+    long = " ".join(str(i) for i in range(800))  # far beyond the teacher's 512 positions
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["qa", "qa"], "prompt": ["What is 2+2?", long]}).to_parquet(
+        tmp_path / "p.parquet")
+    out = tmp_path / "shard.parquet"
+    assert corpus.main(["--teacher", str(setup / "teacher"), "--prompts", str(tmp_path / "p.parquet"), "--out", str(out),
+                        "--max-new-tokens", "6", "--no-progress"]) == 0
+    df = pd.read_parquet(out).set_index("prompt_id")
+    assert df.finish_reason["b"] == "error" and df.error["b"].startswith("PromptTooLong") and not len(df.response_ids["b"])
+    assert df.finish_reason["a"] != "error" and pd.isna(df.error["a"])
+    # hashed once by the stage that wrote it; training skips (and counts) the error row
+    from orthrus.checkpoint import file_digest, _sha256
+
+    assert (tmp_path / "shard.parquet.sha256").is_file() and file_digest(out) == _sha256(out)
+    c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
+    assert c.counts["skipped_error"] == 1
+
+
 def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, capsys):
     """corpus.source: hf: records {prompt, response} (ZaryaOrthrusDataset's fields) become corpus
     shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
@@ -208,3 +276,23 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
                         "--out", str(tmp_path / "bad.parquet")]) == 2
     assert "missing field(s) ['prompt', 'response']" in capsys.readouterr().err
     assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_hf_corpus_records_without_prompt_or_response_are_error_rows(setup, tmp_path):
+    """Where the authors' loader silently skips a record, the shard keeps it as an error row;
+    training counts and skips it like the corpus stage's over-length prompts."""
+    from orthrus import train as T
+
+    recs = [{"prompt": "Compute 1 + 1.", "response": "2."}, {"prompt": "", "response": "x"},
+            {"prompt": "Compute 2 + 2.", "response": None}]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "s.parquet"
+    assert corpus.main(["--teacher", str(setup / "teacher"), "--dataset", "json", "--data-files", str(data),
+                        "--message", "none", "--out", str(out)]) == 0
+    df = pd.read_parquet(out).set_index("prompt_id")
+    assert list(df.finish_reason) == ["eos", "error", "error"] and pd.isna(df.error["train-0"])
+    assert df.error["train-1"].startswith("empty or missing prompt") and df.error["train-2"].startswith("missing response")
+    assert (tmp_path / "s.parquet.sha256").is_file()
+    c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
+    assert c.counts["skipped_error"] == 2 and c.counts["used"] == 1

@@ -167,7 +167,7 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
                   "response_ids": [[], [7], [7] * 3, [7] * 5, [7] * 100]}).to_parquet(mixed)
     s = T.resolve_settings({**FAST, "min_loss_tokens": 2})
     c = T.Corpus([mixed], s, verbose=False)
-    assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_empty_response": 1,
+    assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_error": 0, "skipped_empty_response": 1,
                         "skipped_short_response": 1, "skipped_prompt_over_max_len": 1}
     assert max(len(x) for x in c.ids) == 64
     # anchors stay inside the response and leave room for min_loss_tokens targets
@@ -253,14 +253,63 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, teacher, corpus):
 
     with pytest.raises(Killed):
         T.train(s, teacher, [corpus], tmp_path / "b", progress=False, on_step=kill)
-    assert (tmp_path / "b.ckpt" / "last.pt").is_file() and not (tmp_path / "b").exists()
-    assert torch.load(tmp_path / "b.ckpt" / "last.pt", weights_only=False)["step"] == 4
+    assert not (tmp_path / "b").exists()
+    assert {p.name for p in (tmp_path / "b.ckpt" / "last").iterdir()} == {"tensors.safetensors", "state.json"}
+    assert json.loads((tmp_path / "b.ckpt" / "last" / "state.json").read_text())["step"] == 4
     T.train(s, teacher, [corpus], tmp_path / "b", progress=False)
     wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     la, lb = pd.read_csv(tmp_path / "a" / "train_log.csv"), pd.read_csv(tmp_path / "b" / "train_log.csv")
     pd.testing.assert_series_equal(la["loss"], lb["loss"])
     assert not (tmp_path / "b.ckpt").exists()
+
+
+def test_checkpoint_round_trip_without_pickle(tmp_path):
+    from orthrus import checkpoint
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    obj = {"optimizer": opt.state_dict(), "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                                                   "python": __import__("random").getstate(), "cuda": None},
+           "state": {"log": [{"loss": 0.1 + 0.2, "grad_norm": float("nan")}], "step": 3}}
+    checkpoint.save(tmp_path / "ck", obj)
+    back = checkpoint.load(tmp_path / "ck")
+    assert sorted(back["optimizer"]["state"]) == [0, 1]  # parameter indices stay integers
+    assert torch.equal(back["optimizer"]["state"][0]["exp_avg"], obj["optimizer"]["state"][0]["exp_avg"])
+    assert torch.equal(back["rng"]["torch"], obj["rng"]["torch"]) and back["rng"]["python"] == obj["rng"]["python"]
+    assert back["rng"]["numpy"][0] == "MT19937" and np.array_equal(back["rng"]["numpy"][1], obj["rng"]["numpy"][1])
+    assert back["state"]["log"][0]["loss"] == 0.1 + 0.2 and back["state"]["step"] == 3
+    opt.load_state_dict(back["optimizer"])
+
+
+def test_changed_teacher_weights_at_the_same_path_start_afresh(tmp_path, teacher, corpus, capsys):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from orthrus.checkpoint import file_digest, record_model_digests
+
+    t = tmp_path / "teacher"
+    shutil.copytree(teacher, t)
+    record_model_digests(t)
+    s = {**FAST, "max_steps": 5, "save_every": 2, "eval_per_domain": 0}
+
+    def kill(step, row):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        T.train(s, t, [corpus], tmp_path / "m", progress=False, on_step=kill)
+    weights = load_file(t / "model.safetensors")
+    before = file_digest(t / "model.safetensors")
+    save_file({k: v * 1.01 for k, v in weights.items()}, t / "model.safetensors")  # same size, same path
+    assert file_digest(t / "model.safetensors") != before  # the stale record beside it is not trusted
+    capsys.readouterr()
+    T.train(s, t, [corpus], tmp_path / "m", progress=False)
+    err = capsys.readouterr().err
+    assert "fresh start" in err and "changed: teacher" in err and "resumed" not in err
 
 
 def test_two_process_ddp_matches_one_process(tmp_path, teacher, corpus):

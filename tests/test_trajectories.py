@@ -9,8 +9,8 @@ from orthrus import OrthrusForCausalLM
 from orthrus.trajectories import main
 
 
-def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
-    """ar-ref (transformers.generate, two EOS ids as Qwen3 has) and orthrus over a 2x2 grid."""
+def save_models(tmp_path):
+    """A tiny teacher (two EOS ids, as Qwen3 has) and an Orthrus model from it, with a word tokenizer."""
     vocab = {f"w{i}": i for i in range(MASK)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -23,6 +23,11 @@ def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
     model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
     model.save_pretrained(tmp_path / "orthrus")
     fast.save_pretrained(tmp_path / "orthrus")
+
+
+def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
+    """ar-ref (transformers.generate) and orthrus over a 2x2 grid."""
+    save_models(tmp_path)
     pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w6 w7", "w9"]}).to_parquet(tmp_path / "p.parquet")
     for decoder, path in (("ar-ref", "teacher"), ("orthrus", "orthrus")):
         outs = [str(tmp_path / f"{decoder}-{p}-{a}.parquet") for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
@@ -34,6 +39,27 @@ def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
     assert list(ref.prompt_id) == ["a", "b"] and (ref.finish_reason != "error").all(), ref.error.tolist()
     assert json.loads(orth.env.iloc[0])["attention"] == "sdpa" and json.loads(orth.env.iloc[0])["dtype"] == "fp32"
     assert [list(t) for t in ref.tokens] == [list(t) for t in orth.tokens]  # fp32: Orthrus is exact
+
+
+def test_over_length_prompt_is_an_error_row_in_every_decoder_and_errors_fail_the_job(tmp_path, capsys):
+    save_models(tmp_path)  # 256 positions
+    tiny_base(1, layers=1).save_pretrained(tmp_path / "draft")  # assisted's draft, the teacher's tokenizer
+    _word_tokenizer().save_pretrained(tmp_path / "draft")
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "x"],
+                  "prompt": ["w5 w6", " ".join(["w5"] * 250)]}).to_parquet(tmp_path / "p.parquet")
+    for decoder, path, extra in (("ar-ref", "teacher", []), ("orthrus", "orthrus", []), ("ar", "orthrus", []),
+                                 ("assisted", "teacher", ["--draft-path", str(tmp_path / "draft")]),
+                                 ("prompt-lookup", "teacher", [])):
+        out = tmp_path / f"{decoder}.parquet"
+        args = ["--decoder", decoder, "--model-path", str(tmp_path / path), "--model-name", path, "--precision", "fp32",
+                "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "12", "--no-progress", *extra,
+                "--out", str(out)]
+        assert main(args) == 1 and not out.exists()
+        assert "1 of 2 prompts failed" in capsys.readouterr().err
+        assert main(args + ["--max-error-share", "0.5"]) == 0
+        df = pd.read_parquet(out).set_index("prompt_id")
+        assert df.finish_reason["a"] != "error" and df.finish_reason["b"] == "error"
+        assert df.error["b"] == "PromptTooLong: prompt (250 tokens) + max_new_tokens (12) exceeds the model's 256 positions"
 
 
 def test_decode_cli_protocol_options_are_recorded_in_env(tmp_path):
@@ -127,3 +153,30 @@ def test_assisted_refuses_a_draft_with_another_tokenizer_naming_both(tmp_path):
               "--precision", "fp32", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "4",
               "--draft-path", str(tmp_path / "draft"), "--no-progress", "--out", str(tmp_path / "o.parquet")])
     assert str(tmp_path / "draft") in str(err.value) and str(tmp_path / "teacher") in str(err.value)
+
+
+def test_assisted_prompt_too_long_for_the_draft_is_an_error_row(tmp_path, capsys):
+    """The draft's positions bound assisted's prompts too: a prompt that fits the model but not a
+    draft with 64 positions is an error row, and a prompt set that is not one is refused."""
+    import pytest
+
+    tok = _word_tokenizer()
+    for name, model in (("teacher", tiny_base(0)), ("draft", tiny_base(1, layers=1, positions=64))):
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "x"],
+                  "prompt": ["w5 w6", " ".join(["w5"] * 60)]}).to_parquet(tmp_path / "p.parquet")
+    args = ["--decoder", "assisted", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
+            "--precision", "fp32", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "8",
+            "--draft-path", str(tmp_path / "draft"), "--no-progress", "--max-error-share", "0.5",
+            "--out", str(tmp_path / "o.parquet")]
+    assert main(args) == 0
+    df = pd.read_parquet(tmp_path / "o.parquet").set_index("prompt_id")
+    assert df.finish_reason["a"] != "error"
+    assert df.error["b"] == "PromptTooLong: prompt (60 tokens) + max_new_tokens (8) exceeds the model's 64 positions"
+    # the prompt set goes through read_prompt_set: duplicate ids are refused before any model loads
+    pd.DataFrame({"prompt_id": ["a", "a"], "domain": ["x", "x"], "prompt": ["w5", "w6"]}).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(Exception, match="prompt_id"):
+        main(args)
+    with pytest.raises(SystemExit):
+        main([*args[:-2], "--prompt-lookup-tokens", "0", "--out", str(tmp_path / "o.parquet")])

@@ -2,6 +2,7 @@
 import ast
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,56 @@ def test_end_to_end_smoke_study(tmp_path):
     plan = snakemake("-n", "results/corpus/shard_1-of-2.parquet", "results/corpus/shard_2-of-2.parquet", cwd=work)
     assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
     assert "output: results/corpus/shard_1-of-2.parquet" in plan.stdout
+
+
+def test_every_shell_placeholder_is_quoted():
+    """Every `{...}` of every rule's shell command goes through `:q` (optional flags are argument
+    lists, quoted element by element), except the launcher, which is a command, not a value."""
+    unquoted = []
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        lines = smk.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != "shell:":
+                continue
+            for cont in lines[i + 1:]:
+                if not cont.strip().startswith('"'):
+                    break
+                unquoted += [f"{smk.name}: {{{p}}}" for p in re.findall(r"\{([^{}]+)\}", cont)
+                             if not p.endswith(":q") and p != "params.launch"]
+    assert not unquoted, unquoted
+
+
+@pytest.mark.slow
+def test_config_paths_reach_the_shell_quoted(tmp_path):
+    """A local hf teacher at a path with a space, both quotes and `$(...)`: the corpus job runs on
+    it and nothing else runs (every config value reaches the shell through Snakemake's `:q`)."""
+    nasty = tmp_path / "te a'ch\"er$(touch PWNED)"
+    tiny = {"steps": 1, "eval_per_domain": 0, "hidden_size": 16, "intermediate_size": 32, "num_layers": 1,
+            "head_dim": 8, "vocab_size": 300}
+    made = subprocess.run([sys.executable, "-m", "orthrus.cli", "train-teacher", "--out", str(nasty),
+                           *[a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(nasty), "draft": cfg["teacher"]["draft"]}
+    cfg["prompts"].update(eval_per_domain=1, distill_n=4)
+    cfg["corpus"].update(shards=1, max_new_tokens=4)
+    work = tmp_path / "work"
+    work.mkdir()
+    res = snakemake("--cores", "1", "results/corpus/shard_1-of-1.parquet", cwd=workdir_with(work, cfg))
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    shard = pd.read_parquet(work / "results/corpus/shard_1-of-1.parquet")
+    assert len(shard) == 4 and shard.teacher.iloc[0] == str(nasty)
+    assert not list(tmp_path.rglob("PWNED")) and not list(ROOT.glob("PWNED"))
+    # the teacher's files are inputs: new weights at the same path make the corpus stale
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(nasty / "model.safetensors")
+    save_file({k: v + 1 for k, v in weights.items()}, nasty / "model.safetensors")
+    plan = snakemake("-n", "results/corpus/shard_1-of-1.parquet", cwd=work)
+    assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
+    # the same directory as an hf draft of the assisted decoder reaches its command quoted too
+    cfg["teacher"]["draft"] = {"source": "hf", "path": str(nasty)}
+    shown = snakemake("-n", "-p", "results/decode/teacher/assisted-fp32-eager.parquet", cwd=workdir_with(work, cfg))
+    assert shown.returncode == 0, (shown.stdout + shown.stderr)[-2000:]
+    assert f"--draft-path {shlex.quote(str(nasty))} " in shown.stdout

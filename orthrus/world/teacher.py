@@ -161,6 +161,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
     import torch
     from transformers import GenerationConfig
 
+    from orthrus.checkpoint import record_model_digests
     from orthrus.io import atomic_path
     from orthrus.world.domains import DOMAINS, domain_rng, sample
     from orthrus.world.tokenizer import train_tokenizer
@@ -247,6 +248,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
             wr.writerows(log_rows)
         (tmp / "teacher_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         (tmp / "teacher_eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+        record_model_digests(tmp)  # hashed once, here: training fingerprints read the record
     return summary
 
 

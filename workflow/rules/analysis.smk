@@ -1,12 +1,12 @@
 rule perplexity:
     input:
-        teacher_input(),
+        teacher_input,
         prompts=rules.prompts.output.eval,
         ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
     output:
         f"{R}/ppl/reference.parquet",
     params:
-        teacher=teacher_arg,
+        teacher=teacher_path(),
         precision=config["analysis"]["ppl_precision"],
         attention=flag("attention", config["analysis"].get("ppl_attention", "eager"), "eager"),
         device=config["decode"].get("device", "cpu"),
@@ -23,15 +23,16 @@ rule perplexity:
     conda:
         ENV
     shell:
-        "orthrus perplexity --teacher {params.teacher} --prompts {input.prompts} --decode {input.ref}"
-        " --precision {params.precision}{params.attention} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
+        " --precision {params.precision:q} {params.attention:q} --device {params.device:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule forensics:
     """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
     decoders' (margins only; see orthrus/forensics.py)."""
     input:
-        model=lambda w: teacher_input() if w.model == TEACHER else [] if w.model in EXTERNAL else model_path(w.model),
+        model=lambda w: teacher_input() if w.model == TEACHER else orthrus_input(w),
         prompts=rules.prompts.output.eval,
         decoded=forensics_decoded,
         ref=forensics_reference,
@@ -54,9 +55,9 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model} --prompts {input.prompts} --decoded {input.decoded}"
-        " --reference {input.ref} --max-new-tokens {params.max_new} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
+        " --reference {input.ref:q} --max-new-tokens {params.max_new:q} --device {params.device:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule forensics_all:
@@ -73,7 +74,7 @@ rule forensics_all:
     conda:
         ENV
     shell:
-        "orthrus gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule analyze:
@@ -90,7 +91,8 @@ rule analyze:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
         near_tie=config["analysis"]["near_tie"],
-        tpf=lambda w, input: f" --tpf-decode {' '.join(input.tpf)}" if input.tpf else "",
+        # an argument list, each quoted by :q; empty without a separate TPF run
+        tpf=lambda w, input: ["--tpf-decode", *input.tpf] if input.tpf else [],
     log:
         f"{R}/logs/analyze.log",
     resources:
@@ -99,8 +101,9 @@ rule analyze:
     conda:
         ENV
     shell:
-        "orthrus analyze --decode {input.decode} --reference {params.reference} --ppl {input.ppl}"
-        " --forensics {input.forensics}{params.tpf} --near-tie {params.near_tie} --out-dir {params.out} > {log} 2>&1"
+        "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
+        " --forensics {input.forensics:q} {params.tpf:q} --near-tie {params.near_tie:q} --out-dir {params.out:q}"
+        " > {log:q} 2>&1"
 
 
 rule figures:
@@ -121,4 +124,4 @@ rule figures:
     conda:
         ENV
     shell:
-        "orthrus figures --tables {params.tables} --out-dir {params.out} > {log} 2>&1"
+        "orthrus figures --tables {params.tables:q} --out-dir {params.out:q} > {log:q} 2>&1"

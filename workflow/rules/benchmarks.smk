@@ -15,8 +15,8 @@ rule benchmark_tasks:
     conda:
         ENV
     shell:
-        "orthrus lm-eval prepare-data --out {output} --n {params.n} --seed {params.seed}"
-        " --exclude {input.prompts} > {log} 2>&1"
+        "orthrus lm-eval prepare-data --out {output:q} --n {params.n:q} --seed {params.seed:q}"
+        " --exclude {input.prompts:q} > {log:q} 2>&1"
 
 
 rule lm_eval:
@@ -28,12 +28,13 @@ rule lm_eval:
     params:
         model=bench_model_arg,
         tasks=bench_tasks(),
-        include=lambda w, input: f"--include-path {input.tasks}" if input.tasks else "",
-        limit=f"--limit {BENCH['limit']}" if BENCH.get("limit") else "",
-        code=" --allow-code-eval" if BENCH.get("allow_code_eval") else "",
+        # optional flags as lists of arguments, each quoted on its own
+        include=lambda w, input: ["--include-path", input.tasks] if input.tasks else [],
+        limit=["--limit", BENCH["limit"]] if BENCH.get("limit") else [],
+        code=["--allow-code-eval"] if BENCH.get("allow_code_eval") else [],
         # null: each task's own generation length, as the authors ran lm-eval
         max_gen=BENCH.get("max_gen_toks", 128) or "task",
-        chat="" if BENCH.get("chat_template", True) else " --no-chat-template",
+        chat=[] if BENCH.get("chat_template", True) else ["--no-chat-template"],
         device=config["decode"].get("device", "cpu"),
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
@@ -48,10 +49,10 @@ rule lm_eval:
     conda:
         ENV
     shell:
-        "orthrus lm-eval run --model-path {params.model} --model-name {wildcards.model}"
-        " --decoding {wildcards.decoder} --precision {wildcards.precision} --attention {wildcards.attention}"
-        " --tasks {params.tasks} {params.include} {params.limit} {params.code} --max-gen-toks {params.max_gen}{params.chat}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus lm-eval run --model-path {params.model:q} --model-name {wildcards.model:q}"
+        " --decoding {wildcards.decoder:q} --precision {wildcards.precision:q} --attention {wildcards.attention:q}"
+        " --tasks {params.tasks:q} {params.include:q} {params.limit:q} {params.code:q} --max-gen-toks {params.max_gen:q}"
+        " {params.chat:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule benchmarks_table:
@@ -75,5 +76,5 @@ rule benchmarks_table:
     conda:
         ENV
     shell:
-        "orthrus lm-eval table --inputs {input} --out {output.csv} --agreement-out {output.agreement}"
-        " --figure {params.figure} --reference {params.reference} > {log} 2>&1"
+        "orthrus lm-eval table --inputs {input:q} --out {output.csv:q} --agreement-out {output.agreement:q}"
+        " --figure {params.figure:q} --reference {params.reference:q} > {log:q} 2>&1"

@@ -1,10 +1,16 @@
+import glob
 import json
 import os
-import shlex
+import sys
 
-from snakemake.utils import validate
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
+from config_check import check_config
 
-validate(config, "../schemas/config.schema.yaml")
+# The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
+# keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
+# key, before any job.
+check_config(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+             workflow.configfiles)
 
 scattergather:
     corpus=config["corpus"]["shards"],
@@ -30,45 +36,28 @@ def settings(section):
 
 def teacher_path():
     """The tiny teacher is built by the pipeline; an hf teacher is a hub id or directory."""
-    if config["teacher"]["source"] == "tiny":
-        return f"{R}/teacher"
-    if not config["teacher"].get("path"):
-        raise ValueError("teacher.path is required when teacher.source is 'hf'")
-    return config["teacher"]["path"]
+    return f"{R}/teacher" if config["teacher"]["source"] == "tiny" else config["teacher"]["path"]
 
 
-def teacher_input():
-    return teacher_path() if config["teacher"]["source"] == "tiny" else []
+def model_files(path):
+    """The config and weight files of a local model directory given in the config (none for a
+    hub id): they are inputs, so that new weights at the same path rerun what depends on them.
+    Returned from input functions, so the path is taken as it is (no wildcard braces)."""
+    path = os.path.expanduser(path)
+    if not os.path.isdir(path):
+        return []
+    return sorted(glob.glob(os.path.join(glob.escape(path), "*.json")) + glob.glob(os.path.join(glob.escape(path), "*.safetensors")))
 
 
-def teacher_arg(wildcards, input):
-    """The teacher as a command-line argument: the input directory, or the hub id / path."""
-    return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
+def teacher_input(wildcards=None):
+    return teacher_path() if config["teacher"]["source"] == "tiny" else model_files(teacher_path())
 
 
 # transformers' speculative decoders (decode.decoders) run on the teacher; `assisted` needs a draft
-# model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it.
-TEACHER_DECODERS = config["decode"].get("decoders", [])
+# model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it
+# (config_check.py requires teacher.draft for assisted and rejects a hub draft beside the tiny teacher).
+TEACHER_DECODERS = config["decode"]["decoders"]
 DRAFT = config["teacher"].get("draft")
-
-
-def check_draft():
-    if "assisted" not in TEACHER_DECODERS:
-        return
-    if not DRAFT:
-        raise ValueError("decode.decoders has 'assisted', which needs teacher.draft (the draft model)")
-    if DRAFT["source"] == "hf" and not DRAFT.get("path"):
-        raise ValueError("teacher.draft.path is required when teacher.draft.source is 'hf'")
-    if DRAFT["source"] == "hf" and config["teacher"]["source"] == "tiny":
-        raise ValueError(f"the draft model teacher.draft.path={DRAFT['path']!r} cannot share the tokenizer of the "
-                         "tiny teacher teacher.source='tiny' (its tokenizer is trained on the tiny world); use "
-                         "teacher.draft.source tiny, or an hf teacher with the draft's tokenizer")
-    if DRAFT["source"] == "tiny" and "vocab_size" in DRAFT.get("tiny", {}):
-        raise ValueError("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher "
-                         f"({teacher_path()}); leave its vocabulary to the teacher")
-
-
-check_draft()
 
 
 def draft_path():
@@ -76,16 +65,20 @@ def draft_path():
 
 
 def draft_input(wildcards):
-    return [draft_path()] if wildcards.decoder == "assisted" and DRAFT["source"] == "tiny" else []
+    """The tiny draft's directory, or a local hf draft's files, for the assisted decoder."""
+    if wildcards.decoder != "assisted":
+        return []
+    return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
 
 
-def speculative_args(wildcards, input):
-    """`orthrus decode` flags of transformers' speculative decoders."""
+def speculative_args(wildcards):
+    """`orthrus decode` flags of transformers' speculative decoders (an argument list, each quoted
+    by `:q`)."""
     if wildcards.decoder == "assisted":
-        return f" --draft-path {shlex.quote(input.draft[0] if input.draft else draft_path())}"
+        return ["--draft-path", draft_path()]
     if wildcards.decoder == "prompt-lookup":
-        return flag("prompt-lookup-tokens", config["decode"].get("prompt_lookup_tokens", 10), 10)
-    return ""
+        return flag("prompt-lookup-tokens", config["decode"]["prompt_lookup_tokens"], 10)
+    return []
 
 
 def scatter_index(item):
@@ -98,16 +91,14 @@ CORPUS_SOURCE = config["corpus"].get("source", "generate")
 
 
 def corpus_source_args(wildcards, input):
-    """The corpus's source on the command line: the distillation prompts the teacher answers,
-    or a ready prompt-response dataset (corpus.source hf: hub id, directory or builder name)."""
+    """The corpus's source as command-line arguments (a list, each quoted by `:q`): the
+    distillation prompts the teacher answers, or a ready prompt-response dataset (corpus.source
+    hf: hub id, directory or builder name; config_check requires corpus.dataset then)."""
     if CORPUS_SOURCE == "generate":
-        return f"--prompts {shlex.quote(input.prompts)}"
+        return ["--prompts", input.prompts]
     c = config["corpus"]
-    if not c.get("dataset"):
-        raise ValueError("corpus.dataset is required when corpus.source is 'hf'")
-    files = " ".join(shlex.quote(str(f)) for f in c.get("data_files") or [])
-    return (f"--dataset {shlex.quote(c['dataset'])} --dataset-split {shlex.quote(c.get('split', 'train'))}"
-            f"{' --data-files ' if files else ''}{files}")
+    files = [str(f) for f in c.get("data_files") or []]
+    return ["--dataset", c["dataset"], "--dataset-split", c.get("split", "train")] + (["--data-files", *files] if files else [])
 
 
 # Protocol options and their CLI defaults: only the ones set otherwise become flags, so a config
@@ -116,16 +107,18 @@ DECODE_DEFAULTS = {"message": "empty", "eos": "generation_config", "last_block":
 
 
 def decode_options(section):
-    """The decoding protocol options of a config section as `orthrus decode` flags."""
-    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(section[k]))}"
-             for k, default in DECODE_DEFAULTS.items() if section.get(k, default) != default]
-    flags += [] if section.get("deterministic", True) else ["--no-deterministic"]
-    return "".join(f" {f}" for f in flags)
+    """The decoding protocol options of a config section as `orthrus decode` arguments (a list,
+    each quoted by `:q`)."""
+    args = []
+    for k, default in DECODE_DEFAULTS.items():
+        args += flag(k.replace("_", "-"), section.get(k, default), default)
+    return args + ([] if section.get("deterministic", True) else ["--no-deterministic"])
 
 
 def flag(name, value, default):
-    """` --name value` when value differs from the CLI default, else nothing."""
-    return "" if value == default else f" --{name} {shlex.quote(str(value))}"
+    """`["--name", value]` when value differs from the CLI default, else nothing (an argument
+    list, each quoted by `:q`)."""
+    return [] if value == default else [f"--{name}", str(value)]
 
 
 def corpus_shards():
@@ -169,16 +162,17 @@ def model_path(name):
 HF_DECODERS = ["ar-ref"] + TEACHER_DECODERS
 
 
+def orthrus_input(wildcards):
+    """A trained variant's directory, or an external checkpoint's local files."""
+    return model_files(EXTERNAL[wildcards.model]) if wildcards.model in EXTERNAL else model_path(wildcards.model)
+
+
 def model_input(wildcards):
-    if wildcards.decoder in HF_DECODERS:
-        return teacher_input()
-    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+    return teacher_input() if wildcards.decoder in HF_DECODERS else orthrus_input(wildcards)
 
 
-def model_arg(wildcards, input):
-    if wildcards.decoder in HF_DECODERS:
-        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
-    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
+def model_arg(wildcards):
+    return teacher_path() if wildcards.decoder in HF_DECODERS else model_path(wildcards.model)
 
 
 def decode_files():
@@ -239,12 +233,8 @@ def bench_files():
 
 
 def bench_model_input(wildcards):
-    if wildcards.model == TEACHER:
-        return teacher_input()
-    return [] if wildcards.model in EXTERNAL else model_path(wildcards.model)
+    return teacher_input() if wildcards.model == TEACHER else orthrus_input(wildcards)
 
 
-def bench_model_arg(wildcards, input):
-    if wildcards.model == TEACHER:
-        return input[0] if config["teacher"]["source"] == "tiny" else teacher_path()
-    return model_path(wildcards.model) if wildcards.model in EXTERNAL else input[0]
+def bench_model_arg(wildcards):
+    return teacher_path() if wildcards.model == TEACHER else model_path(wildcards.model)

@@ -17,21 +17,21 @@ rule train_teacher:
     conda:
         ENV
     shell:
-        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule train_draft:
     """The draft model of the assisted decoder: a smaller tiny teacher on the same world, with
     the teacher's tokenizer (teacher.draft.tiny)."""
     input:
-        teacher_input(),
+        teacher_input,
     output:
         directory(f"{R}/draft"),
     params:
         cfg=lambda w: settings((DRAFT or {}).get("tiny", {})),
         seed=config["seed"],
-        tokenizer=teacher_arg,
+        tokenizer=teacher_path(),
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
@@ -45,8 +45,8 @@ rule train_draft:
     conda:
         ENV
     shell:
-        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed} --threads {threads}"
-        " --tokenizer {params.tokenizer:q} --out {output} > {log} 2>&1"
+        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
+        " --tokenizer {params.tokenizer:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule prompts:
@@ -66,19 +66,19 @@ rule prompts:
     conda:
         ENV
     shell:
-        "orthrus prompts --config {params.cfg:q} --seed {params.seed}"
-        " --eval-out {output.eval} --distill-out {output.distill} > {log} 2>&1"
+        "orthrus prompts --config {params.cfg:q} --seed {params.seed:q}"
+        " --eval-out {output.eval:q} --distill-out {output.distill:q} > {log:q} 2>&1"
 
 
 rule corpus_shard:
     input:
-        teacher_input(),
+        teacher_input,
         # corpus.source hf reads a ready prompt-response dataset: no distillation prompts needed
         prompts=rules.prompts.output.distill if CORPUS_SOURCE == "generate" else [],
     output:
         f"{R}/corpus/shard_{{scatteritem}}.parquet",
     params:
-        teacher=teacher_arg,
+        teacher=teacher_path(),
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
@@ -97,7 +97,7 @@ rule corpus_shard:
     conda:
         ENV
     shell:
-        "orthrus corpus --teacher {params.teacher} {params.source}{params.message}"
-        " --shard {params.shard} --num-shards {params.n} --batch-size {params.c[batch_size]}"
-        " --max-new-tokens {params.c[max_new_tokens]} --dtype {params.c[precision]}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus corpus --teacher {params.teacher:q} {params.source:q} {params.message:q}"
+        " --shard {params.shard:q} --num-shards {params.n:q} --batch-size {params.c[batch_size]:q}"
+        " --max-new-tokens {params.c[max_new_tokens]:q} --dtype {params.c[precision]:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

@@ -18,6 +18,8 @@ rule decode_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
+        max_error_share=config["decode"]["max_error_share"],
+        # protocol options away from their defaults, as an argument list (each quoted by :q)
         options=decode_options(config["decode"]),
         speculative=speculative_args,
     log:
@@ -33,10 +35,11 @@ rule decode_shard:
     conda:
         ENV
     shell:
-        "orthrus decode --decoder {wildcards.decoder} --model-path {params.model} --model-name {wildcards.model}"
-        " --precision {params.precisions} --attention {params.attentions} --prompts {input.prompts}"
-        " --max-new-tokens {params.max_new} --shard {params.shard} --num-shards {params.n}{params.options}{params.speculative}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus decode --decoder {wildcards.decoder:q} --model-path {params.model:q} --model-name {wildcards.model:q}"
+        " --precision {params.precisions:q} --attention {params.attentions:q} --prompts {input.prompts:q}"
+        " --max-new-tokens {params.max_new:q} --shard {params.shard:q} --num-shards {params.n:q} {params.options:q}"
+        " {params.speculative:q} --device {params.device:q} --max-error-share {params.max_error_share:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode:
@@ -53,14 +56,14 @@ rule decode:
     conda:
         ENV
     shell:
-        "orthrus gather {input} --out {output} > {log} 2>&1"
+        "orthrus gather {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule tpf_decode:
     """Table 2 as the authors measured it: a separate Orthrus run at the TPF settings (tpf.*),
     e.g. 256 new tokens and a user-only message; only tpf_by_domain.csv reads it."""
     input:
-        model=lambda w: [] if w.model in EXTERNAL else model_path(w.model),
+        model=orthrus_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
@@ -68,6 +71,7 @@ rule tpf_decode:
         model=lambda w: model_path(w.model),
         max_new=TPF.get("max_new_tokens", 256),
         device=config["decode"].get("device", "cpu"),
+        max_error_share=config["decode"]["max_error_share"],
         options=decode_options({**config["decode"], **TPF}),
     log:
         f"{R}/logs/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.log",
@@ -82,7 +86,7 @@ rule tpf_decode:
     conda:
         ENV
     shell:
-        "orthrus decode --decoder orthrus --model-path {params.model} --model-name {wildcards.model}"
-        " --precision {wildcards.precision} --attention {wildcards.attention} --prompts {input.prompts}"
-        " --max-new-tokens {params.max_new}{params.options}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        "orthrus decode --decoder orthrus --model-path {params.model:q} --model-name {wildcards.model:q}"
+        " --precision {wildcards.precision:q} --attention {wildcards.attention:q} --prompts {input.prompts:q}"
+        " --max-new-tokens {params.max_new:q} {params.options:q} --device {params.device:q}"
+        " --max-error-share {params.max_error_share:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"

@@ -1,12 +1,12 @@
 rule train:
     input:
-        teacher_input(),
+        teacher_input,
         corpus=corpus_shards(),
         eval=rules.prompts.output.eval,
     output:
         directory(f"{R}/models/{{model}}"),
     params:
-        teacher=teacher_arg,
+        teacher=teacher_path(),
         cfg=lambda w: settings({"models": {w.model: config["models"][w.model]}}),
         # more than one GPU: data parallel, one process per GPU
         launch=lambda w, resources: launcher(resources.gpu),
@@ -23,6 +23,6 @@ rule train:
     conda:
         ENV
     shell:
-        "{params.launch} train --teacher {params.teacher} --corpus {input.corpus} --config {params.cfg:q}"
-        " --model {wildcards.model} --eval-prompts {input.eval} --threads {threads} --no-progress"
-        " --out {output} > {log} 2>&1"
+        "{params.launch} train --teacher {params.teacher:q} --corpus {input.corpus:q} --config {params.cfg:q}"
+        " --model {wildcards.model:q} --eval-prompts {input.eval:q} --threads {threads:q} --no-progress"
+        " --out {output:q} > {log:q} 2>&1"

@@ -33,6 +33,12 @@ def _type(s: dict) -> str:
         text += ": " + " | ".join(str(e) for e in s["enum"])
     if "minimum" in s:
         text += f", ≥ {s['minimum']}"
+    if "exclusiveMinimum" in s:
+        text += f", > {s['exclusiveMinimum']}"
+    if "maximum" in s:
+        text += f", ≤ {s['maximum']}"
+    if s.get("uniqueItems"):
+        text += ", unique"
     return text
 
 
@@ -42,23 +48,35 @@ def _default(s: dict) -> str:
     d = s["default"]
     if d == {} and s.get("properties"):
         return "(see keys)"
-    return "`" + json.dumps(d, ensure_ascii=False) + "`"
+    # a pipe, even inside a code span, would end the table cell (GFM): escape it
+    return "`" + json.dumps(d, ensure_ascii=False).replace("|", "\\|") + "`"
 
 
 def _cell(text) -> str:
     return " ".join(str(text or "").split()).replace("|", "\\|")
 
 
-def rows(schema: dict, prefix="", required=()):
+def _resolve(s: dict, defs: dict) -> dict:
+    """A `{$ref: "#/$defs/x"}` schema replaced by its definition."""
+    ref = s.get("$ref", "")
+    return defs[ref.rsplit("/", 1)[-1]] if ref.startswith("#/$defs/") else s
+
+
+def rows(schema: dict, prefix="", required=(), defs=None):
+    defs = schema.get("$defs", {}) if defs is None else defs
     for key, s in schema.get("properties", {}).items():
         path = f"{prefix}{key}"
         req = " (required)" if key in required else ""
         yield f"| `{path}`{req} | {_cell(_type(s))} | {_default(s)} | {_cell(s.get('description'))} |"
         if s.get("properties"):
-            yield from rows(s, path + ".", s.get("required", ()))
+            yield from rows(s, path + ".", s.get("required", ()), defs)
         elif isinstance(s.get("additionalProperties"), dict) and s.get("type") == "object":
-            inner = s["additionalProperties"]
+            inner = _resolve(s["additionalProperties"], defs)
             yield f"| `{path}.<name>` | {_cell(_type(inner))} |  | one entry per name |"
+            yield from rows(inner, path + ".<name>.", inner.get("required", ()), defs)
+        elif isinstance(s.get("items"), dict) and "$ref" in s["items"]:
+            inner = _resolve(s["items"], defs)
+            yield from rows(inner, path + "[].", inner.get("required", ()), defs)
 
 
 def render() -> str:

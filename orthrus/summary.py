@@ -1,0 +1,188 @@
+"""`orthrus summary`: the README's result section, written from a run's tables.
+
+    orthrus summary --tables results/tables [--readme README.md [--check]]
+
+Prints Markdown made only of numbers read from the tables (`orthrus analyze`, `orthrus
+lm-eval table`), so the text and the results cannot drift apart. With `--readme` it replaces
+the block between `<!-- results:begin -->` and `<!-- results:end -->` in that file; with
+`--check` it only says whether the block is up to date (exit 1 if not).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+REDUCED = ("bf16", "fp16")
+
+
+def _read(tables: Path, name: str) -> pd.DataFrame:
+    path = tables / name
+    if not path.exists():
+        raise FileNotFoundError(f"table {path} does not exist (run the study first)")
+    return pd.read_csv(path)
+
+
+def _f(x, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _p(x: float) -> str:
+    return "n/a" if math.isnan(x) else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+
+
+def diverging_setting(overall: pd.DataFrame) -> tuple[str, str]:
+    """(precision, attention) where reduced-precision Orthrus diverges most: the study's setting."""
+    d = overall[(overall["decoder"] == "orthrus") & overall["precision"].isin(REDUCED)]
+    worst = d.groupby(["precision", "attention"])["match_rate"].mean().idxmin()
+    return str(worst[0]), str(worst[1])
+
+
+def render(tables: Path) -> str:
+    overall = _read(tables, "match_overall.csv")
+    by_domain = _read(tables, "match_by_domain.csv")
+    unc = _read(tables, "uncertainty_by_domain.csv")
+    ppl = _read(tables, "ppl_by_match.csv")
+    logit = _read(tables, "ppl_logit.csv")
+    tpf = _read(tables, "tpf_by_domain.csv")
+    orth = overall[overall["decoder"] == "orthrus"]
+    models = sorted(orth["model"].unique())
+    prec, att = diverging_setting(overall)
+    out = []
+
+    # Tables 3 and 8: every precision x attention, models side by side
+    attentions = sorted(orth["attention"].unique())
+    out.append(f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; "
+               f"n = {int(orth['n'].max())} prompts each):\n")
+    out.append("| precision | " + " | ".join(attentions) + " |")
+    out.append("|---|" + "---|" * len(attentions))
+    for p in ("fp32", "fp16", "bf16"):
+        cells = []
+        for a in attentions:
+            r = orth[(orth["precision"] == p) & (orth["attention"] == a)].set_index("model")["match_rate"]
+            if r.empty:
+                cells.append("-")
+            else:
+                cells.append(" / ".join(_f(r.get(m, math.nan)) for m in models))
+        if any(c != "-" for c in cells):
+            out.append(f"| {p} | " + " | ".join(cells) + " |")
+
+    # Table 4 beside the teacher's uncertainty
+    sel = by_domain[(by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec)
+                    & (by_domain["attention"] == att)]
+    out.append(f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
+               f"greedy path (`uncertainty_by_domain.csv`: share of steps with a top-1/top-2 margin below "
+               f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}):\n")
+    out.append("| domain | declared | near-tie share | entropy | " + " | ".join(models) + " |")
+    out.append("|---|---|---|---|" + "---|" * len(models))
+    u = unc.set_index("domain")
+    for dom in u.sort_values("near_tie_share").index:
+        rates = sel[sel["domain"] == dom].set_index("model")["match_rate"]
+        if dom == "all":
+            rates = orth[(orth["precision"] == prec) & (orth["attention"] == att)].set_index("model")["match_rate"]
+        name = f"**{dom}**" if dom == "all" else dom
+        out.append(f"| {name} | {u.loc[dom, 'declared'] if isinstance(u.loc[dom, 'declared'], str) else ''} | "
+                   f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'mean_entropy'])} | "
+                   + " | ".join(_f(rates.get(m, math.nan)) for m in models) + " |")
+
+    # Tables 5/6 and the divergence counts
+    out.append(f"\nDivergence and perplexity, {prec} with {att} (Tables 5 and 6):\n")
+    out.append("| model | diverging | PPL matching | PPL diverging | beta1 [95% CI] | p |")
+    out.append("|---|---|---|---|---|---|")
+    for m in models:
+        g = ppl[(ppl["model"] == m) & (ppl["precision"] == prec) & (ppl["attention"] == att)].set_index("matched")
+        lg = logit[(logit["model"] == m) & (logit["precision"] == prec) & (logit["attention"] == att)]
+        lg = lg.iloc[0] if len(lg) else None
+        n_div = int(g.loc[False, "n"]) if False in g.index else 0
+        n_all = n_div + (int(g.loc[True, "n"]) if True in g.index else 0)
+        beta = "n/a" if lg is None else f"{_f(lg['beta1'])} [{_f(lg['ci_low'])}, {_f(lg['ci_high'])}]"
+        out.append(f"| {m} | {n_div} of {n_all} | {_f(g['mean_ppl'].get(True, math.nan), 3)} | "
+                   f"{_f(g['mean_ppl'].get(False, math.nan), 3)} | {beta} | "
+                   f"{'n/a' if lg is None else _p(float(lg['p_value']))} |")
+
+    # Where the bits part (forensics) and how far plain AR moves with precision (pairwise)
+    fx = _read(tables, "forensics.csv")
+    fx = fx[(fx["decoder"] == "orthrus") & (fx["precision"] == prec) & (fx["attention"] == att)]
+    pw = _read(tables, "pairwise_match.csv")
+    ar = pw[(pw["a_decoder"] == "ar-ref") & (pw["b_decoder"] == "ar-ref") & (pw["a_precision"] == prec)
+            & (pw["b_precision"] == "fp32") & (pw["a_attention"] == att) & (pw["b_attention"] == att)]
+    if len(fx):
+        out.append(f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n")
+        out.append("| model | divergences | median margin (own precision) | median margin (fp32) | "
+                   "near-tie share | exact-tie share | first differing layer (mode) |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in fx.sort_values("model").itertuples():
+            out.append(f"| {r.model} | {r.n_divergences} | {_f(r.median_margin_native, 3)} | "
+                       f"{_f(r.median_margin_fp32, 3)} | {_f(r.frac_near_tie)} | {_f(r.frac_exact_tie)} | "
+                       f"{r.mode_first_layer} |")
+    if len(ar):
+        out.append(f"\nPlain AR decoding in {prec} ({att}) matches AR in fp32 on "
+                   f"{_f(float(ar['match_rate'].iloc[0]))} of prompts (`pairwise_match.csv`).")
+
+    # Table 2 (fp32: the trajectories are the reference's)
+    t = tpf[(tpf["precision"] == "fp32")]
+    if len(t):
+        a0 = sorted(t["attention"].unique())[0]
+        t = t[t["attention"] == a0]
+        cols = [c for c in ("tpf_verify", "tpf_authors") if c in t.columns]
+        out.append(f"\nTokens per forward, fp32, {a0} (Table 2; `tpf_verify` counts prefill and verify forwards):\n")
+        out.append("| domain | " + " | ".join(f"{m} {c}" for m in models for c in cols) + " |")
+        out.append("|---|" + "---|" * (len(models) * len(cols)))
+        for dom in sorted(t["domain"].unique(), key=lambda d: (d == "all", d)):
+            r = t[t["domain"] == dom].set_index("model")
+            name = f"**{dom}**" if dom == "all" else dom
+            out.append(f"| {name} | " + " | ".join(_f(r[c].get(m, math.nan)) for m in models for c in cols) + " |")
+
+    # Table 7
+    bpath = tables / "benchmarks.csv"
+    if bpath.exists():
+        b = pd.read_csv(bpath)
+        b = b[b["primary"].astype(bool)] if "primary" in b.columns else b
+        if len(b):
+            b = b.assign(run=b["model"] + " " + b["decoder"] + " " + b["precision"])
+            runs = list(dict.fromkeys(b.sort_values(["model", "decoder", "precision"])["run"]))
+            out.append("\nTiny benchmarks (Table 7; primary metric per task, lm-evaluation-harness):\n")
+            out.append("| task | " + " | ".join(runs) + " |")
+            out.append("|---|" + "---|" * len(runs))
+            for task, g in b.groupby("task", sort=True):
+                v = g.set_index("run")["value"]
+                out.append(f"| {task} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
+    return "\n".join(out) + "\n"
+
+
+def replace_block(text: str, block: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the README has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block}{END}{tail}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus summary", description=__doc__.split("\n")[0])
+    ap.add_argument("--tables", required=True, type=Path)
+    ap.add_argument("--readme", type=Path, help="rewrite this file's results block")
+    ap.add_argument("--check", action="store_true", help="with --readme: exit 1 if the block is stale")
+    args = ap.parse_args(argv)
+    block = render(args.tables)
+    if args.readme is None:
+        sys.stdout.write(block)
+        return 0
+    text = args.readme.read_text()
+    new = replace_block(text, block)
+    if args.check:
+        if new != text:
+            sys.stderr.write(f"{args.readme}: results block differs from {args.tables} "
+                             f"(run `orthrus summary --tables {args.tables} --readme {args.readme}`)\n")
+            return 1
+        return 0
+    args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

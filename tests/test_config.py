@@ -1,0 +1,284 @@
+"""Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
+before any job, naming the key (workflow/scripts/config_check.py)."""
+import copy
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+SMOKE = yaml.safe_load((ROOT / "tests/smoke/config.yaml").read_text())
+SMOKE_TEXT = (ROOT / "tests/smoke/config.yaml").read_text()
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location("config_check", ROOT / "workflow/scripts/config_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cc = _load_checker()
+
+
+def _set(path, value):
+    def mutate(cfg):
+        *parents, last = path.split(".")
+        node = cfg
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return mutate
+
+
+def _drop(path):
+    def mutate(cfg):
+        *parents, last = path.split(".")
+        node = cfg
+        for p in parents:
+            node = node[p]
+        del node[last]
+    return mutate
+
+
+def _both(*mutations):
+    def mutate(cfg):
+        for m in mutations:
+            m(cfg)
+    return mutate
+
+
+HF = {"name": "teacher", "source": "hf"}
+# (case, mutation of the smoke config or raw YAML text, the key path the error must name)
+BAD = [
+    ("model typo", _set("models.smoke-ce.lerning_rate", 0.1), "models.smoke-ce.lerning_rate"),
+    ("model lr word", _set("models.smoke-ce.lr", "fast"), "models.smoke-ce.lr"),
+    ("model K word", _set("models.smoke-ce.block_size", "four"), "models.smoke-ce.block_size"),
+    ("model K zero", _set("models.smoke-ce.block_size", 0), "models.smoke-ce.block_size"),
+    ("model objective", _set("models.smoke-ce.objective", "mse"), "models.smoke-ce.objective"),
+    ("model max_steps", _set("models.smoke-ce.max_steps", -5), "models.smoke-ce.max_steps"),
+    ("model betas", _set("models.smoke-ce.betas", [0.9]), "models.smoke-ce.betas"),
+    ("model attention", _set("models.smoke-ce.attention", "flash"), "models.smoke-ce.attention"),
+    ("model kl_weight", _set("models.smoke-ce.kl_weight", 2), "models.smoke-ce.kl_weight"),
+    ("model not a mapping", _set("models.smoke-ce", [1, 2]), "models.smoke-ce"),
+    ("model bad name", _set("models.bad name!", {}), "models"),
+    ("model offset weights", _set("models.smoke-ce.offset_weights", [1, 1]), "models.smoke-ce.offset_weights"),
+    ("model named like teacher", _set("models.teacher", {}), "models.teacher"),
+    ("external named like model", _set("external_models.smoke-ce", "org/model"), "external_models.smoke-ce"),
+    ("external named like teacher", _set("external_models.teacher", "org/model"), "external_models.teacher"),
+    ("external missing dir", _set("external_models.ext", "/no/such/orthrus"), "external_models.ext"),
+    ("external empty", _set("external_models.ext", ""), "external_models.ext"),
+    ("tiny steps", _set("teacher.tiny.steps", -1), "teacher.tiny.steps"),
+    ("tiny hidden", _set("teacher.tiny.hidden_size", 0), "teacher.tiny.hidden_size"),
+    ("tiny typo", _set("teacher.tiny.stpes", 10), "teacher.tiny.stpes"),
+    ("tiny heads", _set("teacher.tiny.num_heads", 3), "teacher.tiny.num_heads"),
+    ("tiny domain weights", _set("teacher.tiny.domain_weights", {"klingon": 1}), "teacher.tiny.domain_weights"),
+    ("teacher source", _set("teacher.source", 42), "teacher.source"),
+    ("teacher name", _set("teacher.name", "a b"), "teacher.name"),
+    ("hf teacher without path", _set("teacher", dict(HF)), "teacher.path"),
+    ("hf teacher missing dir", _set("teacher", {**HF, "path": "./no/such/teacher"}), "teacher.path"),
+    ("hf teacher not a model dir", _set("teacher", {**HF, "path": "/"}), "teacher.path"),
+    ("unknown top-level key", _set("unknown_key", 1), "unknown_key"),
+    ("seed word", _set("seed", "zero"), "seed"),
+    ("threads zero", _set("threads", 0), "threads"),
+    ("missing decode", _drop("decode"), "decode"),
+    ("decode device", _set("decode.device", "tpu9"), "decode.device"),
+    ("decode precision", _set("decode.precisions", ["fp8"]), "decode.precisions[0]"),
+    ("decode duplicate precision", _set("decode.precisions", ["fp32", "fp32"]), "decode.precisions"),
+    ("decode attention", _set("decode.attentions", ["flash"]), "decode.attentions[0]"),
+    ("decode tokens float", _set("decode.max_new_tokens", 4.5), "decode.max_new_tokens"),
+    ("decode error share", _set("decode.max_error_share", 1.5), "decode.max_error_share"),
+    ("corpus shards", _set("corpus.shards", 0), "corpus.shards"),
+    ("corpus precision", _set("corpus.precision", "int8"), "corpus.precision"),
+    ("prompts domain", _set("prompts.domains", ["klingon"]), "prompts.domains[0]"),
+    ("prompts hf without eval", _set("prompts.source", "hf"), "prompts.eval"),
+    ("prompts spec without path", _both(_set("prompts.source", "hf"), _set("prompts.eval", {"qa": {"n": 3}})),
+     "prompts.eval.qa.path"),
+    ("analysis near tie", _set("analysis.near_tie", -1), "analysis.near_tie"),
+    ("analysis precision", _set("analysis.ppl_precision", "fp64"), "analysis.ppl_precision"),
+    ("resources gpus", _set("resources.decode.gpus", -1), "resources.decode.gpus"),
+    ("resources typo", _set("resources.decode.memory", 10), "resources.decode.memory"),
+    ("benchmarks no tasks", _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}), "benchmarks.tasks"),
+    ("benchmarks precisions", _set("benchmarks", {"enabled": True, "precisions": []}), "benchmarks.precisions"),
+    ("model schedule", _set("models.smoke-ce.schedule", "linear"), "models.smoke-ce.schedule"),
+    ("model mask token empty", _set("models.smoke-ce.mask_token", ""), "models.smoke-ce.mask_token"),
+    ("prompts eval file missing", _set("prompts.eval_file", "./no/such/prompts.json"), "prompts.eval_file"),
+    ("prompts eval file scheme", _set("prompts.eval_file", "ftp://example.org/p.json"), "prompts.eval_file"),
+    ("prompts sha256 not hex", _set("prompts.eval_file_sha256", "abc"), "prompts.eval_file_sha256"),
+    ("prompts sha256 without file", _set("prompts.eval_file_sha256", "0" * 64), "prompts.eval_file_sha256"),
+    ("prompts duplicates policy", _set("prompts.eval_duplicates", "last"), "prompts.eval_duplicates"),
+    ("hf prompts without distill for generate",
+     _both(_set("prompts.source", "hf"), _set("prompts.eval_file", "https://example.org/p.json")), "prompts.distill"),
+    ("corpus source", _set("corpus.source", "scrape"), "corpus.source"),
+    ("corpus hf without dataset", _set("corpus.source", "hf"), "corpus.dataset"),
+    ("corpus message", _set("corpus.message", "user"), "corpus.message"),
+    ("decode message", _set("decode.message", "System:x"), "decode.message"),
+    ("decode eos policy", _set("decode.eos", "tokenizer"), "decode.eos"),
+    ("decode last block", _set("decode.last_block", "trim"), "decode.last_block"),
+    ("decode deterministic word", _set("decode.deterministic", "yes"), "decode.deterministic"),
+    ("tpf tokens zero", _set("tpf.max_new_tokens", 0), "tpf.max_new_tokens"),
+    ("tpf typo", _set("tpf.enable", True), "tpf.enable"),
+    ("analysis ppl attention", _set("analysis.ppl_attention", "flash"), "analysis.ppl_attention"),
+    ("benchmarks ar baseline", _set("benchmarks.ar_baseline", "vllm"), "benchmarks.ar_baseline"),
+    ("benchmarks max gen zero", _set("benchmarks.max_gen_toks", 0), "benchmarks.max_gen_toks"),
+    # transformers' speculative decoders and the assisted decoder's draft (teacher.draft)
+    ("decoders unknown", _set("decode.decoders", ["medusa"]), "decode.decoders[0]"),
+    ("decoders duplicate", _set("decode.decoders", ["assisted", "assisted"]), "decode.decoders"),
+    ("decoders not a list", _set("decode.decoders", "assisted"), "decode.decoders"),
+    ("prompt lookup tokens zero", _set("decode.prompt_lookup_tokens", 0), "decode.prompt_lookup_tokens"),
+    ("assisted without draft", _drop("teacher.draft"), "teacher.draft"),
+    ("hub draft beside tiny teacher", _set("teacher.draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+     "teacher.draft.path"),
+    ("hf draft without path", _set("teacher.draft", {"source": "hf"}), "teacher.draft.path"),
+    ("hf draft missing dir", _set("teacher", {**HF, "path": "Qwen/Qwen3-1.7B",
+                                              "draft": {"source": "hf", "path": "./no/such/draft"}}), "teacher.draft.path"),
+    ("draft source", _set("teacher.draft.source", "onnx"), "teacher.draft.source"),
+    ("draft unknown key", _set("teacher.draft.name", "d"), "teacher.draft.name"),
+    ("draft threads zero", _set("teacher.draft.threads", 0), "teacher.draft.threads"),
+    ("draft tiny typo", _set("teacher.draft.tiny.stpes", 10), "teacher.draft.tiny.stpes"),
+    ("draft tiny vocab", _set("teacher.draft.tiny.vocab_size", 300), "teacher.draft.tiny.vocab_size"),
+    ("draft tiny heads", _set("teacher.draft.tiny.num_heads", 3), "teacher.draft.tiny.num_heads"),
+    ("duplicate nested key", SMOKE_TEXT.replace("steps: 40,", "steps: 40, steps: 3,"), "teacher.tiny.steps"),
+    ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
+]
+
+
+def _config_text(case) -> str:
+    if isinstance(case, str):
+        return case
+    cfg = copy.deepcopy(SMOKE)
+    case(cfg)
+    return yaml.safe_dump(cfg)
+
+
+def _check(text: str, tmp_path) -> list[str]:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    try:
+        cc.check_config(yaml.safe_load(text), SCHEMA, [path])
+    except cc.ConfigError as e:
+        return e.problems
+    return []
+
+
+def test_schema_uses_only_known_keywords():
+    """A comma inside an unquoted flow-style description silently adds keys to the schema."""
+    known = {"$schema", "$defs", "$ref", "description", "type", "additionalProperties", "properties", "default",
+             "pattern", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "minItems",
+             "maxItems", "uniqueItems", "required", "propertyNames", "x-fill-defaults", "multipleOf", "minLength"}
+    bad = []
+
+    def walk(node, path, names=False):
+        if not isinstance(node, dict):
+            return
+        if names:  # a `properties` / `$defs` mapping: every key is a name, every value a schema
+            for k, v in node.items():
+                walk(v, f"{path}.{k}")
+            return
+        bad.extend(f"{path}: {k}" for k in set(node) - known)
+        for k, v in node.items():
+            walk(v, f"{path}.{k}", names=k in ("properties", "$defs"))
+
+    walk(yaml.safe_load(SCHEMA.read_text()), "schema")
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("section, defaults", [("models", "orthrus.train"), ("tiny", "orthrus.world.teacher")])
+def test_schema_describes_every_setting_with_the_code_defaults(section, defaults):
+    schema = yaml.safe_load(SCHEMA.read_text())
+    props = (schema["properties"]["models"]["additionalProperties"] if section == "models"
+             else schema["properties"]["teacher"]["properties"]["tiny"])["properties"]
+    code = importlib.import_module(defaults).DEFAULTS
+    assert set(props) == set(code)
+    assert {k: v["default"] for k, v in props.items()} == {k: list(v) if isinstance(v, tuple) else v
+                                                           for k, v in code.items()}
+
+
+
+@pytest.mark.parametrize("path", ["config.yaml", "tests/smoke/config.yaml", "configs/paper.yaml"])
+def test_shipped_configs_pass(path):
+    cfg = cc.load_yaml(ROOT / path)
+    cc.check_config(cfg, SCHEMA, [ROOT / path])
+    assert cfg["decode"]["max_error_share"] == 0 and "resources" in cfg  # defaults filled in
+    assert all(set(s or {}) <= set(yaml.safe_load((ROOT / path).read_text())["models"][m] or {})
+               for m, s in cfg["models"].items())  # variant settings stay as written
+
+
+def test_local_hf_teacher_directory_is_accepted(tmp_path):
+    (tmp_path / "my teacher").mkdir()
+    (tmp_path / "my teacher" / "config.json").write_text("{}")
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher"), "draft": {"source": "tiny"}}
+    cc.check_config(cfg, SCHEMA)
+    cfg["teacher"]["path"] = "Qwen/Qwen3-1.7B"  # a hub id is checked by the job that downloads it
+    cc.check_config(cfg, SCHEMA)
+
+
+def test_paper_protocol_sources_are_accepted(tmp_path):
+    """An eval file (local path or URL), a ready hub corpus and hub ids for the teacher and an
+    external model (not local paths: the jobs that download them check them)."""
+    (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"]}')
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
+    cfg["prompts"] = {"source": "hf", "eval_file": str(tmp_path / "prompts.json"), "eval_duplicates": "first",
+                      "distill": []}
+    cfg["corpus"] |= {"source": "hf", "dataset": "ai-forever/ZaryaOrthrusDataset-1.7B", "message": "none"}
+    cfg["external_models"] = {"ZaryaOrthrus-1.7B": "ai-forever/ZaryaOrthrus-1.7B"}
+    cc.check_config(cfg, SCHEMA)
+    cfg["prompts"]["eval_file"] = "https://example.org/speed_evaluation_dataset.json"
+    cc.check_config(cfg, SCHEMA)
+
+
+def test_at_least_forty_malformed_configs():
+    assert len(BAD) >= 40 and len({name for name, _, _ in BAD}) == len(BAD)
+
+
+@pytest.mark.parametrize("name, case, key", BAD, ids=[b[0] for b in BAD])
+def test_malformed_config_is_rejected_naming_the_key(tmp_path, name, case, key):
+    problems = _check(_config_text(case), tmp_path)
+    assert any(key + ":" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_malformed_configs_stop_a_real_dry_run(tmp_path):
+    """Every case above through `snakemake -n` (the real parse), four processes at a time."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def dry_run(i):
+        name, case, key = BAD[i]
+        work = tmp_path / str(i)
+        work.mkdir()
+        (work / "config.yaml").write_text(_config_text(case))
+        res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work),
+                              "-n", "-q"], capture_output=True, text=True, timeout=300, env=env, cwd=work)
+        out = res.stdout + res.stderr
+        ok = res.returncode != 0 and f"{key}:" in out and "ConfigError" in out and not (work / "results").exists()
+        return None if ok else f"{name}: rc {res.returncode}, expected {key!r}:\n{out[-1500:]}"
+
+    with ThreadPoolExecutor(4) as pool:
+        failures = [f for f in pool.map(dry_run, range(len(BAD))) if f]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
+    """prompt-lookup needs no draft; a hub draft beside an hf teacher (its tokenizer checked when
+    both load) and a tiny draft beside an hf teacher (trained with its tokenizer) are accepted."""
+    cfg = copy.deepcopy(SMOKE)
+    cfg["decode"]["decoders"] = ["prompt-lookup"]
+    del cfg["teacher"]["draft"]
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["decode"]["prompt_lookup_tokens"] == 10  # default filled in
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["teacher"]["draft"]["threads"] == 1  # defaults filled in
+    cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5}}
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5}  # the draft's settings stay as written

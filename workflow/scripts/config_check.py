@@ -1,0 +1,246 @@
+"""Check the study's configuration before any job: the schema, duplicate YAML keys, cross-key rules.
+
+The Snakefile calls `check_config(config, schema, files)` while it is parsed, so a bad
+configuration stops `snakemake -n` naming the key, before any job. Torch-free and independent of
+the `orthrus` package (only yaml and jsonschema, which Snakemake itself needs), so parsing the
+workflow needs nothing else. Every problem is one line, `key.path: what is wrong`.
+
+Defaults from the schema are filled in, except inside objects marked `x-fill-defaults: false`
+(a variant's training settings and the tiny teacher's): their commands apply the same defaults
+(orthrus/train.py and orthrus/world/teacher.py DEFAULTS; a test keeps the schema in step), and
+filling them here would change the rules' params, hence rerun existing results.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+# `owner/name` on the Hugging Face hub (a local path is anything else, or an existing directory).
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ConfigError(ValueError):
+    """A list of configuration problems, one per line, each naming its key path."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+def duplicate_keys(path) -> list[str]:
+    """`file:line: key.path: duplicate key` for every mapping key given twice in a YAML file
+    (PyYAML, and so Snakemake, silently keeps the last value)."""
+    text = Path(path).read_text(encoding="utf-8")
+    problems = []
+
+    def walk(node, prefix):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else str(key)
+                dotted = f"{prefix}{name}"
+                if name in seen:
+                    problems.append(f"{path}:{key.start_mark.line + 1}: {dotted}: duplicate key "
+                                    f"(first given on line {seen[name] + 1})")
+                seen.setdefault(name, key.start_mark.line)
+                walk(value, dotted + ".")
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{prefix[:-1]}[{i}]." if prefix else f"[{i}].")
+
+    for document in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        walk(document, "")
+    return problems
+
+
+def load_yaml(path) -> dict:
+    """A YAML config file, refusing duplicate keys."""
+    problems = duplicate_keys(path)
+    if problems:
+        raise ConfigError(problems)
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def fill_defaults(instance, schema: dict) -> None:
+    """Set every missing key that has a schema default (recursively through `properties`)."""
+    if not isinstance(instance, dict) or schema.get("x-fill-defaults") is False:
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            fill_defaults(instance[key], sub)
+
+
+def _key(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _message(error) -> str:
+    """One line naming the offending key: unknown keys and missing ones get their own path."""
+    where = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in known)
+        hint = f" (known: {', '.join(sorted(known))})" if known else ""
+        return "; ".join(f"{_key(where + [k])}: unknown key{hint}" for k in extra)
+    if error.validator == "required":
+        missing = re.match(r"'([^']+)'", error.message)
+        return f"{_key(where + [missing.group(1) if missing else '?'])}: required key missing"
+    if error.validator == "propertyNames":
+        return f"{_key(where)}: bad name {error.instance!r}: {error.message}"
+    return f"{_key(where)}: {error.message}"
+
+
+def schema_problems(config: dict, schema: dict) -> list[str]:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    return [_message(e) for e in errors]
+
+
+# --------------------------------------------------------------------------- cross-key rules
+
+
+def _path_problem(key: str, value: str) -> str | None:
+    """None when `value` is an existing model directory or looks like a hub id; else the problem."""
+    local = Path(os.path.expanduser(value))
+    if local.is_dir():
+        return None if (local / "config.json").is_file() else f"{key}: {value!r} has no config.json (not a model directory)"
+    if HUB_ID.match(value) and not Path(value.split("/")[0]).is_dir():
+        return None
+    return f"{key}: no such directory: {value!r} (nor a hub id owner/name)"
+
+
+def _code_defaults(schema: dict) -> dict:
+    """{key: default} of an object whose defaults the command applies (x-fill-defaults: false)."""
+    return {k: v["default"] for k, v in schema.get("properties", {}).items() if "default" in v}
+
+
+def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
+    """Rules a schema cannot state: unique names, existing paths, dependent keys (the assisted
+    decoder's draft among them)."""
+    problems = []
+    props = schema["properties"]
+    teacher = cfg.get("teacher", {})
+    models = cfg.get("models") or {}
+    external = cfg.get("external_models") or {}
+    # Every model name is a directory and a table label: one name, one model.
+    for name in models:
+        if name == teacher.get("name"):
+            problems.append(f"models.{name}: same name as teacher.name")
+    for name, path in external.items():
+        if name == teacher.get("name"):
+            problems.append(f"external_models.{name}: same name as teacher.name")
+        if name in models:
+            problems.append(f"external_models.{name}: also a trained variant models.{name} (its training would leave the DAG)")
+        if isinstance(path, str):
+            problems.append(_path_problem(f"external_models.{name}", path))
+    if teacher.get("source") == "hf":
+        if not teacher.get("path"):
+            problems.append("teacher.path: required when teacher.source is hf")
+        elif isinstance(teacher["path"], str):
+            problems.append(_path_problem("teacher.path", teacher["path"]))
+    tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
+    if tiny["num_heads"] % tiny["num_kv_heads"]:
+        problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                        f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+    problems += _draft_problems(cfg, props)
+    model_defaults = _code_defaults(props["models"]["additionalProperties"])
+    for name, s in models.items():
+        s = {**model_defaults, **(s or {})}
+        w, k = s["offset_weights"], s["block_size"]
+        if w is not None and len(w) not in (k - 1, k):
+            problems.append(f"models.{name}.offset_weights: needs block_size-1 = {k - 1} or block_size = {k} values, got {len(w)}")
+    bench = cfg.get("benchmarks") or {}
+    if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
+        problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
+    prompts = cfg.get("prompts") or {}
+    eval_file = prompts.get("eval_file")
+    if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
+        problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
+    if eval_file:
+        problems.append(_eval_file_problem(eval_file))
+    for key in ("eval_file_sha256", "eval_duplicates"):
+        if prompts.get(key) is not None and not eval_file:
+            problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
+    corpus = cfg.get("corpus") or {}
+    if corpus.get("source") == "hf":
+        if not corpus.get("dataset"):
+            problems.append("corpus.dataset: required when corpus.source is hf")
+    elif prompts.get("source") == "hf" and not prompts.get("distill"):
+        problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
+                        "is hf (the teacher answers the distillation prompts)")
+    return [p for p in problems if p]
+
+
+def _draft_problems(cfg: dict, props: dict) -> list[str]:
+    """The assisted decoder's draft (teacher.draft): required for it, and able to share the
+    teacher's tokenizer (a tiny draft is trained with it; a hub draft cannot have the tiny
+    teacher's, which is trained on the tiny world)."""
+    teacher = cfg.get("teacher", {})
+    draft = teacher.get("draft")
+    if "assisted" not in (cfg.get("decode") or {}).get("decoders", []):
+        return []
+    if not draft:
+        return ["teacher.draft: required: decode.decoders has 'assisted', which needs teacher.draft (the draft model)"]
+    problems = []
+    if draft["source"] == "hf":
+        if not draft.get("path"):
+            problems.append("teacher.draft.path: required when teacher.draft.source is hf")
+        elif teacher.get("source") == "tiny":
+            problems.append(f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
+                            "the tokenizer of the tiny teacher teacher.source='tiny' (its tokenizer is trained on the "
+                            "tiny world); use teacher.draft.source tiny, or an hf teacher with the draft's tokenizer")
+        else:
+            problems.append(_path_problem("teacher.draft.path", draft["path"]))
+    else:
+        tiny = draft.get("tiny") or {}
+        if "vocab_size" in tiny:
+            problems.append("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
+                            "leave its vocabulary to the teacher")
+        tiny = {**_code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
+        if tiny["num_heads"] % tiny["num_kv_heads"]:
+            problems.append(f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                            f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+    return problems
+
+
+def _eval_file_problem(value: str) -> str | None:
+    """None for an http(s)/file URL (the prompts job downloads and checks it) or an existing
+    local file; else the problem."""
+    scheme = value.split("://", 1)[0].lower() if "://" in value else None
+    if scheme is not None:
+        if scheme not in ("http", "https", "file"):
+            return f"prompts.eval_file: unsupported URL scheme {scheme!r} in {value!r} (http, https or file)"
+        return None
+    if not Path(os.path.expanduser(value)).is_file():
+        return f"prompts.eval_file: no such file: {value!r} (nor an http(s)/file URL)"
+    return None
+
+
+def check_config(config: dict, schema_path, files=()) -> dict:
+    """Fill defaults into `config` (in place) and raise ConfigError naming every problem."""
+    problems = [p for f in files if Path(f).is_file() for p in duplicate_keys(f)]
+    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
+    fill_defaults(config, schema)
+    problems += schema_problems(config, schema)
+    if not problems:  # cross-key rules assume the types are right
+        problems += cross_key_problems(config, schema)
+    if problems:
+        raise ConfigError(problems)
+    return config
