@@ -5,9 +5,11 @@
                     [--near-tie 0.125] --out-dir results/tables
 
 Inputs are decoding-result Parquet files (see docs/DESIGN.md, "Decoding result"). Every
-configuration (model, decoder in {orthrus, ar}, precision, attention) is compared, prompt
-by prompt, with the plain AR reference (`decoder == "ar-ref"`, `model == --reference`)
-at the same precision and attention.
+configuration (model, decoder in {orthrus, ar, assisted, prompt-lookup}, precision, attention)
+is compared, prompt by prompt, with the plain AR reference (`decoder == "ar-ref"`, `model ==
+--reference`) at the same precision and attention. The speculative decoders (Orthrus and
+transformers' assisted and prompt-lookup decoding) get the per-decoder tables: tokens per
+forward, perplexity by match, the logistic fit and the side-by-side `decoders.csv`.
 
 Outputs (always all of them, so a workflow can declare them; tables whose optional input
 was not given are written with their header only):
@@ -15,13 +17,17 @@ was not given are written with their header only):
 - `trajectories.parquet`   per prompt comparison rows (used by `orthrus figures`)
 - `match_overall.csv`      exact-match rate with Wilson 95% CI (Tables 3 and 8)
 - `match_by_domain.csv`    the same per domain (Table 4)
-- `tpf_by_domain.csv`      tokens per forward, Orthrus decoder only (Table 2), per run setting
-                           (message format, max_new_tokens; from --decode and --tpf-decode)
+- `tpf_by_domain.csv`      tokens per forward of each speculative decoder (Table 2), per run
+                           setting (message format, max_new_tokens; from --decode and --tpf-decode);
+                           `tpf_authors` for Orthrus only (its loop has a separate prefill)
 - `pairwise_match.csv`     match rate between every pair of decoding results
 - `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
 - `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL
 - `forensics.csv`          margins / layers at the first divergence, per configuration
 - `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
+- `decoders.csv`           how lossless is each decoder: match rate (Wilson 95% CI) and mean tokens
+                           per forward of orthrus, assisted and prompt-lookup side by side, per
+                           precision and attention
 - `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
                            mean next-token entropy and the share of steps whose top-1/top-2
                            margin is below the near-tie threshold (from the perplexity file)
@@ -51,7 +57,9 @@ from orthrus.stats import (
 )
 
 CONFIG = ["model", "decoder", "precision", "attention"]
-COMPARED_DECODERS = ("orthrus", "ar")
+COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup")
+# the speculative decoders: Orthrus and transformers' assisted and prompt-lookup decoding
+SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
 REFERENCE_DECODER = "ar-ref"
 DEFAULT_NEAR_TIE = 0.125
 
@@ -92,6 +100,7 @@ MATCH_OVERALL_COLUMNS = CONFIG + ["n", "match_rate", "ci_low", "ci_high"]
 MATCH_BY_DOMAIN_COLUMNS = CONFIG + ["domain", "n", "match_rate", "ci_low", "ci_high"]
 TPF_COLUMNS = [
     "model",
+    "decoder",
     "precision",
     "attention",
     "message",
@@ -109,8 +118,9 @@ TPF_COLUMNS = [
 # Table 2 run of the paper config decodes 256 tokens with a user-only message)
 TPF_RUN = ["message", "max_new_tokens"]
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
-PPL_BY_MATCH_COLUMNS = ["model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high"]
-PPL_LOGIT_COLUMNS = ["model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
+PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify"]
 FORENSICS_COLUMNS = CONFIG + [
     "n_divergences",
     "median_margin_native",
@@ -138,6 +148,7 @@ TABLES = {
     "forensics.csv": FORENSICS_COLUMNS + [ERRORS],
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
     "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
+    "decoders.csv": DECODERS_COLUMNS + [ERRORS],
 }
 
 
@@ -243,7 +254,7 @@ def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference
             out.append(n(reference, REFERENCE_DECODER, r["scored_precision"], r["scored_attention"], r["domain"]))
             continue
         if name == "tpf_by_domain.csv":
-            out.append(n(r["model"], "orthrus", r["precision"], r["attention"], r["domain"],
+            out.append(n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r["domain"],
                          (str(r["message"]), _run_tokens(r["max_new_tokens"]))))
             continue
         own = n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r.get("domain"))
@@ -352,9 +363,9 @@ def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None) -> pd.DataFrame:
     else:
         keys = [k for k in ("prompt_id", "precision", "attention") if k in ppl.columns]
         traj = traj.merge(ppl[keys + ["ppl"]], on=keys, how="left")
-        missing = traj["ppl"].isna() & traj["decoder"].eq("orthrus")
+        missing = traj["ppl"].isna() & traj["decoder"].isin(SPECULATIVE)
         if missing.any():
-            _warn(f"{int(missing.sum())} Orthrus trajectory row(s) have no perplexity")
+            _warn(f"{int(missing.sum())} speculative-decoder trajectory row(s) have no perplexity")
     return traj[TRAJECTORY_COLUMNS]
 
 
@@ -384,16 +395,15 @@ def _env_setting(env, key: str, default):
         return default
 
 
-def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
-    """Tokens per forward of the Orthrus decoder, per run setting, per domain and over all
-    prompts ('all'): `tpf_verify` and `tpf_all` count every emitted token, `tpf_authors`
-    (orthrus.decoding.tpf_authors) is the follow-up paper's, from the accepted lengths."""
+def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
+    """`d` with each prompt's tokens per forward: `tpf_verify` (over the model's forwards:
+    prefill + verify), `tpf_all` (over every forward, the proposer's too: Orthrus's diffusion
+    passes, the draft model's) and `tpf_authors` (orthrus.decoding.tpf_authors, Orthrus only:
+    the formula counts a separate prefill, which transformers' assisted loop merges into its
+    first verification)."""
     from orthrus.decoding import tpf_authors
 
-    d = decode[decode["decoder"] == "orthrus"].copy()
-    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
-    d["message"] = [_env_setting(e, "message", "empty") for e in env]
-    d["max_new_tokens"] = pd.array([_env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
+    d = d.copy()
     acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
     ntok = np.array([len(t) for t in d["tokens"]], dtype=float)
     pre = pd.to_numeric(d["n_prefill"], errors="coerce").to_numpy(float)
@@ -402,9 +412,20 @@ def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         d["tpf_verify"] = np.where(pre + ver > 0, ntok / (pre + ver), np.nan)
         d["tpf_all"] = np.where(pre + dif + ver > 0, ntok / (pre + dif + ver), np.nan)
-    d["tpf_authors"] = [tpf_authors(a) if a is not None and p > 0 else np.nan for a, p in zip(acc, pre)]
+    d["tpf_authors"] = [tpf_authors(a) if a is not None and p > 0 and dec == "orthrus" else np.nan
+                        for a, p, dec in zip(acc, pre, d["decoder"])]
+    return d
+
+
+def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per forward of each speculative decoder (tpf_per_prompt), per run setting, per
+    domain and over all prompts ('all')."""
+    d = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)])
+    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
+    d["message"] = [_env_setting(e, "message", "empty") for e in env]
+    d["max_new_tokens"] = pd.array([_env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
     rows = []
-    keys = ["model", "precision", "attention"] + TPF_RUN
+    keys = ["model", "decoder", "precision", "attention"] + TPF_RUN
     for key, g in d.groupby(keys, sort=True, dropna=False):
         parts = [(dom, gd) for dom, gd in g.groupby("domain", sort=True)] + [("all", g)]
         for dom, gd in parts:
@@ -436,13 +457,13 @@ def pairwise_match(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def ppl_by_match(traj: pd.DataFrame) -> pd.DataFrame:
-    d = traj[(traj["decoder"] == "orthrus") & traj["ppl"].notna()]
+    d = traj[traj["decoder"].isin(SPECULATIVE) & traj["ppl"].notna()]
     rows = []
-    for key, g in d.groupby(["model", "precision", "attention"], sort=True):
+    for key, g in d.groupby(CONFIG, sort=True):
         for matched in (True, False):
             v = g.loc[g["match"] == matched, "ppl"].to_numpy(float)
             mean, low, high = t_ci(v)
-            rows.append(dict(zip(["model", "precision", "attention"], key), matched=matched,
+            rows.append(dict(zip(CONFIG, key), matched=matched,
                              n=int(v.size), mean_ppl=mean, ci_low=low, ci_high=high))
     return pd.DataFrame(rows, columns=PPL_BY_MATCH_COLUMNS)
 
@@ -523,12 +544,23 @@ def fit_ppl_logit(df: pd.DataFrame, alpha: float = 0.05, min_rows: int = 10) -> 
 
 
 def ppl_logit(traj: pd.DataFrame) -> pd.DataFrame:
-    d = traj[(traj["decoder"] == "orthrus") & traj["ppl"].notna()]
+    d = traj[traj["decoder"].isin(SPECULATIVE) & traj["ppl"].notna()]
     rows = []
-    for key, g in d.groupby(["model", "precision", "attention"], sort=True):
+    for key, g in d.groupby(CONFIG, sort=True):
         fit = fit_ppl_logit(g.assign(length=g["ref_n_tokens"])[["match", "ppl", "length", "domain"]])
-        rows.append(dict(zip(["model", "precision", "attention"], key), **fit))
+        rows.append(dict(zip(CONFIG, key), **fit))
     return pd.DataFrame(rows, columns=PPL_LOGIT_COLUMNS)
+
+
+def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
+    """How lossless is each decoder: the speculative decoders' match rates (match_overall) side
+    by side per precision and attention, with their mean tokens per model forward."""
+    d = overall[overall["decoder"].isin(SPECULATIVE)]
+    tpf = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)]).groupby(CONFIG)["tpf_verify"].mean()
+    d = d.merge(tpf.rename("tpf_verify").reset_index(), on=CONFIG, how="left")
+    order = {k: i for i, k in enumerate(SPECULATIVE)}
+    d = d.sort_values(["precision", "attention", "decoder", "model"], key=lambda c: c.map(order) if c.name == "decoder" else c)
+    return d[DECODERS_COLUMNS].reset_index(drop=True)
 
 
 def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
@@ -600,10 +632,11 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
     fx = load_forensics(forensics_path) if forensics_path is not None else None
     traj = attach_ppl(compare_trajectories(decode, reference), ppl)
+    overall = match_overall(traj)
     empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
     tables = {
         "trajectories.parquet": traj,
-        "match_overall.csv": match_overall(traj),
+        "match_overall.csv": overall,
         "match_by_domain.csv": match_by_domain(traj),
         "tpf_by_domain.csv": tpf_table(tpf_decode),
         "pairwise_match.csv": pairwise_match(decode),
@@ -612,6 +645,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
+        "decoders.csv": decoders_table(overall, decode),
     }
     for name, df in tables.items():
         if name.endswith(".csv"):

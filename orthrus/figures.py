@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orthrus.analysis import SPECULATIVE
 from orthrus.io import save_figure
 
 # The workflow declares these outputs: {out_dir}/{name}.{fmt} for name in FIGURES, fmt in FORMATS.
@@ -28,11 +29,13 @@ FIGURES = [
     "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
     "pairwise_match",         # heat map of match rates between all decoding results
     "match_vs_uncertainty",   # per-domain match rate against the teacher's near-tie share
+    "decoders",               # how lossless is each decoder: orthrus, assisted, prompt-lookup per precision
 ]
 FORMATS = ("png", "pdf")
 
 # tables read (written by `orthrus analyze`); the optional ones may be absent
-REQUIRED_TABLES = ["trajectories.parquet", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv"]
+REQUIRED_TABLES = ["trajectories.parquet", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
+                   "decoders.csv"]
 OPTIONAL_TABLES = ["forensics_rows.parquet", "forensics.csv"]
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
                               "a_model", "a_decoder", "a_precision", "a_attention",
@@ -94,29 +97,29 @@ def _errbar(rate, low, high):
 # ---- figures ---------------------------------------------------------------------------
 def fig_match_by_domain(mbd: pd.DataFrame):
     plt = _plt()
-    d = mbd[mbd["decoder"] == "orthrus"] if len(mbd) else mbd
+    d = mbd[mbd["decoder"].isin(SPECULATIVE)] if len(mbd) else mbd
     attentions = sorted(d["attention"].unique()) if len(d) else []
     fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(6.5 * max(1, len(attentions)), 4.2),
                              squeeze=False)
     if not attentions:
-        _empty(axes[0, 0], "no Orthrus match results")
+        _empty(axes[0, 0], "no speculative-decoder match results")
         axes[0, 0].set_title("Exact trajectory match by domain")
         return fig
     for ax, att in zip(axes[0], attentions):
         g = d[d["attention"] == att]
         domains = sorted(g["domain"].unique())
         x = np.arange(len(domains))
-        series = list(g.groupby(["model", "precision"], sort=True))
-        width = 0.5 / max(1, len(series))
-        for i, ((model, prec), s) in enumerate(series):
+        series = list(g.groupby(["decoder", "model", "precision"], sort=True))
+        width = 0.6 / max(1, len(series))
+        for i, ((decoder, model, prec), s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
             off = (i - (len(series) - 1) / 2) * width
             ax.errorbar(x + off, s["match_rate"], yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
-                        fmt="o", capsize=3, label=f"{model} {prec}")
+                        fmt="o", capsize=3, label=f"{decoder} {model} {prec}")
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("exact match rate (Wilson 95% CI)")
-        ax.set_title(f"Orthrus vs AR reference, attention={att}")
+        ax.set_title(f"Speculative decoders vs AR reference, attention={att}")
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -148,11 +151,11 @@ def fig_match_vs_ppl(traj: pd.DataFrame, n_bins: int = 8):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("Match probability vs reference-response perplexity")
-    d = traj[(traj["decoder"] == "orthrus") & traj["ppl"].notna() & (traj["ppl"] > 0)] if len(traj) else traj
+    d = traj[traj["decoder"].isin(SPECULATIVE) & traj["ppl"].notna() & (traj["ppl"] > 0)] if len(traj) else traj
     if d is None or not len(d):
         _empty(ax, "no perplexities (run analyze with --ppl)")
         return fig
-    for (model, prec, att), g in d.groupby(["model", "precision", "attention"], sort=True):
+    for (model, decoder, prec, att), g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
         lp = np.log(g["ppl"].to_numpy(float))
         m = g["match"].to_numpy(bool)
         nb = int(min(n_bins, max(1, len(g) // 10)))
@@ -168,7 +171,7 @@ def fig_match_vs_ppl(traj: pd.DataFrame, n_bins: int = 8):
             lo.append(low)
             hi.append(high)
         line = ax.errorbar(xs, ys, yerr=_errbar(ys, lo, hi), fmt="o", capsize=3,
-                           label=f"{model} {prec} {att} (n={len(g)})")
+                           label=f"{decoder} {model} {prec} {att} (n={len(g)})")
         fit = _simple_logit(lp, m)
         if fit is not None:
             grid = np.linspace(lp.min(), lp.max(), 200)
@@ -241,16 +244,17 @@ def fig_tpf_by_domain(tpf: pd.DataFrame):
     cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)"),
             ("tpf_authors", "(1 + accepted) / (1 + verify), the follow-up paper's")]
     for ax, (col, ylabel) in zip(axes[0], cols):
-        ax.set_title(f"Orthrus tokens per forward: {ylabel}")
+        ax.set_title(f"Tokens per forward: {ylabel}")
         d = tpf.dropna(subset=[col]) if len(tpf) else tpf
         if not len(d):
-            _empty(ax, "no Orthrus decoding results")
+            _empty(ax, "no speculative decoding results" if col != "tpf_authors" else "no Orthrus decoding results")
             continue
         domains = sorted(x for x in d["domain"].unique() if x != "all")
         domains += ["all"] if "all" in set(d["domain"]) else []
         x = np.arange(len(domains))
         run = [c for c in ("message", "max_new_tokens") if c in d.columns]
-        series = list(d.groupby(["model", "precision", "attention", *run], sort=True, dropna=False))
+        keys = ["decoder", "model", "precision", "attention"] if "decoder" in d.columns else ["model", "precision", "attention"]
+        series = list(d.groupby([*keys, *run], sort=True, dropna=False))
         width = 0.5 / max(1, len(series))
         for i, (key, s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
@@ -323,16 +327,16 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.6))
     ax.set_title("Match rate against the teacher's near-tie share, per domain")
-    d = mbd[(mbd["decoder"] == "orthrus") & (mbd["precision"] != "fp32")] if len(mbd) else mbd
+    d = mbd[mbd["decoder"].isin(SPECULATIVE) & (mbd["precision"] != "fp32")] if len(mbd) else mbd
     if unc is None or not len(unc) or not len(d):
-        _empty(ax, "no uncertainty table or no reduced-precision Orthrus results")
+        _empty(ax, "no uncertainty table or no reduced-precision speculative results")
         return fig
     share = unc.set_index("domain")["near_tie_share"].astype(float)
-    for (model, prec, att), g in d.groupby(["model", "precision", "attention"], sort=True):
+    for (model, decoder, prec, att), g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
         g = g[g["domain"].isin(share.index)]
         x = share.reindex(g["domain"]).to_numpy()
         ax.errorbar(x, g["match_rate"], yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]), fmt="o",
-                    capsize=2, alpha=0.8, label=f"{model} {prec} {att}")
+                    capsize=2, alpha=0.8, label=f"{decoder} {model} {prec} {att}")
     for dom, x in share.drop("all", errors="ignore").items():
         ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
                     ha="left", va="bottom")
@@ -342,6 +346,41 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     ax.set_ylabel("exact match rate (Wilson 95% CI)")
     ax.set_ylim(-0.03, 1.25)
     ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def fig_decoders(dec: pd.DataFrame):
+    """How lossless is each decoder: match rate per precision, decoders side by side, Wilson CI;
+    one panel per attention kernel."""
+    plt = _plt()
+    attentions = sorted(dec["attention"].unique()) if len(dec) else []
+    fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(5.5 * max(1, len(attentions)), 4.2),
+                             squeeze=False, sharey=True)
+    if not attentions:
+        _empty(axes[0, 0], "no speculative-decoder match results")
+        axes[0, 0].set_title("How lossless is each decoder?")
+        return fig
+    order = {"fp32": 0, "fp16": 1, "bf16": 2}
+    precisions = sorted(dec["precision"].unique(), key=lambda p: order.get(p, 3))
+    series = sorted(dec.groupby(["decoder", "model"]).groups, key=lambda k: (SPECULATIVE.index(k[0])
+                                                                              if k[0] in SPECULATIVE else 9, k[1]))
+    width = 0.7 / max(1, len(series))
+    x = np.arange(len(precisions))
+    for ax, att in zip(axes[0], attentions):
+        for i, (decoder, model) in enumerate(series):
+            s = dec[(dec["attention"] == att) & (dec["decoder"] == decoder) & (dec["model"] == model)]
+            s = s.set_index("precision").reindex(precisions)
+            off = (i - (len(series) - 1) / 2) * width
+            ax.bar(x + off, s["match_rate"], width * 0.9, yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
+                   capsize=3, label=f"{decoder} ({model})")
+        ax.set_xticks(x, precisions)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"attention={att}")
+        ax.set_xlabel("precision")
+    axes[0, 0].set_ylabel("trajectories identical to AR (Wilson 95% CI)")
+    axes[0, -1].legend(fontsize=8, loc="lower left")
+    fig.suptitle("How lossless is each decoder?")
     fig.tight_layout()
     return fig
 
@@ -362,6 +401,8 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
     pw = _read_table(tables_dir, "pairwise_match.csv", True)
     _need(pw, ["a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder",
                "b_precision", "b_attention", "match_rate"], "pairwise_match.csv")
+    dec = _read_table(tables_dir, "decoders.csv", True)
+    _need(dec, ["decoder", "model", "precision", "attention", "match_rate", "ci_low", "ci_high"], "decoders.csv")
     fx = _read_table(tables_dir, "forensics_rows.parquet", False)
     if fx is not None:
         _need(fx, ["model", "decoder", "precision", "attention", "margin_native"], "forensics_rows.parquet")
@@ -385,6 +426,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         "margin_at_divergence": lambda: fig_margin_at_divergence(fx, near_tie),
         "pairwise_match": lambda: fig_pairwise_match(pw),
         "match_vs_uncertainty": lambda: fig_match_vs_uncertainty(mbd, unc),
+        "decoders": lambda: fig_decoders(dec),
     }
     assert list(builders) == FIGURES
     written = []

@@ -13,9 +13,19 @@ one-token-per-forward step. This module recomputes both at that position:
 It records the reference's top-1/top-2 margin in its own precision and in fp32, and the
 largest hidden-state difference between the two computations after every layer.
 
-`orthrus forensics --model-path DIR --prompts eval.parquet --orthrus ORTH.parquet... --reference
- REF.parquet... --max-new-tokens T --out F`: Orthrus and reference files pair up in order; each pair
-is one (precision, attention), read from the files. A model is loaded only where there is a divergence.
+transformers' speculative decoders (`assisted`, `prompt-lookup`) run on the teacher itself; for
+them the model is the teacher and only the margins are recorded (reference margin in its own
+precision and in fp32, margin of the same step-by-step row): the block replay needs each
+verify block's length, which transformers' loop does not expose (its draft lengths vary with
+the draft's confidence or the n-gram found), so `verify_margin`, `first_layer_diverging` and
+the hidden-state differences are Orthrus-only and empty for them. Column `orthrus_token` holds
+the compared decoder's token.
+
+`orthrus forensics --model-path DIR --prompts eval.parquet --decoded DEC.parquet... --reference
+ REF.parquet... --max-new-tokens T --out F`: decoded and reference files pair up in order; each pair
+is one (decoder, precision, attention), read from the files; `--model-path` is the Orthrus model
+for `orthrus` files, the teacher for the transformers decoders. A model is loaded only where there
+is a divergence.
 """
 from __future__ import annotations
 
@@ -95,24 +105,27 @@ def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
 
 
 def analyse(model, model32, tokenizer, prompts, cases, max_new: int) -> list[dict]:
+    """One row per case; the block replay for Orthrus rows only (see the module docstring)."""
     text = prompts.set_index("prompt_id")["prompt"]
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
         prompt = render_chat(tokenizer, text[o.prompt_id], row_message(getattr(o, "env", None)))
         step_logits, step_hidden = stepwise(model, prompt, r_tokens[:t])
-        ver_logits, ver_hidden = replay_verify(model, prompt, o_tokens, [int(a) for a in o.accepted], t, max_new)
         step32, _ = stepwise(model32, prompt, r_tokens[:t])
-        diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
-        rows.append({
-            "model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
-            "prompt_id": o.prompt_id, "domain": o.domain, "position": t,
-            "ref_token": r_tokens[t], "orthrus_token": o_tokens[t],
-            "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": margin(ver_logits),
-            "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
-            "max_abs_hidden_diff": diffs,
-            # the replay reproduces the run when each computation picks the token its run emitted
-            "replay_consistent": int(step_logits.argmax()) == r_tokens[t] and int(ver_logits.argmax()) == o_tokens[t],
-        })
+        row = {"model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
+               "prompt_id": o.prompt_id, "domain": o.domain, "position": t,
+               "ref_token": r_tokens[t], "orthrus_token": o_tokens[t],
+               "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": None,
+               "first_layer_diverging": None, "max_abs_hidden_diff": [],
+               "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
+        if o.decoder == "orthrus":
+            ver_logits, ver_hidden = replay_verify(model, prompt, o_tokens, [int(a) for a in o.accepted], t, max_new)
+            diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
+            row |= {"verify_margin": margin(ver_logits), "max_abs_hidden_diff": diffs,
+                    "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
+                    # the replay reproduces the run when each computation picks the token its run emitted
+                    "replay_consistent": row["replay_consistent"] and int(ver_logits.argmax()) == o_tokens[t]}
+        rows.append(row)
     return rows
 
 
@@ -120,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus forensics", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--prompts", required=True)
-    ap.add_argument("--orthrus", nargs="+", required=True, help="decoding results of the Orthrus decoder")
+    ap.add_argument("--decoded", nargs="+", required=True,
+                    help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-new-tokens", type=int, required=True, help="as in the decoding run (sets draft lengths)")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
@@ -128,19 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    if len(args.orthrus) != len(args.reference):
-        ap.error("--orthrus and --reference need the same number of files")
+    if len(args.decoded) != len(args.reference):
+        ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)
     prompts = read_prompt_set(args.prompts)
     rows = []
-    for orth_file, ref_file in zip(args.orthrus, args.reference):
-        orth, ref = pd.read_parquet(orth_file), pd.read_parquet(ref_file)
-        cases = list(divergences(orth, ref))[: args.max_cases]
+    for dec_file, ref_file in zip(args.decoded, args.reference):
+        dec, ref = pd.read_parquet(dec_file), pd.read_parquet(ref_file)
+        cases = list(divergences(dec, ref))[: args.max_cases]
         if not cases:
             continue
-        precision, attention = orth.precision.iloc[0], orth.attention.iloc[0]
-        model, tokenizer = load("orthrus", args.model_path, precision, attention, args.device)
-        model32, _ = load("orthrus", args.model_path, "fp32", attention, args.device)
+        decoder, precision, attention = dec.decoder.iloc[0], dec.precision.iloc[0], dec.attention.iloc[0]
+        kind = "orthrus" if decoder == "orthrus" else "ar-ref"  # transformers' decoders: the teacher itself
+        model, tokenizer = load(kind, args.model_path, precision, attention, args.device)
+        model32, _ = load(kind, args.model_path, "fp32", attention, args.device)
         rows += analyse(model, model32, tokenizer, prompts, cases, args.max_new_tokens)
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_parquet(args.out, df)

@@ -92,17 +92,22 @@ def test_columns_are_the_contract(world):
         "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high",
         "n_errors_excluded"]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify", "tpf_verify_ci",
-        "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
+        "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify",
+        "tpf_verify_ci", "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
     assert list(t["uncertainty_by_domain.csv"].columns) == analysis.UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
+    assert list(t["decoders.csv"].columns) == [
+        "precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
+        "n_errors_excluded"]
     assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [
         "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
         "b_attention", "n", "match_rate", "n_errors_excluded"]
     assert list(t["ppl_by_match.csv"].columns) == [
-        "model", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high", "n_errors_excluded"]
+        "model", "decoder", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high",
+        "n_errors_excluded"]
     assert list(t["ppl_logit.csv"].columns) == [
-        "model", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note", "n_errors_excluded"]
+        "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note",
+        "n_errors_excluded"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -446,3 +451,57 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     # an old perplexity file without the uncertainty columns gives an empty table, not an error
     pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
     assert uncertainty_by_domain(path, REF).empty
+
+
+def test_transformers_speculative_decoders_in_every_table_and_the_decoders_figure(world, tmp_path):
+    """assisted and prompt-lookup rows on the teacher: match rates, tokens per forward (with the
+    draft's forwards in tpf_all, no tpf_authors), ppl tables per decoder, the pairwise matrix and
+    the side-by-side decoders table and figure."""
+    ref = pd.read_parquet(world["paths"]["ref-bf16"])
+    assisted = ref.assign(decoder="assisted", n_verify=11, n_diffusion=30, accepted=[[1] * 12] * len(ref))
+    lookup = ref.assign(decoder="prompt-lookup", n_verify=23)
+    lookup.loc[0, "tokens"] = [5] * 24  # one divergence
+    paths = [*world["paths"].values(), tmp_path / "assisted.parquet", tmp_path / "lookup.parquet"]
+    assisted.to_parquet(paths[-2])
+    lookup.to_parquet(paths[-1])
+    t = analyze(paths, REF, world["ppl"], world["fx"])
+    mo = t["match_overall.csv"].set_index(["model", "decoder", "precision"])
+    assert mo.loc[(REF, "assisted", "bf16"), "match_rate"] == 1.0
+    assert mo.loc[(REF, "prompt-lookup", "bf16"), "n"] == len(ref)
+    assert mo.loc[(REF, "prompt-lookup", "bf16"), "match_rate"] == pytest.approx(1 - 1 / len(ref))
+    tpf = t["tpf_by_domain.csv"].set_index(["decoder", "domain"])
+    assert tpf.loc[("assisted", "all"), "tpf_verify"] == pytest.approx(24 / 12)
+    assert tpf.loc[("assisted", "all"), "tpf_all"] == pytest.approx(24 / 42)
+    assert math.isnan(tpf.loc[("assisted", "all"), "tpf_authors"]) and (tpf.loc[("orthrus", "all"), "tpf_authors"] > 0).all()
+    assert {"assisted", "prompt-lookup", "orthrus"} <= set(t["ppl_by_match.csv"]["decoder"])
+    assert {"assisted", "prompt-lookup"} <= set(t["pairwise_match.csv"]["a_decoder"])
+    dec = t["decoders.csv"]
+    assert list(dec.columns) == analysis.TABLES["decoders.csv"]
+    bf = dec[dec.precision == "bf16"]
+    assert list(bf["decoder"]) == ["orthrus", "assisted", "prompt-lookup"]  # side by side, study order
+    assert bf.set_index("decoder").loc["assisted", "tpf_verify"] == pytest.approx(2.0)
+    assert (dec["ci_low"] <= dec["match_rate"]).all() and (dec["match_rate"] <= dec["ci_high"]).all()
+    analysis.write_tables(t, tmp_path / "tables")
+    written = figures.make_figures(tmp_path / "tables", tmp_path / "figures")
+    assert tmp_path / "figures" / "decoders.png" in written
+
+
+def test_speculative_decoders_error_rows_are_counted_in_their_rows(world, tmp_path):
+    """An assisted error row (a prompt too long for the draft, say) is counted in the assisted rows
+    of match_overall, tpf_by_domain and decoders.csv, beside the reference's, and nowhere else."""
+    ref = pd.read_parquet(world["paths"]["ref-bf16"])
+    assisted = ref.assign(decoder="assisted", n_verify=11, n_diffusion=30, accepted=[[1] * 12] * len(ref))
+    assisted.loc[assisted.prompt_id == "code-001", ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
+    lookup = ref.assign(decoder="prompt-lookup", n_verify=23)
+    paths = [*world["paths"].values(), tmp_path / "assisted.parquet", tmp_path / "lookup.parquet"]
+    assisted.to_parquet(paths[-2])
+    lookup.to_parquet(paths[-1])
+    t = analyze(paths, REF, world["ppl"], world["fx"])
+    dec = t["decoders.csv"].query("precision == 'bf16'").set_index("decoder")
+    assert dec["n_errors_excluded"].to_dict() == {"orthrus": 0, "assisted": 1, "prompt-lookup": 0}
+    assert dec.loc["assisted", "n"] == len(ref) - 1
+    mo = t["match_overall.csv"].set_index(["decoder", "precision"])["n_errors_excluded"]
+    assert mo[("assisted", "bf16")] == 1 and mo[("prompt-lookup", "bf16")] == 0
+    tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index(["decoder", "domain"])["n_errors_excluded"]
+    assert tpf[("assisted", "code")] == 1 and tpf[("assisted", "all")] == 1 and tpf[("assisted", "qa")] == 0
+    assert tpf[("prompt-lookup", "all")] == 0 and tpf[("orthrus", "all")] == 0

@@ -128,6 +128,23 @@ BAD = [
     ("analysis ppl attention", _set("analysis.ppl_attention", "flash"), "analysis.ppl_attention"),
     ("benchmarks ar baseline", _set("benchmarks.ar_baseline", "vllm"), "benchmarks.ar_baseline"),
     ("benchmarks max gen zero", _set("benchmarks.max_gen_toks", 0), "benchmarks.max_gen_toks"),
+    # transformers' speculative decoders and the assisted decoder's draft (teacher.draft)
+    ("decoders unknown", _set("decode.decoders", ["medusa"]), "decode.decoders[0]"),
+    ("decoders duplicate", _set("decode.decoders", ["assisted", "assisted"]), "decode.decoders"),
+    ("decoders not a list", _set("decode.decoders", "assisted"), "decode.decoders"),
+    ("prompt lookup tokens zero", _set("decode.prompt_lookup_tokens", 0), "decode.prompt_lookup_tokens"),
+    ("assisted without draft", _drop("teacher.draft"), "teacher.draft"),
+    ("hub draft beside tiny teacher", _set("teacher.draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+     "teacher.draft.path"),
+    ("hf draft without path", _set("teacher.draft", {"source": "hf"}), "teacher.draft.path"),
+    ("hf draft missing dir", _set("teacher", {**HF, "path": "Qwen/Qwen3-1.7B",
+                                              "draft": {"source": "hf", "path": "./no/such/draft"}}), "teacher.draft.path"),
+    ("draft source", _set("teacher.draft.source", "onnx"), "teacher.draft.source"),
+    ("draft unknown key", _set("teacher.draft.name", "d"), "teacher.draft.name"),
+    ("draft threads zero", _set("teacher.draft.threads", 0), "teacher.draft.threads"),
+    ("draft tiny typo", _set("teacher.draft.tiny.stpes", 10), "teacher.draft.tiny.stpes"),
+    ("draft tiny vocab", _set("teacher.draft.tiny.vocab_size", 300), "teacher.draft.tiny.vocab_size"),
+    ("draft tiny heads", _set("teacher.draft.tiny.num_heads", 3), "teacher.draft.tiny.num_heads"),
     ("duplicate nested key", SMOKE_TEXT.replace("steps: 40,", "steps: 40, steps: 3,"), "teacher.tiny.steps"),
     ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
 ]
@@ -198,7 +215,7 @@ def test_local_hf_teacher_directory_is_accepted(tmp_path):
     (tmp_path / "my teacher").mkdir()
     (tmp_path / "my teacher" / "config.json").write_text("{}")
     cfg = copy.deepcopy(SMOKE)
-    cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher")}
+    cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher"), "draft": {"source": "tiny"}}
     cc.check_config(cfg, SCHEMA)
     cfg["teacher"]["path"] = "Qwen/Qwen3-1.7B"  # a hub id is checked by the job that downloads it
     cc.check_config(cfg, SCHEMA)
@@ -209,7 +226,7 @@ def test_paper_protocol_sources_are_accepted(tmp_path):
     external model (not local paths: the jobs that download them check them)."""
     (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"]}')
     cfg = copy.deepcopy(SMOKE)
-    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B"}
+    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
     cfg["prompts"] = {"source": "hf", "eval_file": str(tmp_path / "prompts.json"), "eval_duplicates": "first",
                       "distill": []}
     cfg["corpus"] |= {"source": "hf", "dataset": "ai-forever/ZaryaOrthrusDataset-1.7B", "message": "none"}
@@ -248,3 +265,20 @@ def test_malformed_configs_stop_a_real_dry_run(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         failures = [f for f in pool.map(dry_run, range(len(BAD))) if f]
     assert not failures, "\n\n".join(failures)
+
+
+def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
+    """prompt-lookup needs no draft; a hub draft beside an hf teacher (its tokenizer checked when
+    both load) and a tiny draft beside an hf teacher (trained with its tokenizer) are accepted."""
+    cfg = copy.deepcopy(SMOKE)
+    cfg["decode"]["decoders"] = ["prompt-lookup"]
+    del cfg["teacher"]["draft"]
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["decode"]["prompt_lookup_tokens"] == 10  # default filled in
+    cfg = copy.deepcopy(SMOKE)
+    cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["teacher"]["draft"]["threads"] == 1  # defaults filled in
+    cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5}}
+    cc.check_config(cfg, SCHEMA)
+    assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5}  # the draft's settings stay as written

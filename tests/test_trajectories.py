@@ -43,12 +43,17 @@ def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
 
 def test_over_length_prompt_is_an_error_row_in_every_decoder_and_errors_fail_the_job(tmp_path, capsys):
     save_models(tmp_path)  # 256 positions
+    tiny_base(1, layers=1).save_pretrained(tmp_path / "draft")  # assisted's draft, the teacher's tokenizer
+    _word_tokenizer().save_pretrained(tmp_path / "draft")
     pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "x"],
                   "prompt": ["w5 w6", " ".join(["w5"] * 250)]}).to_parquet(tmp_path / "p.parquet")
-    for decoder, path in (("ar-ref", "teacher"), ("orthrus", "orthrus"), ("ar", "orthrus")):
+    for decoder, path, extra in (("ar-ref", "teacher", []), ("orthrus", "orthrus", []), ("ar", "orthrus", []),
+                                 ("assisted", "teacher", ["--draft-path", str(tmp_path / "draft")]),
+                                 ("prompt-lookup", "teacher", [])):
         out = tmp_path / f"{decoder}.parquet"
         args = ["--decoder", decoder, "--model-path", str(tmp_path / path), "--model-name", path, "--precision", "fp32",
-                "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "12", "--no-progress", "--out", str(out)]
+                "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "12", "--no-progress", *extra,
+                "--out", str(out)]
         assert main(args) == 1 and not out.exists()
         assert "1 of 2 prompts failed" in capsys.readouterr().err
         assert main(args + ["--max-error-share", "0.5"]) == 0
@@ -90,3 +95,88 @@ def test_later_stages_render_the_prompt_with_the_rows_message_format():
 
     assert row_message(json.dumps({"message": "none"})) == "none"
     assert row_message(json.dumps({})) == row_message(None) == row_message("not json") == "empty"
+
+
+def _word_tokenizer(n=MASK):
+    vocab = {f"w{i}": i for i in range(n)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def test_transformers_speculative_decoders_equal_ar_in_fp32(tmp_path):
+    """assisted (a 1-layer draft) and prompt-lookup through transformers' generate() emit the
+    plain AR trajectory in fp32 (exact verification), and record forwards and accepted lengths."""
+    tok = _word_tokenizer()
+    for name, model in (("teacher", tiny_base(0)), ("draft", tiny_base(1, layers=1))):
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    # repetitive prompts, so that prompt lookup finds n-grams to propose
+    prompts = ["w5 w6 w7 w5 w6 w7 w5 w6", "w9 w9 w9 w9", "w11 w12 w13 w14 w11 w12", "w20"]
+    pd.DataFrame({"prompt_id": list("abcd"), "domain": ["x"] * 4, "prompt": prompts}).to_parquet(tmp_path / "p.parquet")
+    common = ["--model-path", str(tmp_path / "teacher"), "--model-name", "teacher", "--precision", "fp32",
+              "--attention", "sdpa", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "24", "--no-progress"]
+    assert main(["--decoder", "ar-ref", *common, "--out", str(tmp_path / "ref.parquet")]) == 0
+    assert main(["--decoder", "assisted", *common, "--draft-path", str(tmp_path / "draft"),
+                 "--out", str(tmp_path / "assisted.parquet")]) == 0
+    assert main(["--decoder", "prompt-lookup", *common, "--prompt-lookup-tokens", "4",
+                 "--out", str(tmp_path / "lookup.parquet")]) == 0
+    ref, asst, look = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("ref", "assisted", "lookup"))
+    assert (ref.finish_reason != "error").all() and (asst.finish_reason != "error").all(), asst.error.tolist()
+    assert (look.finish_reason != "error").all(), look.error.tolist()
+    for df in (asst, look):
+        assert [list(t) for t in df.tokens] == [list(t) for t in ref.tokens]
+        # every emitted token is one accepted draft token or one per target forward
+        for r in df.itertuples():
+            assert len(r.accepted) == r.n_prefill + r.n_verify
+            assert sum(r.accepted) + len(r.accepted) == len(r.tokens)
+    assert (ref.n_verify == [len(t) - 1 for t in ref.tokens]).all() and ref.n_diffusion.eq(0).all()
+    assert (asst.n_diffusion > 0).all() and look.n_diffusion.eq(0).all()
+    assert sum(map(sum, look.accepted)) > 0  # the repetitive prompts gave prompt lookup something to accept
+    env_a, env_l = json.loads(asst.env.iloc[0]), json.loads(look.env.iloc[0])
+    assert env_a["loop"] == "transformers.generate" and env_a["draft"] == str(tmp_path / "draft")
+    assert env_a["num_assistant_tokens"] == 20 and env_l["prompt_lookup_num_tokens"] == 4
+
+
+def test_assisted_refuses_a_draft_with_another_tokenizer_naming_both(tmp_path):
+    import pytest
+
+    tiny_base(0).save_pretrained(tmp_path / "teacher")
+    _word_tokenizer().save_pretrained(tmp_path / "teacher")
+    tiny_base(1, layers=1).save_pretrained(tmp_path / "draft")
+    _word_tokenizer(MASK - 3).save_pretrained(tmp_path / "draft")
+    pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5"]}).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(ValueError) as err:
+        main(["--decoder", "assisted", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
+              "--precision", "fp32", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "4",
+              "--draft-path", str(tmp_path / "draft"), "--no-progress", "--out", str(tmp_path / "o.parquet")])
+    assert str(tmp_path / "draft") in str(err.value) and str(tmp_path / "teacher") in str(err.value)
+
+
+def test_assisted_prompt_too_long_for_the_draft_is_an_error_row(tmp_path, capsys):
+    """The draft's positions bound assisted's prompts too: a prompt that fits the model but not a
+    draft with 64 positions is an error row, and a prompt set that is not one is refused."""
+    import pytest
+
+    tok = _word_tokenizer()
+    for name, model in (("teacher", tiny_base(0)), ("draft", tiny_base(1, layers=1, positions=64))):
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "x"],
+                  "prompt": ["w5 w6", " ".join(["w5"] * 60)]}).to_parquet(tmp_path / "p.parquet")
+    args = ["--decoder", "assisted", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
+            "--precision", "fp32", "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "8",
+            "--draft-path", str(tmp_path / "draft"), "--no-progress", "--max-error-share", "0.5",
+            "--out", str(tmp_path / "o.parquet")]
+    assert main(args) == 0
+    df = pd.read_parquet(tmp_path / "o.parquet").set_index("prompt_id")
+    assert df.finish_reason["a"] != "error"
+    assert df.error["b"] == "PromptTooLong: prompt (60 tokens) + max_new_tokens (8) exceeds the model's 64 positions"
+    # the prompt set goes through read_prompt_set: duplicate ids are refused before any model loads
+    pd.DataFrame({"prompt_id": ["a", "a"], "domain": ["x", "x"], "prompt": ["w5", "w6"]}).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(Exception, match="prompt_id"):
+        main(args)
+    with pytest.raises(SystemExit):
+        main([*args[:-2], "--prompt-lookup-tokens", "0", "--out", str(tmp_path / "o.parquet")])

@@ -2,6 +2,7 @@
 import ast
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,11 @@ def test_workflow_lists_match_the_package():
     (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
     (lambda c: c["decode"].__setitem__("precisions", ["fp8"]), "fp8"),
     (lambda c: c.pop("decode"), "decode"),
+    (lambda c: c["decode"].__setitem__("decoders", ["medusa"]), "medusa"),
+    # a hub draft cannot share the tiny teacher's tokenizer: rejected naming both
+    (lambda c: c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+     "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='tiny'"),
+    (lambda c: c["teacher"].pop("draft"), "needs teacher.draft"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
     cfg = default_config()
@@ -58,12 +64,20 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
 def test_default_and_paper_dry_runs(tmp_path):
     res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
-    for rule in ("train_teacher", "corpus_shard", "train", "decode_shard", "forensics", "analyze", "figures"):
+    for rule in ("train_teacher", "train_draft", "corpus_shard", "train", "decode_shard", "forensics", "analyze",
+                 "figures"):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
+    # transformers' speculative decoders on the teacher, over the whole grid, and their forensics
+    grid = [f"{p}-{a}" for p in default_config()["decode"]["precisions"] for a in default_config()["decode"]["attentions"]]
+    for decoder in ("assisted", "prompt-lookup"):
+        for pa in grid:
+            assert f"results/decode/teacher/{decoder}-{pa}.parquet" in res.stdout
+    assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
-    # (reference + 4 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
-    assert re.search(r"^decode_shard\s+108$", paper.stdout, re.M)
+    # (reference + assisted + prompt-lookup + 4 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
+    assert re.search(r"^decode_shard\s+132$", paper.stdout, re.M)
+    assert not re.search(r"^train_draft", paper.stdout, re.M)  # the hub draft is not trained
     # the authors' protocol: Table 2 as a separate run per Orthrus model; the corpus read from
     # the hub in 64 shards (no generation), the benchmarks' AR baseline through HF generate
     assert re.search(r"^tpf_decode\s+4$", paper.stdout, re.M)
@@ -73,6 +87,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "--eos config --last-block shorten --prefill-logits all --no-deterministic" in shown
     assert "--decoding ar-ref" in shown and "--max-gen-toks task --no-chat-template" in shown
     assert "--max-new-tokens 256 --message none" in shown
+    assert "--draft-path Qwen/Qwen3-0.6B" in shown and "--decoder prompt-lookup" in shown
 
 
 def test_lint_is_clean():
@@ -91,6 +106,11 @@ def test_end_to_end_smoke_study(tmp_path):
     orth = overall[overall.decoder == "orthrus"]
     assert len(orth) == 4  # 1 model x 2 precisions x 2 attentions
     assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()
+    # transformers' speculative decoders on the teacher: exact in fp32, side by side in decoders.csv
+    hf = overall[overall.decoder.isin(["assisted", "prompt-lookup"])]
+    assert len(hf) == 8 and (hf[hf.precision == "fp32"].match_rate == 1.0).all()
+    assert set(pd.read_csv(tables / "decoders.csv").decoder) == {"orthrus", "assisted", "prompt-lookup"}
+    assert (work / "results" / "figures" / "decoders.png").stat().st_size > 0
     for name in ("match_by_domain", "match_vs_ppl", "survival"):
         assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
     decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
@@ -133,7 +153,7 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     cfg = yaml.safe_load(SMOKE.read_text())
-    cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(nasty)}
+    cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(nasty), "draft": cfg["teacher"]["draft"]}
     cfg["prompts"].update(eval_per_domain=1, distill_n=4)
     cfg["corpus"].update(shards=1, max_new_tokens=4)
     work = tmp_path / "work"
@@ -150,3 +170,8 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     save_file({k: v + 1 for k, v in weights.items()}, nasty / "model.safetensors")
     plan = snakemake("-n", "results/corpus/shard_1-of-1.parquet", cwd=work)
     assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
+    # the same directory as an hf draft of the assisted decoder reaches its command quoted too
+    cfg["teacher"]["draft"] = {"source": "hf", "path": str(nasty)}
+    shown = snakemake("-n", "-p", "results/decode/teacher/assisted-fp32-eager.parquet", cwd=workdir_with(work, cfg))
+    assert shown.returncode == 0, (shown.stdout + shown.stderr)[-2000:]
+    assert f"--draft-path {shlex.quote(str(nasty))} " in shown.stdout

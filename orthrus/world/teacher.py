@@ -1,7 +1,10 @@
 """Train the tiny-world teacher: a small `Qwen3ForCausalLM` on chat-formatted world samples.
 
 `orthrus train-teacher --out DIR [--config CFG [--section teacher]] [--seed N]
- [--steps N] [--threads N] [--set key=value ...]`
+ [--steps N] [--threads N] [--tokenizer DIR] [--set key=value ...]`
+
+`--tokenizer DIR` takes the tokenizer of an existing checkpoint instead of training one: a
+draft model for assisted decoding is a smaller teacher with its teacher's tokenizer.
 
 Writes (atomically, as one directory) a Hugging Face checkpoint that loads with
 `AutoModelForCausalLM.from_pretrained(DIR)` / `AutoTokenizer.from_pretrained(DIR)`:
@@ -150,8 +153,9 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
     return out
 
 
-def train_teacher(cfg: dict | None, out_dir, verbose: bool = True) -> dict:
-    """Train a teacher with settings `DEFAULTS | cfg` and save it to `out_dir` (atomic).
+def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: str | None = None) -> dict:
+    """Train a teacher with settings `DEFAULTS | cfg` and save it to `out_dir` (atomic); with
+    the tokenizer loaded from `tokenizer` (a checkpoint) when given, else a world BPE.
 
     Returns a summary dict (seconds, final loss, per-domain eval, parameters)."""
     import torch
@@ -168,7 +172,12 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True) -> dict:
         raise ValueError(f"unknown teacher settings: {sorted(unknown)}")
     torch.set_num_threads(int(cfg["threads"]))
     t0 = time.perf_counter()
-    tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
+    if tokenizer:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    else:
+        tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
     model = make_model(cfg, tok)
     n_params = sum(p.numel() for p in model.parameters())
     if verbose:
@@ -254,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--tokenizer", help="checkpoint (directory or hub id) whose tokenizer to use instead of training one")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help=f"override a setting; keys: {', '.join(DEFAULTS)}")
     args = ap.parse_args(argv)
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("seed", "steps", "threads"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    summary = train_teacher(cfg, args.out)
+    summary = train_teacher(cfg, args.out, tokenizer=args.tokenizer)
     print(f"[teacher] saved to {args.out} ({summary['parameters'] / 1e6:.2f}M params, "
           f"{summary['train_seconds']:.1f}s)", file=sys.stderr)
     return 0

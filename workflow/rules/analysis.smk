@@ -29,15 +29,17 @@ rule perplexity:
 
 
 rule forensics:
+    """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
+    decoders' (margins only; see orthrus/forensics.py)."""
     input:
-        model=orthrus_input,
+        model=lambda w: teacher_input() if w.model == TEACHER else orthrus_input(w),
         prompts=rules.prompts.output.eval,
-        orthrus=expand(f"{R}/decode/{{{{model}}}}/orthrus-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
-        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
+        decoded=forensics_decoded,
+        ref=forensics_reference,
     output:
         f"{R}/forensics/{{model}}.parquet",
     params:
-        model=lambda w: model_path(w.model),
+        model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
         max_new=config["decode"]["max_new_tokens"],
         device=config["decode"].get("device", "cpu"),
     log:
@@ -53,7 +55,7 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --orthrus {input.orthrus:q}"
+        "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
         " --reference {input.ref:q} --max-new-tokens {params.max_new:q} --device {params.device:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 

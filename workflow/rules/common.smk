@@ -53,6 +53,34 @@ def teacher_input(wildcards=None):
     return teacher_path() if config["teacher"]["source"] == "tiny" else model_files(teacher_path())
 
 
+# transformers' speculative decoders (decode.decoders) run on the teacher; `assisted` needs a draft
+# model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it
+# (config_check.py requires teacher.draft for assisted and rejects a hub draft beside the tiny teacher).
+TEACHER_DECODERS = config["decode"]["decoders"]
+DRAFT = config["teacher"].get("draft")
+
+
+def draft_path():
+    return f"{R}/draft" if DRAFT["source"] == "tiny" else DRAFT["path"]
+
+
+def draft_input(wildcards):
+    """The tiny draft's directory, or a local hf draft's files, for the assisted decoder."""
+    if wildcards.decoder != "assisted":
+        return []
+    return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
+
+
+def speculative_args(wildcards):
+    """`orthrus decode` flags of transformers' speculative decoders (an argument list, each quoted
+    by `:q`)."""
+    if wildcards.decoder == "assisted":
+        return ["--draft-path", draft_path()]
+    if wildcards.decoder == "prompt-lookup":
+        return flag("prompt-lookup-tokens", config["decode"]["prompt_lookup_tokens"], 10)
+    return []
+
+
 def scatter_index(item):
     """'2-of-4' -> (1, 4): the 0-based shard and the shard count."""
     i, n = item.split("-of-")
@@ -105,7 +133,7 @@ def final_outputs():
 
 
 wildcard_constraints:
-    decoder="ar-ref|ar|orthrus",
+    decoder="ar-ref|ar|orthrus|assisted|prompt-lookup",
     precision="bf16|fp16|fp32",
     attention="eager|sdpa|flash_attention_2",
     model="[A-Za-z0-9_.-]+",
@@ -120,14 +148,18 @@ ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # so that parsing the workflow needs no torch.
 TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
                "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet",
-               "uncertainty_by_domain.csv"]
+               "uncertainty_by_domain.csv", "decoders.csv"]
 FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
-           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty"]
+           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty", "decoders"]
 
 
 def model_path(name):
     """Trained variants live under results/models; external checkpoints are paths or hub ids."""
     return EXTERNAL[name] if name in EXTERNAL else f"{R}/models/{name}"
+
+
+# decoders that run the teacher through transformers' generate()
+HF_DECODERS = ["ar-ref"] + TEACHER_DECODERS
 
 
 def orthrus_input(wildcards):
@@ -136,16 +168,17 @@ def orthrus_input(wildcards):
 
 
 def model_input(wildcards):
-    return teacher_input() if wildcards.decoder == "ar-ref" else orthrus_input(wildcards)
+    return teacher_input() if wildcards.decoder in HF_DECODERS else orthrus_input(wildcards)
 
 
 def model_arg(wildcards):
-    return teacher_path() if wildcards.decoder == "ar-ref" else model_path(wildcards.model)
+    return teacher_path() if wildcards.decoder in HF_DECODERS else model_path(wildcards.model)
 
 
 def decode_files():
-    """Every decoding result of the study: the reference, each model's Orthrus loop and AR view."""
-    files = expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS)
+    """Every decoding result of the study: the reference and transformers' speculative decoders on
+    the teacher, each model's Orthrus loop and AR view."""
+    files = expand(f"{R}/decode/{TEACHER}/{{d}}-{{p}}-{{a}}.parquet", d=HF_DECODERS, p=PRECISIONS, a=ATTENTIONS)
     decoders = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
     files += expand(f"{R}/decode/{{m}}/{{d}}-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, d=decoders, p=PRECISIONS, a=ATTENTIONS)
     return files
@@ -163,7 +196,20 @@ def tpf_files():
 
 
 def forensics_files():
-    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS)
+    """One file per Orthrus model, and one for the teacher's speculative decoders."""
+    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS + ([TEACHER] if TEACHER_DECODERS else []))
+
+
+def forensics_decoded(wildcards):
+    """The decoding results a forensics job explains, in (precision, attention) order."""
+    decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
+    return expand(f"{R}/decode/{wildcards.model}/{{d}}-{{p}}-{{a}}.parquet", d=decoders, p=PRECISIONS, a=ATTENTIONS)
+
+
+def forensics_reference(wildcards):
+    """The reference file paired with each of forensics_decoded's."""
+    n = len(TEACHER_DECODERS) if wildcards.model == TEACHER else 1
+    return expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) * n
 
 
 def study_outputs():

@@ -21,6 +21,34 @@ rule train_teacher:
         " --out {output:q} > {log:q} 2>&1"
 
 
+rule train_draft:
+    """The draft model of the assisted decoder: a smaller tiny teacher on the same world, with
+    the teacher's tokenizer (teacher.draft.tiny)."""
+    input:
+        teacher_input,
+    output:
+        directory(f"{R}/draft"),
+    params:
+        cfg=lambda w: settings((DRAFT or {}).get("tiny", {})),
+        seed=config["seed"],
+        tokenizer=teacher_path(),
+    log:
+        f"{R}/logs/train_draft.log",
+    benchmark:
+        f"{R}/timing/train_draft.tsv"
+    threads: (DRAFT or {}).get("threads", 1)
+    resources:
+        mem_mb=RES["teacher"]["mem_mb"],
+        runtime=RES["teacher"]["runtime"],
+        gpu=RES["teacher"]["gpus"],
+        slurm_extra=RES["teacher"]["slurm_extra"],
+    conda:
+        ENV
+    shell:
+        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
+        " --tokenizer {params.tokenizer:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule prompts:
     output:
         eval=f"{R}/prompts/eval.parquet",

@@ -2,6 +2,7 @@ rule decode_shard:
     input:
         model_input,
         prompts=rules.prompts.output.eval,
+        draft=draft_input,
     output:
         # every (precision, attention) pair in one job: one start-up, one output each
         expand(
@@ -20,6 +21,7 @@ rule decode_shard:
         max_error_share=config["decode"]["max_error_share"],
         # protocol options away from their defaults, as an argument list (each quoted by :q)
         options=decode_options(config["decode"]),
+        speculative=speculative_args,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
     benchmark:
@@ -36,8 +38,8 @@ rule decode_shard:
         "orthrus decode --decoder {wildcards.decoder:q} --model-path {params.model:q} --model-name {wildcards.model:q}"
         " --precision {params.precisions:q} --attention {params.attentions:q} --prompts {input.prompts:q}"
         " --max-new-tokens {params.max_new:q} --shard {params.shard:q} --num-shards {params.n:q} {params.options:q}"
-        " --device {params.device:q} --max-error-share {params.max_error_share:q} --threads {threads:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.speculative:q} --device {params.device:q} --max-error-share {params.max_error_share:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode:

@@ -132,7 +132,8 @@ def _code_defaults(schema: dict) -> dict:
 
 
 def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
-    """Rules a schema cannot state: unique names, existing paths, dependent keys."""
+    """Rules a schema cannot state: unique names, existing paths, dependent keys (the assisted
+    decoder's draft among them)."""
     problems = []
     props = schema["properties"]
     teacher = cfg.get("teacher", {})
@@ -158,6 +159,7 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     if tiny["num_heads"] % tiny["num_kv_heads"]:
         problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
                         f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+    problems += _draft_problems(cfg, props)
     model_defaults = _code_defaults(props["models"]["additionalProperties"])
     for name, s in models.items():
         s = {**model_defaults, **(s or {})}
@@ -184,6 +186,38 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
         problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
                         "is hf (the teacher answers the distillation prompts)")
     return [p for p in problems if p]
+
+
+def _draft_problems(cfg: dict, props: dict) -> list[str]:
+    """The assisted decoder's draft (teacher.draft): required for it, and able to share the
+    teacher's tokenizer (a tiny draft is trained with it; a hub draft cannot have the tiny
+    teacher's, which is trained on the tiny world)."""
+    teacher = cfg.get("teacher", {})
+    draft = teacher.get("draft")
+    if "assisted" not in (cfg.get("decode") or {}).get("decoders", []):
+        return []
+    if not draft:
+        return ["teacher.draft: required: decode.decoders has 'assisted', which needs teacher.draft (the draft model)"]
+    problems = []
+    if draft["source"] == "hf":
+        if not draft.get("path"):
+            problems.append("teacher.draft.path: required when teacher.draft.source is hf")
+        elif teacher.get("source") == "tiny":
+            problems.append(f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
+                            "the tokenizer of the tiny teacher teacher.source='tiny' (its tokenizer is trained on the "
+                            "tiny world); use teacher.draft.source tiny, or an hf teacher with the draft's tokenizer")
+        else:
+            problems.append(_path_problem("teacher.draft.path", draft["path"]))
+    else:
+        tiny = draft.get("tiny") or {}
+        if "vocab_size" in tiny:
+            problems.append("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
+                            "leave its vocabulary to the teacher")
+        tiny = {**_code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
+        if tiny["num_heads"] % tiny["num_kv_heads"]:
+            problems.append(f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                            f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+    return problems
 
 
 def _eval_file_problem(value: str) -> str | None:
