@@ -131,7 +131,7 @@ FORENSICS_COLUMNS = CONFIG + [
     "mode_first_layer",
 ]
 FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
-UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
+UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share", "near_ties_per_prompt",
                        "near_tie_threshold", "scored_precision", "scored_attention"]
 
 # Every CSV table ends with the number of decoding error rows its row left out (see error_counts).
@@ -611,6 +611,8 @@ def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEF
         rows.append({"domain": dom, "declared": UNCERTAINTY.get(dom, ""), "n_prompts": len(g),
                      "n_steps": int(margins.size), "mean_entropy": float(g["entropy"].mean()),
                      "near_tie_share": float((margins < near_tie).mean()) if margins.size else math.nan,
+                     # a trajectory can part at any of its near-ties: their count, not their share, sets the odds
+                     "near_ties_per_prompt": float((margins < near_tie).sum() / len(g)) if len(g) else math.nan,
                      "near_tie_threshold": float(near_tie), "scored_precision": best,
                      "scored_attention": att[0] if att else ""})
     return pd.DataFrame(rows, columns=UNCERTAINTY_COLUMNS)

@@ -326,12 +326,12 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     domain and reduced-precision Orthrus configuration."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.6))
-    ax.set_title("Match rate against the teacher's near-tie share, per domain")
+    ax.set_title("Match rate against the teacher's near-ties per response, per domain")
     d = mbd[mbd["decoder"].isin(SPECULATIVE) & (mbd["precision"] != "fp32")] if len(mbd) else mbd
     if unc is None or not len(unc) or not len(d):
         _empty(ax, "no uncertainty table or no reduced-precision speculative results")
         return fig
-    share = unc.set_index("domain")["near_tie_share"].astype(float)
+    share = unc.set_index("domain")["near_ties_per_prompt"].astype(float)
     for (model, decoder, prec, att), g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
         g = g[g["domain"].isin(share.index)]
         x = share.reindex(g["domain"]).to_numpy()
@@ -341,7 +341,7 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
         ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
                     ha="left", va="bottom")
     thr = unc["near_tie_threshold"].iloc[0]
-    ax.set_xlabel(f"share of greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
+    ax.set_xlabel(f"near-ties per response: greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
                   f"{unc['scored_precision'].iloc[0]})")
     ax.set_ylabel("exact match rate (Wilson 95% CI)")
     ax.set_ylim(-0.03, 1.25)
@@ -409,7 +409,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
     unc = _read_table(tables_dir, "uncertainty_by_domain.csv", False)
     if unc is not None:
-        _need(unc, ["domain", "near_tie_share", "near_tie_threshold", "scored_precision"], "uncertainty_by_domain.csv")
+        _need(unc, ["domain", "near_ties_per_prompt", "near_tie_threshold", "scored_precision"], "uncertainty_by_domain.csv")
     fsum = _read_table(tables_dir, "forensics.csv", False)
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):

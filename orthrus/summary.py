@@ -71,22 +71,40 @@ def render(tables: Path) -> str:
         if any(c != "-" for c in cells):
             out.append(f"| {p} | " + " | ".join(cells) + " |")
 
+    # How lossless is each speculative decoder
+    dec_path = tables / "decoders.csv"
+    dec = pd.read_csv(dec_path) if dec_path.exists() else pd.DataFrame()
+    if len(dec) and dec["decoder"].nunique() > 1:
+        dec = dec.assign(run=dec["decoder"] + " (" + dec["model"] + ")")
+        runs = list(dict.fromkeys(dec["run"]))
+        out.append("\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR "
+                   "reference [Wilson 95% CI]; tokens per forward of the verified model:\n")
+        out.append("| precision | attention | " + " | ".join(runs) + " |")
+        out.append("|---|---|" + "---|" * len(runs))
+        for (p, a), g in dec.groupby(["precision", "attention"], sort=True):
+            r = g.set_index("run")
+            cells = [f"{_f(r.loc[x, 'match_rate'])} [{_f(r.loc[x, 'ci_low'])}, {_f(r.loc[x, 'ci_high'])}]; "
+                     f"{_f(r.loc[x, 'tpf_verify'])}" if x in r.index else "-" for x in runs]
+            out.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
+
     # Table 4 beside the teacher's uncertainty
     sel = by_domain[(by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec)
                     & (by_domain["attention"] == att)]
     out.append(f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
-               f"greedy path (`uncertainty_by_domain.csv`: share of steps with a top-1/top-2 margin below "
-               f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}):\n")
-    out.append("| domain | declared | near-tie share | entropy | " + " | ".join(models) + " |")
-    out.append("|---|---|---|---|" + "---|" * len(models))
+               f"greedy path (`uncertainty_by_domain.csv`: steps with a top-1/top-2 margin below "
+               f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}, as a share and per response), "
+               f"domains ordered by near-ties per response:\n")
+    out.append("| domain | declared | near-tie share | near-ties per response | entropy | " + " | ".join(models) + " |")
+    out.append("|---|---|---|---|---|" + "---|" * len(models))
     u = unc.set_index("domain")
-    for dom in u.sort_values("near_tie_share").index:
+    for dom in u.sort_values("near_ties_per_prompt").index:
         rates = sel[sel["domain"] == dom].set_index("model")["match_rate"]
         if dom == "all":
             rates = orth[(orth["precision"] == prec) & (orth["attention"] == att)].set_index("model")["match_rate"]
         name = f"**{dom}**" if dom == "all" else dom
         out.append(f"| {name} | {u.loc[dom, 'declared'] if isinstance(u.loc[dom, 'declared'], str) else ''} | "
-                   f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'mean_entropy'])} | "
+                   f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'near_ties_per_prompt'], 1)} | "
+                   f"{_f(u.loc[dom, 'mean_entropy'])} | "
                    + " | ".join(_f(rates.get(m, math.nan)) for m in models) + " |")
 
     # Tables 5/6 and the divergence counts

@@ -448,6 +448,7 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     assert t.loc["poetry-en", "declared"] == "open" and t.loc["math", "declared"] == "determined"
     assert t.loc["math", "near_tie_share"] == 0.0 and t.loc["math", "mean_entropy"] == pytest.approx(0.1)
     assert t.loc["all", "n_prompts"] == 3 and t.loc["all", "near_tie_share"] == pytest.approx(4 / 10)
+    assert t.loc["poetry-en", "near_ties_per_prompt"] == 2 and t.loc["all", "near_ties_per_prompt"] == pytest.approx(4 / 3)
     # an old perplexity file without the uncertainty columns gives an empty table, not an error
     pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
     assert uncertainty_by_domain(path, REF).empty
