@@ -33,10 +33,6 @@ FIGURES = [
 ]
 FORMATS = ("png", "pdf")
 
-# tables read (written by `orthrus analyze`); the optional ones may be absent
-REQUIRED_TABLES = ["trajectories.parquet", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
-                   "decoders.csv"]
-OPTIONAL_TABLES = ["forensics_rows.parquet", "forensics.csv"]
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
                               "a_model", "a_decoder", "a_precision", "a_attention",
                               "b_model", "b_decoder", "b_precision", "b_attention")}
@@ -66,10 +62,6 @@ def _empty(ax, msg: str) -> None:
             wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-def _label(row, keys) -> str:
-    return "/".join(str(row[k]) for k in keys)
 
 
 def _read_table(tables_dir: Path, name: str, required: bool):

@@ -74,7 +74,6 @@ from orthrus.io import atomic_path, save_figure, write_json, write_table
 
 log = logging.getLogger("orthrus.lmeval")
 
-TASKS_DIR = Path(__file__).resolve().parent / "lmeval_tasks"
 # ar-ref: lm-eval's own HFLM generation (transformers' generate, stop strings as stopping
 # criteria), the baseline as the authors ran it; ar: the AR view through our loop.
 DECODINGS = ("orthrus", "ar", "ar-ref")
