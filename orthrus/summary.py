@@ -46,9 +46,9 @@ def render(tables: Path) -> str:
     overall = _read(tables, "match_overall.csv")
     by_domain = _read(tables, "match_by_domain.csv")
     unc = _read(tables, "uncertainty_by_domain.csv")
-    ppl = _read(tables, "ppl_by_match.csv")
-    logit = _read(tables, "ppl_logit.csv")
-    tpf = _read(tables, "tpf_by_domain.csv")
+    # rows of the Orthrus decoder only, where a table also holds other decoders
+    ppl, logit, tpf = (t[t["decoder"] == "orthrus"] if "decoder" in t.columns else t
+                       for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv")))
     orth = overall[overall["decoder"] == "orthrus"]
     models = sorted(orth["model"].unique())
     prec, att = diverging_setting(overall)
