@@ -28,7 +28,7 @@ FIGURES = [
     "tpf_by_domain",          # tokens per forward per domain (verify-only and all forwards)
     "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
     "pairwise_match",         # heat map of match rates between all decoding results
-    "match_vs_uncertainty",   # per-domain match rate against the teacher's near-tie share
+    "match_vs_uncertainty",   # per-domain match rate against the teacher's near-ties per response
     "decoders",               # how lossless is each decoder: orthrus, assisted, prompt-lookup per precision
 ]
 FORMATS = ("png", "pdf")
@@ -323,13 +323,13 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     if unc is None or not len(unc) or not len(d):
         _empty(ax, "no uncertainty table or no reduced-precision speculative results")
         return fig
-    share = unc.set_index("domain")["near_ties_per_prompt"].astype(float)
+    ties = unc.set_index("domain")["near_ties_per_prompt"].astype(float)
     for (model, decoder, prec, att), g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
-        g = g[g["domain"].isin(share.index)]
-        x = share.reindex(g["domain"]).to_numpy()
+        g = g[g["domain"].isin(ties.index)]
+        x = ties.reindex(g["domain"]).to_numpy()
         ax.errorbar(x, g["match_rate"], yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]), fmt="o",
                     capsize=2, alpha=0.8, label=f"{decoder} {model} {prec} {att}")
-    for dom, x in share.drop("all", errors="ignore").items():
+    for dom, x in ties.drop("all", errors="ignore").items():
         ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
                     ha="left", va="bottom")
     thr = unc["near_tie_threshold"].iloc[0]

@@ -2,10 +2,9 @@
 
 Every generator is a pure function of a `random.Random` and returns `(prompt, answer)`,
 plain ASCII text. Each domain states its own uncertainty (`UNCERTAINTY`): how much of the
-answer the prompt determines. Where the world is open it samples uniformly among equally
-good continuations, so a teacher trained on it learns near-uniform top candidates there:
-the near-ties at which reduced precision can flip a greedy choice (as a real model meets
-them in stories and verse, and rarely in arithmetic).
+answer the prompt determines. Where the world is open it samples uniformly among equally good
+continuations, so a teacher trained on it meets near-ties there, at which reduced precision
+can flip a greedy choice (as a real model does in stories and verse, rarely in arithmetic).
 
 - determined: math, math-ru (worked sums), gec-en, gec-ru (templated grammar correction),
   qa-ru (key-value record lookup), code-ru (templated Python), wmt-ru-en (word-by-word
@@ -330,7 +329,6 @@ _STORY_OPENERS = ["Once upon a time", "Long ago", "One cold morning", "Far away"
 _STORY_LINKS = ["Then", "Later", "One day", "Soon", "After that", "At dawn", "That night", "Next"]
 _STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", "helped", "fed",
                 "heard", "chased", "painted"]
-_STORY_ADJ, _STORY_NOUNS, _STORY_PLACES = EN_ADJ, EN_NOUNS, EN_PLACES
 _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
@@ -341,8 +339,8 @@ def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
     sents = [f"{rng.choice(_STORY_OPENERS)}, there {rng.choice(['was', 'lived'])} a {hero_adj} {hero}."]
     for _ in range(n_events):
         sents.append(f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
-                     f"{rng.choice(['a', 'the'])} {rng.choice(_STORY_ADJ)} {rng.choice(_STORY_NOUNS)} "
-                     f"{rng.choice(_STORY_PLACES)}.")
+                     f"{rng.choice(['a', 'the'])} {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} "
+                     f"{rng.choice(EN_PLACES)}.")
     sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
     return " ".join(sents)
 
@@ -399,9 +397,9 @@ def poetry_en(rng: random.Random) -> tuple[str, str]:
     topic = rng.choice(_POEM_TOPICS_EN)
     if rng.random() < 0.5:  # a poem everyone knows: one fixed text per topic, determined
         return (f"Recite the old rhyme about {topic}.",
-                _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, _STORY_NOUNS, _STORY_ADJ))
+                _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ))
     prompt = f"Write a new rhyming poem about {topic} and a {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)}."
-    return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, _STORY_NOUNS, _STORY_ADJ)
+    return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ)
 
 
 def poetry_ru(rng: random.Random) -> tuple[str, str]:
