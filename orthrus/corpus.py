@@ -5,7 +5,7 @@
  [--threads K] [--attention eager|sdpa] [--revision REV]`
 
 Shard I takes prompts I, I+N, I+2N, ... of the prompt file (in file order), so the N
-shards partition the prompts. Prompts are rendered with `orthrus.prompts.render_chat`,
+shards partition the prompts. Prompts are rendered with `orthrus.chat.render_chat`,
 batched in order of rendered length (stable), LEFT-padded and decoded greedily with
 `model.generate(do_sample=False)`. Padding is stripped; `response_ids` end at the first
 EOS (included) or after T tokens. A prompt too long for the teacher (`orthrus.prompts.
@@ -34,7 +34,8 @@ import pandas as pd
 from orthrus.checkpoint import record_digest
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
-from orthrus.prompts import check_message, length_error, read_prompt_set
+from orthrus.chat import check_message
+from orthrus.prompts import length_error, read_prompt_set
 
 COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
            "finish_reason", "error", "teacher", "dtype", "batch_size"]
@@ -110,7 +111,7 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
     import torch
     from tqdm import tqdm
 
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     eos = _eos_ids(model, tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]

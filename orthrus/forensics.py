@@ -38,7 +38,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .io import write_parquet
-from .prompts import read_prompt_set, render_chat
+from .chat import render_chat
+from .prompts import read_prompt_set
 from .stats import first_divergence
 from .trajectories import load, row_message
 

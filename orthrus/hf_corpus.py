@@ -10,7 +10,7 @@ The follow-up paper's authors publish their 1.7B distillation corpus as the hub 
 
 i.e. the response closed by the chat end token. This module turns such a dataset into this
 project's corpus shard schema (`orthrus.corpus.COLUMNS`) with the same rule: `prompt_ids` from
-`orthrus.prompts.render_chat` with the configured message format (`none` for theirs), and
+`orthrus.chat.render_chat` with the configured message format (`none` for theirs), and
 `response_ids` = the response text followed by the tokenizer's EOS token, tokenized together
 without added special tokens. Shard I of N takes records I, I+N, I+2N, ... of the split, as
 `orthrus corpus` does with prompts, so the shards partition the split. A record's id is
@@ -50,7 +50,7 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
                    data_files=None, revision: str | None = None, message: str = "none") -> pd.DataFrame:
     """One corpus shard (orthrus.corpus.COLUMNS) from the records shard, shard+N, ... of the split."""
     from orthrus.corpus import COLUMNS
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     if num_shards < 1 or not 0 <= shard < num_shards:
         raise ValueError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")

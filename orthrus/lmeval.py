@@ -12,7 +12,7 @@ The model (`--model orthrus`) is lm-eval's Hugging Face model class (`HFLM`) wit
   earlier ones), and the token stream stays the trajectory study's (no re-prefill);
 - log-likelihood requests: `HFLM`'s own code, i.e. the model's normal forward = the AR view;
 - chat rendering (when lm-eval applies a chat template, `--apply_chat_template`, the default of
-  `orthrus lm-eval run`): exactly `orthrus.prompts.render_chat`: an empty system message
+  `orthrus lm-eval run`): exactly `orthrus.chat.render_chat`: an empty system message
   (`system_message=` to change it), the user turn, the assistant turn opened, thinking
   disabled; a task's assistant prefix (`gen_prefix`) is appended verbatim after that. Contexts
   rendered this way are tokenized without added special tokens, as `render_chat` does.
@@ -176,7 +176,7 @@ class OrthrusLM(HFLM):
     def max_gen_toks(self) -> int:
         return self._default_max_gen_toks
 
-    # ---- chat rendering: orthrus.prompts.render_chat semantics ----------------------------
+    # ---- chat rendering: orthrus.chat.render_chat semantics ----------------------------
 
     def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
         msgs = [dict(m) for m in chat_history]

@@ -18,7 +18,8 @@ import torch
 from tqdm import tqdm
 
 from .io import write_parquet
-from .prompts import read_prompt_set, render_chat
+from .chat import render_chat
+from .prompts import read_prompt_set
 from .trajectories import load, row_message
 
 

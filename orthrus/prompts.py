@@ -1,4 +1,4 @@
-"""Evaluation and distillation prompt sets, and the chat rendering every stage shares.
+"""Evaluation and distillation prompt sets.
 
 `orthrus prompts --config CFG [--section prompts] --eval-out eval.parquet
  --distill-out distill.parquet [--source tiny|hf] [--seed N] [--eval-per-domain N]
@@ -55,38 +55,8 @@ from typing import Any
 
 import pandas as pd
 
+from orthrus.config import load_config
 from orthrus.io import write_parquet
-
-SYSTEM_PROMPT = ""
-# How a prompt becomes chat messages, a per-stage setting: "empty" (an empty system message, then
-# the user turn: the follow-up paper's trajectory study and this project's default), "none" (the
-# user turn alone: the authors' TPF script and training data) or "system:<text>" (a custom one).
-MESSAGE_FORMATS = ("empty", "none")
-
-
-def check_message(message: str) -> str:
-    if message in MESSAGE_FORMATS or (isinstance(message, str) and message.startswith("system:")):
-        return message
-    raise ValueError(f"message format must be 'empty', 'none' or 'system:<text>', got {message!r}")
-
-
-def chat_messages(prompt: str, message: str = "empty") -> list[dict]:
-    check_message(message)
-    user = [{"role": "user", "content": prompt}]
-    if message == "none":
-        return user
-    system = SYSTEM_PROMPT if message == "empty" else message[len("system:"):]
-    return [{"role": "system", "content": system}] + user
-
-
-def render_chat(tokenizer, prompt: str, message: str = "empty") -> list[int]:
-    """Chat-rendered prompt token ids: the messages of `message` (default: empty system
-    message, then the user `prompt`), assistant turn opened, thinking disabled (Qwen3
-    `enable_thinking=False`)."""
-    text = tokenizer.apply_chat_template(chat_messages(prompt, message), tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
 
 PROMPT_COLUMNS = ("prompt_id", "domain", "prompt")
 
@@ -179,34 +149,6 @@ def length_error(n_prompt: int, max_new_tokens: int, limit: int) -> str | None:
         return None
     return (f"PromptTooLong: prompt ({n_prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
             f"{limit} positions")
-
-
-# --------------------------------------------------------------------------- config
-
-
-def parse_value(v: str):
-    """A `--set key=value` value: JSON when it parses (numbers, lists, null), else the string."""
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return v
-
-
-def load_config(path: str | None, section: str | None = None) -> dict:
-    """Load a YAML/JSON file, or inline JSON (as Snakemake rules pass their settings);
-    return `cfg[section]` when that key exists, else the whole."""
-    if not path:
-        return {}
-    inline = str(path).lstrip().startswith("{")
-    text = path if inline else Path(path).read_text()
-    if inline or str(path).endswith(".json"):
-        cfg = json.loads(text)
-    else:
-        import yaml
-        cfg = yaml.safe_load(text) or {}
-    if section and isinstance(cfg, dict) and isinstance(cfg.get(section), dict):
-        cfg = cfg[section]
-    return dict(cfg)
 
 
 def _log(msg: str) -> None:

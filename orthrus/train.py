@@ -193,7 +193,7 @@ def offset_weights(weights, K: int) -> np.ndarray:
 
 def load_model_settings(config_path, name: str) -> dict:
     """`models[name]` of a YAML/JSON config file."""
-    from orthrus.prompts import load_config
+    from orthrus.config import load_config
 
     cfg = load_config(config_path)
     models = cfg.get("models")
@@ -461,7 +461,8 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from orthrus.prompts import read_prompt_set, render_chat
+    from orthrus.chat import render_chat
+    from orthrus.prompts import read_prompt_set
 
     corpus = "prompt_ids" in pq.read_schema(path).names
     df = pd.read_parquet(path) if corpus else read_prompt_set(path)
@@ -818,11 +819,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.config and not args.model:
             raise ValueError("--config needs --model NAME")
         settings = load_model_settings(args.config, args.model) if args.config else {}
-        from orthrus.prompts import parse_value
+        from orthrus.config import apply_sets
 
-        for kv in args.set:
-            k, _, v = kv.partition("=")
-            settings[k.strip()] = parse_value(v)
+        apply_sets(settings, args.set)
         train(settings, args.teacher, args.corpus, args.out, eval_prompts=args.eval_prompts,
               threads=args.threads, progress=not args.no_progress)
     except (ValueError, FileNotFoundError) as e:

@@ -44,7 +44,8 @@ from .decoding import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, generate
 from .io import write_parquet
 from .modeling import OrthrusForCausalLM
 from .precision import check_attention, configure, numerical_env
-from .prompts import check_message, length_error, read_prompt_set, render_chat
+from .chat import check_message, render_chat
+from .prompts import length_error, read_prompt_set
 
 DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup")
 # decoders that run a plain causal LM through transformers' generate(); the last two speculate

@@ -103,7 +103,7 @@ def test_registered_and_chat_rendering_matches_render_chat(world):
     from lm_eval.api.instance import Instance
     from lm_eval.api.registry import get_model
 
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     assert get_model("orthrus") is lmeval.OrthrusLM
     lm = lmeval.OrthrusLM(pretrained=str(world["model"]), decoding="orthrus", dtype="fp32", device="cpu")

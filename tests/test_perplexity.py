@@ -36,7 +36,7 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     from transformers import PreTrainedTokenizerFast
 
     from orthrus.perplexity import score
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

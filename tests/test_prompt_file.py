@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus import prompts
+from orthrus import chat, prompts
 from orthrus.prompt_file import PromptFileError, load_eval_file
 
 # The authors' file, kept outside the repository (shared/data/zarya-orthrus/README.md).
@@ -93,11 +93,11 @@ def test_prompts_stage_uses_the_file_and_keeps_sets_disjoint(tmp_path):
 
 
 def test_message_formats():
-    assert prompts.chat_messages("hi", "none") == [{"role": "user", "content": "hi"}]
-    assert prompts.chat_messages("hi")[0] == {"role": "system", "content": ""}
-    assert prompts.chat_messages("hi", "system:Be brief.")[0] == {"role": "system", "content": "Be brief."}
+    assert chat.chat_messages("hi", "none") == [{"role": "user", "content": "hi"}]
+    assert chat.chat_messages("hi")[0] == {"role": "system", "content": ""}
+    assert chat.chat_messages("hi", "system:Be brief.")[0] == {"role": "system", "content": "Be brief."}
     with pytest.raises(ValueError, match="message format"):
-        prompts.chat_messages("hi", "user")
+        chat.chat_messages("hi", "user")
 
 
 def test_prompt_sets_from_the_file_pass_the_prompt_set_validator(tmp_path, capsys):

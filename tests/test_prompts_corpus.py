@@ -115,7 +115,7 @@ def test_corpus_shards_deterministic_and_partition(setup, tmp_path):
     assert list(s0["prompt_id"]) == list(prompts_df["prompt_id"].iloc[0::2])
 
     from transformers import AutoTokenizer
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
     tok = AutoTokenizer.from_pretrained(root / "teacher")
     eos = tok.eos_token_id
     for r in s0.itertuples():
@@ -249,7 +249,7 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
     shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
     from transformers import AutoTokenizer
 
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     root = setup
     recs = [{"prompt": f"Compute {i} + 1.", "response": f"The answer is {i + 1}."} for i in range(7)]

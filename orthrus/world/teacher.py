@@ -84,7 +84,7 @@ def make_model(cfg: dict, tokenizer):
 
 
 def _example(tokenizer, prompt: str, answer: str, max_len: int):
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
 
     p = render_chat(tokenizer, prompt)
     a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -121,7 +121,7 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
     """Greedy exact-match of the teacher against the world's reference answers, per domain,
     on samples from a held-out stream; also the fraction of distinct outputs."""
     import torch
-    from orthrus.prompts import render_chat
+    from orthrus.chat import render_chat
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
     model.eval()
@@ -253,7 +253,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orthrus.prompts import load_config, parse_value
+    from orthrus.config import apply_sets, load_config
 
     ap = argparse.ArgumentParser(prog="orthrus train-teacher",
                                  description="Train the tiny-world Qwen3 teacher.")
@@ -267,10 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help=f"override a setting; keys: {', '.join(DEFAULTS)}")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.section)
-    for kv in args.set:
-        k, _, v = kv.partition("=")
-        cfg[k.strip()] = parse_value(v)
+    cfg = apply_sets(load_config(args.config, args.section), args.set)
     for k in ("seed", "steps", "threads"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
