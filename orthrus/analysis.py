@@ -46,6 +46,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orthrus.contracts import (
+    COMPARED_DECODERS,
+    CONFIG,
+    DECODERS_COLUMNS,
+    ERRORS,
+    FORENSICS_ROW_COLUMNS,
+    FORENSICS_SUMMARY_COLUMNS,
+    MATCH_BY_DOMAIN_COLUMNS,
+    MATCH_OVERALL_COLUMNS,
+    PAIRWISE_COLUMNS,
+    PPL_BY_MATCH_COLUMNS,
+    PPL_LOGIT_COLUMNS,
+    REFERENCE_DECODER,
+    SPECULATIVE,
+    TABLES,
+    TPF_COLUMNS,
+    TPF_RUN,
+    TRAJECTORY_COLUMNS,
+    UNCERTAINTY_COLUMNS,
+)
 from orthrus.io import write_parquet, write_table
 from orthrus.stats import (
     common_prefix_len,
@@ -56,100 +76,13 @@ from orthrus.stats import (
     wilson_ci,
 )
 
-CONFIG = ["model", "decoder", "precision", "attention"]
-COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup")
-# the speculative decoders: Orthrus and transformers' assisted and prompt-lookup decoding
-SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
-REFERENCE_DECODER = "ar-ref"
 DEFAULT_NEAR_TIE = 0.125
 
-# Columns read from each decoding result (a subset of the contract in docs/DESIGN.md).
-DECODE_REQUIRED = CONFIG + [
-    "prompt_id",
-    "domain",
-    "tokens",
-    "n_prefill",
-    "n_diffusion",
-    "n_verify",
-]
+# Columns read from each input (subsets of the contracts in orthrus/contracts.py).
+DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]
 DECODE_OPTIONAL = ["finish_reason", "accepted", "env"]
 PPL_REQUIRED = ["prompt_id", "ppl"]
-FORENSICS_REQUIRED = CONFIG + [
-    "prompt_id",
-    "domain",
-    "position",
-    "margin_native",
-    "margin_fp32",
-    "first_layer_diverging",
-]
-
-# ---- output contract -------------------------------------------------------------------
-TRAJECTORY_COLUMNS = CONFIG + [
-    "reference",
-    "prompt_id",
-    "domain",
-    "match",
-    "first_divergence",
-    "common_prefix_len",
-    "levenshtein",
-    "n_tokens",
-    "ref_n_tokens",
-    "ppl",
-]
-MATCH_OVERALL_COLUMNS = CONFIG + ["n", "match_rate", "ci_low", "ci_high"]
-MATCH_BY_DOMAIN_COLUMNS = CONFIG + ["domain", "n", "match_rate", "ci_low", "ci_high"]
-TPF_COLUMNS = [
-    "model",
-    "decoder",
-    "precision",
-    "attention",
-    "message",
-    "max_new_tokens",
-    "domain",
-    "n",
-    "tpf_verify",
-    "tpf_verify_ci",
-    "tpf_all",
-    "tpf_all_ci",
-    "tpf_authors",
-    "tpf_authors_ci",
-]
-# the run settings a TPF row comes from, read from each decoding row's `env` record (the
-# Table 2 run of the paper config decodes 256 tokens with a user-only message)
-TPF_RUN = ["message", "max_new_tokens"]
-PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
-PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
-PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note"]
-DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify"]
-FORENSICS_COLUMNS = CONFIG + [
-    "n_divergences",
-    "median_margin_native",
-    "median_margin_fp32",
-    "near_tie_threshold",
-    "frac_near_tie",
-    "frac_exact_tie",
-    "mode_first_layer",
-]
-FORENSICS_ROW_COLUMNS = FORENSICS_REQUIRED
-UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share", "near_ties_per_prompt",
-                       "near_tie_threshold", "scored_precision", "scored_attention"]
-
-# Every CSV table ends with the number of decoding error rows its row left out (see error_counts).
-ERRORS = "n_errors_excluded"
-# file name -> columns; every `orthrus analyze` run writes exactly these files.
-TABLES = {
-    "trajectories.parquet": TRAJECTORY_COLUMNS,
-    "match_overall.csv": MATCH_OVERALL_COLUMNS + [ERRORS],
-    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS + [ERRORS],
-    "tpf_by_domain.csv": TPF_COLUMNS + [ERRORS],
-    "pairwise_match.csv": PAIRWISE_COLUMNS + [ERRORS],
-    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS + [ERRORS],
-    "ppl_logit.csv": PPL_LOGIT_COLUMNS + [ERRORS],
-    "forensics.csv": FORENSICS_COLUMNS + [ERRORS],
-    "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
-    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
-    "decoders.csv": DECODERS_COLUMNS + [ERRORS],
-}
+FORENSICS_REQUIRED = FORENSICS_ROW_COLUMNS
 
 
 class AnalysisError(ValueError):
@@ -579,7 +512,7 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
                          frac_near_tie=float((m < near_tie).mean()) if len(m) else math.nan,
                          frac_exact_tie=float((m == 0).mean()) if len(m) else math.nan,
                          mode_first_layer=mode))
-    out = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
+    out = pd.DataFrame(rows, columns=FORENSICS_SUMMARY_COLUMNS)
     out["mode_first_layer"] = out["mode_first_layer"].astype("Int64")
     return out
 

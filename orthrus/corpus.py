@@ -32,13 +32,12 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.checkpoint import record_digest
+from orthrus.contracts import CORPUS_COLUMNS
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
 from orthrus.chat import check_message
 from orthrus.prompts import length_error, read_prompt_set
 
-COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
-           "finish_reason", "error", "teacher", "dtype", "batch_size"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -165,7 +164,7 @@ def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
     rows = [{"prompt_id": r.prompt_id, "domain": r.domain, "prompt": r.prompt, **g,
              "teacher": teacher, "dtype": dtype, "batch_size": int(batch_size)}
             for r, g in zip(part.itertuples(index=False), res)]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=CORPUS_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:

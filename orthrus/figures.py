@@ -16,22 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orthrus.analysis import SPECULATIVE
+from orthrus.contracts import FIGURE_FORMATS as FORMATS
+from orthrus.contracts import FIGURES, SPECULATIVE
 from orthrus.io import save_figure
-
-# The workflow declares these outputs: {out_dir}/{name}.{fmt} for name in FIGURES, fmt in FORMATS.
-FIGURES = [
-    "match_by_domain",        # match rate per domain and precision, Wilson CI, one panel per attention
-    "match_vs_ppl",           # binned match probability against reference-response PPL + logistic fit
-    "survival",               # fraction of trajectories still matching after t tokens
-    "first_divergence_hist",  # histogram of first-divergence positions
-    "tpf_by_domain",          # tokens per forward per domain (verify-only and all forwards)
-    "margin_at_divergence",   # AR top-1/top-2 margin at the first divergence (forensics)
-    "pairwise_match",         # heat map of match rates between all decoding results
-    "match_vs_uncertainty",   # per-domain match rate against the teacher's near-ties per response
-    "decoders",               # how lossless is each decoder: orthrus, assisted, prompt-lookup per precision
-]
-FORMATS = ("png", "pdf")
 
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
                               "a_model", "a_decoder", "a_precision", "a_attention",
@@ -420,7 +407,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         "match_vs_uncertainty": lambda: fig_match_vs_uncertainty(mbd, unc),
         "decoders": lambda: fig_decoders(dec),
     }
-    assert list(builders) == FIGURES
+    assert list(builders) == list(FIGURES)
     written = []
     for name in FIGURES:
         fig = builders[name]()

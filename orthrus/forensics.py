@@ -37,14 +37,13 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from .contracts import FORENSICS_COLUMNS
 from .io import write_parquet
 from .chat import render_chat
 from .prompts import read_prompt_set
 from .stats import first_divergence
 from .trajectories import load, row_message
 
-COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", "position", "ref_token", "orthrus_token",
-           "margin_native", "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff", "replay_consistent"]
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer = load(kind, args.model_path, precision, attention, args.device)
         model32, _ = load(kind, args.model_path, "fp32", attention, args.device)
         rows += analyse(model, model32, tokenizer, prompts, cases, args.max_new_tokens)
-    df = pd.DataFrame(rows, columns=COLUMNS)
+    df = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
     write_parquet(args.out, df)
     print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)
     return 0

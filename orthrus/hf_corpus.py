@@ -9,7 +9,7 @@ The follow-up paper's authors publish their 1.7B distillation corpus as the hub 
     + tokenizer.encode(response + "<|im_end|>")
 
 i.e. the response closed by the chat end token. This module turns such a dataset into this
-project's corpus shard schema (`orthrus.corpus.COLUMNS`) with the same rule: `prompt_ids` from
+project's corpus shard schema (`orthrus.contracts.CORPUS_COLUMNS`) with the same rule: `prompt_ids` from
 `orthrus.chat.render_chat` with the configured message format (`none` for theirs), and
 `response_ids` = the response text followed by the tokenizer's EOS token, tokenized together
 without added special tokens. Shard I of N takes records I, I+N, I+2N, ... of the split, as
@@ -48,8 +48,8 @@ def load_split(dataset: str, split: str = "train", data_files=None, revision: st
 
 def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: str = "train",
                    data_files=None, revision: str | None = None, message: str = "none") -> pd.DataFrame:
-    """One corpus shard (orthrus.corpus.COLUMNS) from the records shard, shard+N, ... of the split."""
-    from orthrus.corpus import COLUMNS
+    """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
+    from orthrus.contracts import CORPUS_COLUMNS
     from orthrus.chat import render_chat
 
     if num_shards < 1 or not 0 <= shard < num_shards:
@@ -78,4 +78,4 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
             "response_ids": tokenizer(response + eos, add_special_tokens=False)["input_ids"],
             "finish_reason": "eos", "error": None,
         })
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=CORPUS_COLUMNS)

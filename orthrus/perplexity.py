@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .contracts import PPL_COLUMNS
 from .io import write_parquet
 from .chat import render_chat
 from .prompts import read_prompt_set
@@ -49,7 +50,7 @@ def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precis
                      **response_scores(model, render_chat(tokenizer, text[r.prompt_id], row_message(getattr(r, "env", None))),
                                        tokens),
                      "n_tokens": len(tokens), "scorer_precision": precision})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PPL_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,9 @@ import platform
 
 import torch
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
+from orthrus.contracts import ATTENTIONS, PRECISIONS
+
+DTYPES = dict(zip(PRECISIONS, (torch.bfloat16, torch.float16, torch.float32)))
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:

@@ -46,19 +46,17 @@ stage alike, recorded as that row's error: never generated, never truncated.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from orthrus.config import load_config
+from orthrus.contracts import PROMPT_COLUMNS
 from orthrus.io import write_parquet
 
-PROMPT_COLUMNS = ("prompt_id", "domain", "prompt")
 
 
 def _first(problems: list[str], limit: int = 5) -> str:

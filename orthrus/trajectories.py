@@ -40,6 +40,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS
 from .decoding import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, generate
 from .io import write_parquet
 from .modeling import OrthrusForCausalLM
@@ -47,14 +48,9 @@ from .precision import check_attention, configure, numerical_env
 from .chat import check_message, render_chat
 from .prompts import length_error, read_prompt_set
 
-DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup")
-# decoders that run a plain causal LM through transformers' generate(); the last two speculate
-HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup")
 DEFAULT_PROMPT_LOOKUP_TOKENS = 10
 # orthrus.generate's parity options and their defaults (this project's behaviour)
 DEFAULT_OPTIONS = {"eos": "generation_config", "last_block": "full", "prefill_logits": "last"}
-COLUMNS = ["model", "decoder", "precision", "attention", "prompt_id", "domain", "prompt_len", "tokens", "accepted",
-           "n_prefill", "n_diffusion", "n_verify", "seconds", "finish_reason", "error", "env"]
 
 
 def row_message(env) -> str:
@@ -221,7 +217,7 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
         if error is not None:
             rows.append(base | {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0,
                                 "seconds": float("nan"), "finish_reason": "error", "error": error})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=DECODE_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-lookup-tokens", type=int, default=DEFAULT_PROMPT_LOOKUP_TOKENS,
                     help=f"prompt-lookup: prompt_lookup_num_tokens (default {DEFAULT_PROMPT_LOOKUP_TOKENS})")
     ap.add_argument("--model-name", required=True)
-    ap.add_argument("--precision", nargs="+", choices=["bf16", "fp16", "fp32"], required=True)
+    ap.add_argument("--precision", nargs="+", choices=PRECISIONS, required=True)
     ap.add_argument("--attention", nargs="+", default=["eager"])
     ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
     ap.add_argument("--max-new-tokens", type=int, default=128)

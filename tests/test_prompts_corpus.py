@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from orthrus import corpus, prompts
+from orthrus import contracts, corpus, prompts
 
 MICRO = {"steps": 2, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
          "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
@@ -108,7 +108,7 @@ def test_corpus_shards_deterministic_and_partition(setup, tmp_path):
     s0, s0b, s1 = (pd.read_parquet(tmp_path / f) for f in ("s0.parquet", "s0b.parquet",
                                                             "s1.parquet"))
     pd.testing.assert_frame_equal(s0, s0b)
-    assert list(s0.columns) == corpus.COLUMNS
+    assert list(s0.columns) == contracts.CORPUS_COLUMNS
     prompts_df = pd.read_parquet(root / "distill.parquet")
     assert sorted(list(s0["prompt_id"]) + list(s1["prompt_id"])) == sorted(prompts_df["prompt_id"])
     assert not set(s0["prompt_id"]) & set(s1["prompt_id"])
@@ -260,7 +260,7 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
         assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(data),
                             "--message", "none", "--shard", str(i), "--num-shards", "3", "--out", str(out)]) == 0
     shards = [pd.read_parquet(o) for o in outs]
-    assert all(list(s.columns) == corpus.COLUMNS for s in shards)
+    assert all(list(s.columns) == contracts.CORPUS_COLUMNS for s in shards)
     assert list(shards[1]["prompt_id"]) == ["train-1", "train-4"]          # records 1, 4 of 7
     assert sorted(p for s in shards for p in s["prompt"]) == sorted(r["prompt"] for r in recs)
     tok = AutoTokenizer.from_pretrained(root / "teacher")

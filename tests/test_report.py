@@ -4,7 +4,6 @@ Building the report needs the outputs, and the smoke study that makes them is al
 tests/test_workflow.py; here placeholder tables and figures stand in for them (a few seconds),
 which checks what the report gathers and that every caption file resolves and renders.
 """
-import ast
 import os
 import re
 import subprocess
@@ -13,20 +12,22 @@ from pathlib import Path
 
 import yaml
 
+from orthrus import contracts
+
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = ROOT / "workflow" / "report"
 
 
 def workflow_lists():
-    text = (ROOT / "workflow/rules/common.smk").read_text()
-    return {name: ast.literal_eval(re.search(rf"^{name} = (\[.*?\])", text, re.M | re.S).group(1))
-            for name in ("TABLE_FILES", "FIGURES")}
+    """The tables and figures the workflow declares (common.smk reads them from orthrus.contracts)."""
+    return {"TABLE_FILES": list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES),
+            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE]}
 
 
 def test_every_caption_belongs_to_an_output_and_back():
     lists = workflow_lists()
-    tables = [t[:-4] for t in lists["TABLE_FILES"] if t.endswith(".csv")] + ["benchmarks", "benchmarks_agreement"]
-    figures = lists["FIGURES"] + ["benchmarks"]
+    tables = [t[:-4] for t in lists["TABLE_FILES"] if t.endswith(".csv")]
+    figures = lists["FIGURES"]
     expected = {f"table_{t}.rst" for t in tables} | {f"figure_{f}.rst" for f in figures}
     present = {p.name for p in CAPTIONS.glob("*.rst")} - {"workflow.rst"}
     assert present == expected
@@ -44,10 +45,10 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
     tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
     tables.mkdir(parents=True)
     figures.mkdir(parents=True)
-    csvs = [t for t in lists["TABLE_FILES"] if t.endswith(".csv")] + ["benchmarks.csv", "benchmarks_agreement.csv"]
+    csvs = [t for t in lists["TABLE_FILES"] if t.endswith(".csv")]
     for t in csvs:
         (tables / t).write_text("placeholder,value\nx,1\n")
-    pngs = lists["FIGURES"] + ["benchmarks"]
+    pngs = lists["FIGURES"]
     for f in pngs:
         fig = plt.figure(figsize=(1, 1))
         fig.savefig(figures / f"{f}.png")

@@ -1,5 +1,4 @@
 """The Snakemake workflow: schema validation, dry runs, lint, and one end-to-end smoke study."""
-import ast
 import os
 import re
 import shlex
@@ -37,15 +36,31 @@ def full_audit_config():
     return cfg
 
 
-def test_workflow_lists_match_the_package():
-    from orthrus.analysis import TABLES
-    from orthrus.figures import FIGURES
+def test_schema_vocabularies_are_the_contracts():
+    """Every precision, attention and decoder enum of the config schema is a subset of
+    orthrus.contracts' vocabulary, and the full lists appear (the workflow's wildcards use them)."""
+    from orthrus import contracts
 
-    text = (ROOT / "workflow/rules/common.smk").read_text()
-    listed = {name: ast.literal_eval(re.search(rf"^{name} = (\[.*?\])", text, re.M | re.S).group(1))
-              for name in ("TABLE_FILES", "FIGURES")}
-    assert set(listed["TABLE_FILES"]) == set(TABLES)
-    assert listed["FIGURES"] == list(FIGURES)
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    enums = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "enum" in node:
+                enums.append(tuple(node["enum"]))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(schema)
+    precision = [e for e in enums if "fp32" in e]
+    attention = [e for e in enums if "eager" in e]
+    decoders = [e for e in enums if "prompt-lookup" in e]
+    assert precision and attention and decoders
+    assert all(set(e) <= set(contracts.PRECISIONS) for e in precision) and contracts.PRECISIONS in precision
+    assert all(set(e) <= set(contracts.ATTENTIONS) for e in attention) and contracts.ATTENTIONS in attention
+    assert all(set(e) <= set(contracts.SPECULATIVE) for e in decoders)
 
 
 @pytest.mark.parametrize("mutate, message", [

@@ -6,6 +6,10 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 from config_check import check_config
 
+# the artefact names and vocabularies, from the package's one pure-Python contracts module
+sys.path.insert(0, workflow.basedir)
+from orthrus import contracts
+
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
 # key, before any job.
@@ -133,9 +137,9 @@ def final_outputs():
 
 
 wildcard_constraints:
-    decoder="ar-ref|ar|orthrus|assisted|prompt-lookup",
-    precision="bf16|fp16|fp32",
-    attention="eager|sdpa|flash_attention_2",
+    decoder="|".join(contracts.DECODERS),
+    precision="|".join(contracts.PRECISIONS),
+    attention="|".join(contracts.ATTENTIONS),
     model="[A-Za-z0-9_.-]+",
 
 
@@ -144,13 +148,8 @@ ATTENTIONS = config["decode"]["attentions"]
 TRAINED = list(config.get("models", {}))
 EXTERNAL = config.get("external_models", {})
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
-# Kept in step with orthrus.analysis.TABLES and orthrus.figures.FIGURES (a test checks it),
-# so that parsing the workflow needs no torch.
-TABLE_FILES = ["match_overall.csv", "match_by_domain.csv", "tpf_by_domain.csv", "pairwise_match.csv",
-               "ppl_by_match.csv", "ppl_logit.csv", "forensics.csv", "trajectories.parquet", "forensics_rows.parquet",
-               "uncertainty_by_domain.csv", "decoders.csv"]
-FIGURES = ["match_by_domain", "match_vs_ppl", "survival", "first_divergence_hist", "tpf_by_domain",
-           "margin_at_divergence", "pairwise_match", "match_vs_uncertainty", "decoders"]
+TABLE_FILES = list(contracts.TABLES)
+FIGURES = list(contracts.FIGURES)
 
 
 def model_path(name):
@@ -213,7 +212,7 @@ def forensics_reference(wildcards):
 
 
 def study_outputs():
-    return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=["png", "pdf"])
+    return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS)
 
 
 BENCH = config.get("benchmarks", {})

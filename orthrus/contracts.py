@@ -1,0 +1,208 @@
+"""The names and columns of every artefact passed between the study's stages, defined once.
+
+Pure Python with no heavy imports: the stages build their outputs from these lists, the
+workflow (`workflow/rules/common.smk`) takes its table and figure files and wildcard
+vocabularies from here, and `docs/DESIGN.md`'s artefact section is rendered from `ARTEFACTS`
+(`python -m orthrus.contracts --design docs/DESIGN.md [--check]` writes or checks it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+# ---- vocabulary
+PRECISIONS = ("bf16", "fp16", "fp32")
+ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
+# ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
+# model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders
+DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup")
+REFERENCE_DECODER = "ar-ref"
+# decoders that run a plain causal LM through transformers' generate()
+HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup")
+SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
+# decoders compared against the reference trajectory
+COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup")
+CONFIG = ["model", "decoder", "precision", "attention"]
+
+# ---- intermediate files
+PROMPT_COLUMNS = ["prompt_id", "domain", "prompt"]
+CORPUS_COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
+                  "finish_reason", "error", "teacher", "dtype", "batch_size"]
+DECODE_COLUMNS = CONFIG + ["prompt_id", "domain", "prompt_len", "tokens", "accepted", "n_prefill", "n_diffusion",
+                           "n_verify", "seconds", "finish_reason", "error", "env"]
+PPL_COLUMNS = ["model", "precision", "attention", "prompt_id", "domain", "ppl", "entropy", "margins", "n_tokens",
+               "scorer_precision"]
+FORENSICS_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "ref_token", "orthrus_token", "margin_native",
+                              "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff",
+                              "replay_consistent"]
+TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
+TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
+
+# ---- tables (results/tables/): each CSV table has a Markdown twin and ends with ERRORS
+ERRORS = "n_errors_excluded"
+TRAJECTORY_COLUMNS = CONFIG + ["reference", "prompt_id", "domain", "match", "first_divergence", "common_prefix_len",
+                               "levenshtein", "n_tokens", "ref_n_tokens", "ppl"]
+MATCH_OVERALL_COLUMNS = CONFIG + ["n", "match_rate", "ci_low", "ci_high"]
+MATCH_BY_DOMAIN_COLUMNS = CONFIG + ["domain", "n", "match_rate", "ci_low", "ci_high"]
+# the run settings a TPF row comes from, read from each decoding row's `env` record (the Table 2 run
+# of the paper config decodes 256 tokens with a user-only message)
+TPF_RUN = ["message", "max_new_tokens"]
+TPF_COLUMNS = CONFIG + TPF_RUN + ["domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all", "tpf_all_ci",
+                                  "tpf_authors", "tpf_authors_ci"]
+PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
+PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
+PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify"]
+FORENSICS_SUMMARY_COLUMNS = CONFIG + ["n_divergences", "median_margin_native", "median_margin_fp32",
+                                      "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer"]
+# the forensics rows the tables use (a subset of FORENSICS_COLUMNS)
+FORENSICS_ROW_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "margin_native", "margin_fp32",
+                                  "first_layer_diverging"]
+UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
+                       "near_ties_per_prompt", "near_tie_threshold", "scored_precision", "scored_attention"]
+# file -> columns; every `orthrus analyze` run writes exactly these files
+TABLES = {
+    "trajectories.parquet": TRAJECTORY_COLUMNS,
+    "match_overall.csv": MATCH_OVERALL_COLUMNS + [ERRORS],
+    "match_by_domain.csv": MATCH_BY_DOMAIN_COLUMNS + [ERRORS],
+    "tpf_by_domain.csv": TPF_COLUMNS + [ERRORS],
+    "pairwise_match.csv": PAIRWISE_COLUMNS + [ERRORS],
+    "ppl_by_match.csv": PPL_BY_MATCH_COLUMNS + [ERRORS],
+    "ppl_logit.csv": PPL_LOGIT_COLUMNS + [ERRORS],
+    "forensics.csv": FORENSICS_SUMMARY_COLUMNS + [ERRORS],
+    "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
+    "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
+    "decoders.csv": DECODERS_COLUMNS + [ERRORS],
+}
+# the benchmark tables (`orthrus lm-eval table`)
+BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
+BENCHMARK_AGREEMENT_COLUMNS = ["model", "decoder", "reference_model", "reference_decoder", "precision", "attention",
+                               "task", "metric", "n", "n_responses_differ", "n_answers_differ", "value", "reference_value", "score_diff",
+                               "stderr", "reference_stderr", "combined_stderr", "paired_stderr", "within_stderr"]
+BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
+
+# ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
+FIGURES = {
+    "match_by_domain": "match rate per domain and precision, Wilson CI, one panel per attention",
+    "match_vs_ppl": "binned match probability against reference-response PPL, with the fitted logistic model",
+    "survival": "fraction of trajectories still matching after t tokens",
+    "first_divergence_hist": "histogram of first-divergence positions",
+    "tpf_by_domain": "tokens per forward per domain (verify-only and all forwards)",
+    "margin_at_divergence": "AR top-1/top-2 margin at the first divergence (forensics)",
+    "pairwise_match": "heat map of match rates between all decoding results",
+    "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
+    "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup per precision",
+}
+BENCHMARK_FIGURE = "benchmarks"
+FIGURE_FORMATS = ("png", "pdf")
+
+
+class Artefact(NamedTuple):
+    path: str
+    producer: str
+    columns: list
+    about: str
+
+
+def _list(cols) -> str:
+    return ", ".join(f"`{c}`" for c in cols)
+
+
+ARTEFACTS = {
+    "Prompt sets": Artefact(
+        "results/prompts/{eval,distill}.parquet", "orthrus prompts", PROMPT_COLUMNS,
+        "`prompt` is the raw user text; whoever tokenizes applies the chat template "
+        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.prompts.read_prompt_set` (UTF-8, no "
+        "null or empty value, unique ids; errors name file, row id and column)."),
+    "Teacher corpus shard": Artefact(
+        "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)", "orthrus corpus", CORPUS_COLUMNS,
+        "`prompt_ids` are the chat-rendered prompt tokens, `response_ids` the greedy response (EOS included when "
+        "reached); `finish_reason` is eos, length or error (a prompt too long for the teacher, or a dataset record "
+        "without prompt or response: no tokens, skipped and counted by training). The `.sha256` sidecar is the "
+        "content hash training fingerprints read."),
+    "Model folder": Artefact(
+        "results/teacher, results/draft, results/models/{model}", "orthrus train-teacher / orthrus train", [],
+        "A Hugging Face model folder (config.json, model.safetensors, tokenizer files; never pickles) plus, for "
+        f"an Orthrus variant, `train_log.csv` ({_list(TRAIN_LOG_COLUMNS)}), `eval_log.csv` "
+        f"({_list(TRAIN_EVAL_COLUMNS)}: held-out tokens per forward through the real decoding loop) and "
+        "`train_summary.json`; the teacher has `train_log.csv` and `teacher_eval.json`."),
+    "Decoding result": Artefact(
+        "results/decode/{model}/{decoder}-{precision}-{attention}.parquet", "orthrus decode", DECODE_COLUMNS,
+        "One row per prompt. `tokens` is the response (list<int>); `accepted` the accepted draft tokens per verify "
+        "step (empty for plain AR); `n_diffusion` counts the proposer's forwards (Orthrus's diffusion view, "
+        "assisted's draft model), `n_verify` the model's other forwards; `finish_reason` is eos, length or error "
+        "(`error` says why); `env` is a JSON record of the numerical environment (dtype, attention, TF32, "
+        "library versions, device) and the run's protocol (message format, max_new_tokens, loop options)."),
+    "Perplexity file": Artefact(
+        "results/ppl/reference.parquet", "orthrus perplexity", PPL_COLUMNS,
+        "One row per reference (`ar-ref`) trajectory, scored by the teacher at `scorer_precision`: `ppl` of the "
+        "response, `entropy` the mean next-token entropy (nats), `margins` the top-1/top-2 logit margin at every "
+        "response step (list<float>)."),
+    "Forensics file": Artefact(
+        "results/forensics/{model}.parquet", "orthrus forensics", FORENSICS_COLUMNS,
+        "One row per diverging trajectory, at its first divergence: the reference's margin in the decoding "
+        "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, and whether "
+        "replaying the prefix reproduces the divergence."),
+    "Benchmark record": Artefact(
+        "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json", "orthrus lm-eval run", [],
+        "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "
+        "environment and library versions; task files for the tiny tasks are in results/benchmarks/tasks/."),
+}
+ARTEFACTS.update({
+    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus analyze", cols,
+                                "Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.")
+    for name, cols in TABLES.items()})
+ARTEFACTS.update({
+    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin.")
+    for name, cols in BENCHMARK_TABLES.items()})
+
+
+def design_section() -> str:
+    """The artefact section of docs/DESIGN.md."""
+    out = []
+    for name, a in ARTEFACTS.items():
+        out.append(f"### {name}\n\n`{a.path}`, written by `{a.producer}`.")
+        if a.columns:
+            out.append(f"Columns: {_list(a.columns)}.")
+        out.append(f"{a.about}\n")
+    figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
+    out.append(f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
+               f"`orthrus figures` from the tables (and `{BENCHMARK_FIGURE}` by `orthrus lm-eval table`):\n\n{figures}\n")
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- contracts:begin -->", "<!-- contracts:end -->"
+
+
+def render_into(text: str) -> str:
+    """`text` with the block between BEGIN and END replaced by `design_section()`."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the page has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{design_section()}{END}{rest.split(END, 1)[1]}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m orthrus.contracts", description="The artefact section of the design page.")
+    ap.add_argument("--design", help="rewrite the contracts block of this page (default: print the section)")
+    ap.add_argument("--check", action="store_true", help="with --design: fail if the page is out of date")
+    args = ap.parse_args(argv)
+    if not args.design:
+        sys.stdout.write(design_section())
+        return 0
+    path = Path(args.design)
+    text = path.read_text()
+    new = render_into(text)
+    if args.check:
+        if new != text:
+            sys.stderr.write(f"{path} is out of date: run python -m orthrus.contracts --design {path}\n")
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""orthrus.contracts: one light module, and the design page rendered from it."""
+import subprocess
+import sys
+from pathlib import Path
+
+from orthrus import contracts
+
+ROOT = Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "DESIGN.md"
+
+
+def test_design_page_is_rendered_from_the_contracts():
+    assert contracts.main(["--design", str(DESIGN), "--check"]) == 0
+    text = DESIGN.read_text()
+    for name, artefact in contracts.ARTEFACTS.items():
+        assert f"### {name}" in text and artefact.path in text
+    assert all(f"`{f}`" in text for f in contracts.FIGURES)
+
+
+def test_a_stale_design_page_is_caught_and_rewritten(tmp_path):
+    page = tmp_path / "DESIGN.md"
+    page.write_text(DESIGN.read_text().replace("`prompt_id`", "`id`", 1))
+    assert contracts.main(["--design", str(page), "--check"]) == 1
+    assert contracts.main(["--design", str(page)]) == 0
+    assert page.read_text() == DESIGN.read_text()
+
+
+def test_design_page_stands_on_its_own():
+    assert "../" not in DESIGN.read_text()
+
+
+def test_contracts_import_nothing_heavy():
+    """The workflow imports it while parsing: no torch, pandas or transformers."""
+    code = ("import sys, orthrus.contracts; heavy = {'torch', 'pandas', 'numpy', 'transformers'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_table_ends_with_its_error_count():
+    for name, cols in contracts.TABLES.items():
+        assert (cols[-1] == contracts.ERRORS) == name.endswith(".csv"), name
