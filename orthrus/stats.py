@@ -1,7 +1,8 @@
 """Small statistics helpers shared by the analysis and figure stages.
 
 Intervals: Wilson score intervals for match rates (as in the study's Tables 3, 4, 8) and
-Student-t intervals for means (tokens per forward, perplexity). Trajectory comparison:
+Student-t intervals for means (tokens per forward, perplexity). Standard errors of a score
+difference, paired and independent (the benchmark agreement table). Trajectory comparison:
 first divergence, common prefix length and token-level Levenshtein distance.
 
 Perplexity itself is computed elsewhere (`orthrus.perplexity`) from log-probs.
@@ -17,6 +18,8 @@ __all__ = [
     "wilson_ci",
     "t_ci",
     "t_halfwidth",
+    "paired_stderr",
+    "combined_stderr",
     "first_divergence",
     "common_prefix_len",
     "levenshtein",
@@ -66,6 +69,33 @@ def t_halfwidth(values, alpha: float = 0.05) -> float:
     if sem == 0.0 or np.all(x == x[0]):
         return 0.0
     return float(_st.t.ppf(1.0 - alpha / 2.0, n - 1) * sem)
+
+
+def paired_stderr(a, b) -> float:
+    """Standard error of the mean paired difference, mean(a_i - b_i): sqrt(var(d) / n), with
+    the sample variance (n - 1).
+
+    Pairs in which either value is NaN are dropped; with fewer than two pairs left the result
+    is NaN. Summed in plain Python, in order (not numpy's pairwise sums), so tables written
+    with it keep their digits.
+    """
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)]
+    diffs = [x - y for x, y in pairs if not (math.isnan(x) or math.isnan(y))]
+    n = len(diffs)
+    if n < 2:
+        return math.nan
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
+    return math.sqrt(var / n)
+
+
+def combined_stderr(se_a: float, se_b: float) -> float:
+    """Standard error of the difference of two independent estimates: sqrt(se_a^2 + se_b^2);
+    NaN if either is NaN."""
+    se_a, se_b = float(se_a), float(se_b)
+    if math.isnan(se_a) or math.isnan(se_b):
+        return math.nan
+    return math.sqrt(se_a ** 2 + se_b ** 2)
 
 
 def as_token_list(x) -> list[int]:

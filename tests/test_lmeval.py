@@ -270,4 +270,6 @@ def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(wor
     assert not ref["samples"]["tiny_arith"][0]["prompt"].startswith("<|im_start|>")
     for x, y in zip(ref["samples"]["tiny_arith"], ours["samples"]["tiny_arith"]):
         assert x["resps"] == y["resps"]
-    assert lmeval._gen_cap("task") is None and lmeval._gen_cap("64") == 64
+    from orthrus.lmeval.cli import _gen_cap
+
+    assert _gen_cap("task") is None and _gen_cap("64") == 64

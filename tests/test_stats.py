@@ -125,3 +125,28 @@ def test_levenshtein_long_lists_fast():
     del b[200]
     assert levenshtein(a, b) == 2
     assert levenshtein(a, list(reversed(a))) <= 300
+
+
+def test_paired_stderr_by_hand():
+    from orthrus.stats import paired_stderr
+
+    # d = [0, 0, 0, 1]: mean 0.25, sample variance (3 * 0.0625 + 0.5625) / 3 = 0.25, se = sqrt(0.25 / 4)
+    assert paired_stderr([1, 1, 0, 1], [1, 1, 0, 0]) == pytest.approx(0.25)
+    # d = [1, 2, 3, 4]: sample variance 5/3
+    assert paired_stderr([2, 4, 6, 8], [1, 2, 3, 4]) == pytest.approx(math.sqrt(5 / 3 / 4))
+    # a pair with a NaN is dropped, not the whole estimate
+    assert paired_stderr([2, 4, math.nan, 6, 8], [1, 2, 0, 3, 4]) == pytest.approx(math.sqrt(5 / 3 / 4))
+    assert paired_stderr([0.5, 0.5, 0.5], [0.2, 0.2, 0.2]) == 0.0  # identical differences
+    assert math.isnan(paired_stderr([1.0], [0.0]))
+    assert math.isnan(paired_stderr([1.0, math.nan], [0.0, 1.0]))
+    assert math.isnan(paired_stderr([], []))
+    with pytest.raises(ValueError):
+        paired_stderr([1.0, 2.0], [1.0])
+
+
+def test_combined_stderr():
+    from orthrus.stats import combined_stderr
+
+    assert combined_stderr(0.3, 0.4) == pytest.approx(0.5)
+    assert combined_stderr(0.0, 0.0) == 0.0
+    assert math.isnan(combined_stderr(math.nan, 0.1)) and math.isnan(combined_stderr(0.1, math.nan))
