@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from orthrus.world import domains
+from orthrus.world import code, domains
 
 MICRO = {"steps": 3, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
          "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
@@ -44,7 +44,7 @@ def test_math_answers_are_correct():
 
 
 def test_code_uses_local_stdlib():
-    funcs = domains.stdlib_functions()
+    funcs = code.stdlib_functions()
     assert len(funcs) > 50 and list(funcs) == sorted(funcs)
     _, ans = domains.sample("code", random.Random(0))
     assert ans.startswith("def ")
