@@ -43,7 +43,7 @@ def world(tmp_path_factory):
 def test_prepare_data_docs_and_yaml(world, tmp_path):
     import pandas as pd
 
-    from orthrus.world import benchmarks as bm
+    from orthrus.world import tiny_tasks as bm
     from orthrus.world.domains import QA_VALS
 
     data = world["data"]
@@ -86,7 +86,7 @@ def test_tiny_code_whitespace_normalisation():
     import yaml
     from lm_eval.api.metrics import exact_match_hf_evaluate
 
-    from orthrus.world import benchmarks as bm
+    from orthrus.world import tiny_tasks as bm
 
     (metric,) = yaml.safe_load(bm.template_path("tiny_code").read_text())["metric_list"]
     ref = "def sum_xs(seq):\n    total = 0\n    for v in seq:\n        total += v\n    return total"

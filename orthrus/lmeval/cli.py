@@ -30,24 +30,24 @@ def _split(s: str | None) -> list[str]:
 
 
 def cmd_prepare_data(args) -> int:
-    from orthrus.world import benchmarks as bm
+    from orthrus.world import tiny_tasks
 
-    tasks = _split(args.tasks) or list(bm.TASKS)
+    tasks = _split(args.tasks) or list(tiny_tasks.TASKS)
     exclude = set()
     for p in args.exclude or []:
         from orthrus.prompts import read_prompt_set
 
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
-    manifest = {"seed": args.seed, "n": args.n, "stream": bm.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
+    manifest = {"seed": args.seed, "n": args.n, "stream": tiny_tasks.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for task in tasks:
-            docs = bm.make_docs(task, args.n, seed=args.seed, exclude=exclude)
+            docs = tiny_tasks.make_docs(task, args.n, seed=args.seed, exclude=exclude)
             if len(docs) < args.n:
                 print(f"[lm-eval] {task}: only {len(docs)} distinct documents of {args.n}", file=sys.stderr)
-            bm.write_task(tmp, task, docs, final_dir=out)
-            manifest["tasks"][task] = {"n": len(docs), "domain": bm.TASKS[task], "data": f"{task}.jsonl",
+            tiny_tasks.write_task(tmp, task, docs, final_dir=out)
+            manifest["tasks"][task] = {"n": len(docs), "domain": tiny_tasks.TASKS[task], "data": f"{task}.jsonl",
                                        "yaml": f"{task}.yaml", "primary_metrics": PRIMARY_METRICS.get(task, [])}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(f"[lm-eval] wrote {', '.join(tasks)} to {out} (use --include-path {out})", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Tiny-world benchmark data for lm-evaluation-harness (the offline Table 7).
+"""The tiny tasks: tiny-world benchmark data for lm-evaluation-harness (the offline Table 7).
 
 Five local tasks, each a JSONL file of documents plus an lm-eval task YAML written next to it
 (the YAML templates live in `orthrus/lmeval_tasks/`; `prepare` fills in the task name and the
