@@ -6,7 +6,7 @@ On a tiny random Qwen3 (hidden 128, 3 layers, vocab 832: the tiny world's teache
 the same sequences, anchors and loss, it times forward + backward of
 
 - `single-pass`: one frozen AR forward + ONE diffusion forward over all blocks with the
-  block-sparse mask (`orthrus.train.block_loss`, what `orthrus train` runs);
+  block-sparse mask (`orthrus.distill.loss.block_loss`, what `orthrus train` runs);
 - `per-block, shared AR`: one frozen AR forward, then one diffusion forward + backward per
   block over its own cache prefix;
 - `per-block`: per block, a frozen AR forward over the prefix, then the diffusion forward +
@@ -32,7 +32,8 @@ def build(args):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from orthrus import OrthrusForCausalLM
-    from orthrus import train as T
+    from orthrus.distill.data import make_batch
+    from orthrus.distill.settings import offset_weights
 
     torch.manual_seed(0)
     conf = Qwen3Config(vocab_size=832, hidden_size=128, intermediate_size=384, num_hidden_layers=3,
@@ -48,7 +49,7 @@ def build(args):
         P, R = args.prompt_len, args.response_len
         seqs.append(g.integers(3, 800, size=P + R))
         anchors.append(np.sort(P + g.choice(R - 2, size=args.blocks, replace=False)))
-    batch = T.make_batch(seqs, anchors, args.block_size, T.offset_weights(None, args.block_size), 831, 0)
+    batch = make_batch(seqs, anchors, args.block_size, offset_weights(None, args.block_size), 831, 0)
     return model, batch, device
 
 
@@ -58,7 +59,7 @@ def per_block(model, batch, shared_ar: bool):
     import torch.nn.functional as F
     from transformers import DynamicCache
 
-    from orthrus.train import CachePrefix
+    from orthrus.distill.reference import CachePrefix
 
     K = model.block_size
     B, q = batch["blocks"].shape
@@ -92,7 +93,7 @@ def per_block(model, batch, shared_ar: bool):
 def child(args) -> dict:
     import torch
 
-    from orthrus import train as T
+    from orthrus.distill.loss import block_loss
 
     torch.set_num_threads(args.threads)
     model, batch, device = build(args)
@@ -102,7 +103,7 @@ def child(args) -> dict:
     def step():
         model.zero_grad(set_to_none=True)
         if args.mode == "single":
-            loss, _ = T.block_loss(model, batch, "ce")
+            loss, _ = block_loss(model, batch, "ce")
             loss.backward()
             return float(loss.detach())
         return per_block(model, batch, shared_ar=args.mode == "per-block-shared-ar")

@@ -9,7 +9,7 @@ COMMANDS = {
     "train-teacher": "orthrus.world.teacher",
     "prompts": "orthrus.prompts",
     "corpus": "orthrus.corpus",
-    "train": "orthrus.train",
+    "train": "orthrus.distill.loop",
     "decode": "orthrus.trajectories",
     "gather": "orthrus.io",
     "analyze": "orthrus.analysis",

@@ -190,7 +190,7 @@ def test_schema_uses_only_known_keywords():
     assert not bad, bad
 
 
-@pytest.mark.parametrize("section, defaults", [("models", "orthrus.train"), ("tiny", "orthrus.world.teacher")])
+@pytest.mark.parametrize("section, defaults", [("models", "orthrus.distill.settings"), ("tiny", "orthrus.world.teacher")])
 def test_schema_describes_every_setting_with_the_code_defaults(section, defaults):
     schema = yaml.safe_load(SCHEMA.read_text())
     props = (schema["properties"]["models"]["additionalProperties"] if section == "models"

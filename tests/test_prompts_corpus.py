@@ -225,7 +225,8 @@ def test_bad_prompt_set_is_one_line_from_every_command(tmp_path, capsys):
 
 
 def test_over_length_prompt_is_an_error_row_of_the_corpus(setup, tmp_path):
-    from orthrus import train as T
+    from orthrus.distill.data import Corpus
+    from orthrus.distill.settings import resolve_settings
 
     long = " ".join(str(i) for i in range(800))  # far beyond the teacher's 512 positions
     pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["qa", "qa"], "prompt": ["What is 2+2?", long]}).to_parquet(
@@ -240,7 +241,7 @@ def test_over_length_prompt_is_an_error_row_of_the_corpus(setup, tmp_path):
     from orthrus.checkpoint import file_digest, _sha256
 
     assert (tmp_path / "shard.parquet.sha256").is_file() and file_digest(out) == _sha256(out)
-    c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
+    c = Corpus([out], resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
     assert c.counts["skipped_error"] == 1
 
 
@@ -281,7 +282,8 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
 def test_hf_corpus_records_without_prompt_or_response_are_error_rows(setup, tmp_path):
     """Where the authors' loader silently skips a record, the shard keeps it as an error row;
     training counts and skips it like the corpus stage's over-length prompts."""
-    from orthrus import train as T
+    from orthrus.distill.data import Corpus
+    from orthrus.distill.settings import resolve_settings
 
     recs = [{"prompt": "Compute 1 + 1.", "response": "2."}, {"prompt": "", "response": "x"},
             {"prompt": "Compute 2 + 2.", "response": None}]
@@ -294,5 +296,5 @@ def test_hf_corpus_records_without_prompt_or_response_are_error_rows(setup, tmp_
     assert list(df.finish_reason) == ["eos", "error", "error"] and pd.isna(df.error["train-0"])
     assert df.error["train-1"].startswith("empty or missing prompt") and df.error["train-2"].startswith("missing response")
     assert (tmp_path / "s.parquet.sha256").is_file()
-    c = T.Corpus([out], T.resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
+    c = Corpus([out], resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
     assert c.counts["skipped_error"] == 2 and c.counts["used"] == 1

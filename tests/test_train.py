@@ -1,4 +1,4 @@
-"""Distillation of the diffusion view (orthrus.train) on a micro teacher and a synthetic corpus."""
+"""Distillation of the diffusion view (orthrus.distill) on a micro teacher and a synthetic corpus."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,13 @@ import torch
 from safetensors.torch import load_file
 
 import orthrus
-from orthrus import train as T
+from orthrus.distill.data import Corpus, make_batch, n_weighted
+from orthrus.distill.evaluate import eval_prompt_ids
+from orthrus.distill.loop import main, train
+from orthrus.distill.loss import block_loss
+from orthrus.distill.reference import blockwise_loss
+from orthrus.distill.settings import DEFAULTS, offset_weights, resolve_settings
+from orthrus.distill.student import load_student, lr_lambda
 from orthrus.modeling import OrthrusForCausalLM
 
 torch.set_num_threads(1)
@@ -82,8 +88,8 @@ def eval_prompts(tmp_path_factory):
 
 @pytest.mark.parametrize("objective,attention", [("ce", "eager"), ("kl", "eager"), ("mix", "sdpa")])
 def test_single_pass_equals_one_block_at_a_time(teacher, objective, attention):
-    s = T.resolve_settings({"block_size": 4, "mask_token_id": None, "attention": attention, "objective": objective})
-    model, _ = T.load_student(teacher, s)
+    s = resolve_settings({"block_size": 4, "mask_token_id": None, "attention": attention, "objective": objective})
+    model, _ = load_student(teacher, s)
     with torch.no_grad():  # make the diffusion view differ from the AR view
         for p in model.diffusion_parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
@@ -91,14 +97,14 @@ def test_single_pass_equals_one_block_at_a_time(teacher, objective, attention):
     seqs = [g.integers(3, 290, size=n) for n in (20, 13, 31)]
     # overlapping blocks, a block reaching past the end, sequences with different block counts
     anchors = [np.array([5, 9, 10, 17, 18]), np.array([3, 11]), np.array([4, 20, 29])]
-    batch = T.make_batch(seqs, anchors, 4, T.offset_weights([1.0, 0.5, 0.25], 4), model.mask_token_id, 0)
+    batch = make_batch(seqs, anchors, 4, offset_weights([1.0, 0.5, 0.25], 4), model.mask_token_id, 0)
     params = model.diffusion_parameters()
-    one, st = T.block_loss(model, batch, objective, 0.3)
+    one, st = block_loss(model, batch, objective, 0.3)
     g1 = torch.autograd.grad(one, params)
-    ref = T.blockwise_loss(model, batch, objective, 0.3)
+    ref = blockwise_loss(model, batch, objective, 0.3)
     g2 = torch.autograd.grad(ref, params)
     W = st["weight"]
-    assert W == pytest.approx(sum(T._n_weighted(len(x), a, T.offset_weights([1.0, 0.5, 0.25], 4))
+    assert W == pytest.approx(sum(n_weighted(len(x), a, offset_weights([1.0, 0.5, 0.25], 4))
                                   for x, a in zip(seqs, anchors)))
     assert abs(one.item() / W - ref.item() / W) < 1e-5
     for a, b in zip(g1, g2):
@@ -107,7 +113,7 @@ def test_single_pass_equals_one_block_at_a_time(teacher, objective, attention):
 
 def test_make_batch_mask_targets_and_skips():
     seq = np.arange(10, 22)          # 12 tokens, ids 10..21
-    b = T.make_batch([seq, seq[:6]], [np.array([3, 9]), np.array([4])], 4, T.offset_weights(None, 4), 99, 0)
+    b = make_batch([seq, seq[:6]], [np.array([3, 9]), np.array([4])], 4, offset_weights(None, 4), 99, 0)
     assert b["blocks"].tolist()[0] == [13, 99, 99, 99, 19, 99, 99, 99]
     assert b["pos"].tolist()[0] == [3, 4, 5, 6, 9, 10, 11, 12]
     # slot i predicts a+i+1; slot K-1 has weight 0 by default; targets past the end are skipped
@@ -128,29 +134,44 @@ def test_make_batch_mask_targets_and_skips():
 
 def test_settings_validation():
     with pytest.raises(ValueError, match=r"unknown training settings: \['bogus', 'lr_typo'\]"):
-        T.resolve_settings({"bogus": 1, "lr_typo": 2})
+        resolve_settings({"bogus": 1, "lr_typo": 2})
     for bad, msg in [({"objective": "mse"}, "objective must be one of"), ({"block_size": 1}, "block_size"),
                      ({"blocks_per_seq": 0}, "blocks_per_seq"), ({"offset_weights": [1, 2]}, "offset_weights"),
                      ({"block_size": 4, "min_loss_tokens": 4}, "min_loss_tokens"), ({"kl_weight": 2}, "kl_weight"),
                      ({"max_steps": 0}, "max_steps")]:
         with pytest.raises(ValueError, match=msg):
-            T.resolve_settings(bad)
-    s = T.resolve_settings({"block_size": 4, "offset_weights": [1, 1, 1, 1]})
-    assert T.offset_weights(s["offset_weights"], 4).tolist() == [1, 1, 1, 1]
+            resolve_settings(bad)
+    s = resolve_settings({"block_size": 4, "offset_weights": [1, 1, 1, 1]})
+    assert offset_weights(s.offset_weights, 4).tolist() == [1, 1, 1, 1]
     for bad, msg in [({"schedule": "linear"}, "schedule must be one of"), ({"mask_token": ""}, "mask_token")]:
         with pytest.raises(ValueError, match=msg):
-            T.resolve_settings(bad)
+            resolve_settings(bad)
+
+
+def test_settings_types_follow_the_schema():
+    """Values the config schema rejects are rejected by a direct `orthrus train` too, each named
+    (rather than failing later inside float() or the optimizer)."""
+    for bad, msg in [({"lr": "fast"}, "lr must be > 0"), ({"lr": None}, "lr must be > 0"),
+                     ({"kl_weight": "0.5"}, "kl_weight must be in"), ({"grad_clip": -1}, "grad_clip must be null or"),
+                     ({"weight_decay": -0.1}, "weight_decay must be a number"), ({"bf16": "yes"}, "bf16 must be true"),
+                     ({"betas": [0.9, "x"]}, "betas must be a list"), ({"offset_weights": 3}, "offset_weights must be null"),
+                     ({"seed": 1.5}, "seed must be an integer"), ({"description": 7}, "description must be a string")]:
+        with pytest.raises(ValueError, match=msg):
+            resolve_settings(bad)
+    s = resolve_settings({"betas": [1, 0], "grad_clip": None})
+    assert s.betas == [1.0, 0.0] and isinstance(s.betas[0], float)
+    assert list(s.as_dict()) == list(DEFAULTS) and "eval_every" not in s.training_dict()
 
 
 def test_authors_recipe_constant_schedule_and_named_mask_token(teacher):
     """The authors' recipe: constant lr without warmup (their script has no scheduler), and a
     dedicated mask token named <|orthrus_mask|>."""
-    cos = T._lr_lambda(T.resolve_settings({"warmup_steps": 2}), total=10)
-    const = T._lr_lambda(T.resolve_settings({"warmup_steps": 0, "schedule": "constant"}), total=10)
+    cos = lr_lambda(resolve_settings({"warmup_steps": 2}), total=10)
+    const = lr_lambda(resolve_settings({"warmup_steps": 0, "schedule": "constant"}), total=10)
     assert [const(i) for i in range(10)] == [1.0] * 10
     assert cos(0) == 0.5 and cos(2) == 1.0 and cos(9) < 0.2
-    s = T.resolve_settings({"block_size": 4, "mask_token": "<|orthrus_mask|>"})
-    model, tok = T.load_student(teacher, s)
+    s = resolve_settings({"block_size": 4, "mask_token": "<|orthrus_mask|>"})
+    model, tok = load_student(teacher, s)
     assert tok.convert_ids_to_tokens(model.mask_token_id) == "<|orthrus_mask|>"
     assert model.mask_token_id == len(tok) - 1
 
@@ -159,14 +180,14 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
     bad = tmp_path / "bad.parquet"
     pd.DataFrame({"prompt_ids": [[1, 2]], "text": ["x"]}).to_parquet(bad)
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['response_ids'\]"):
-        T.train(FAST, teacher, [bad], tmp_path / "out")
+        train(FAST, teacher, [bad], tmp_path / "out")
     with pytest.raises(FileNotFoundError, match="not found"):
-        T.train(FAST, teacher, [tmp_path / "nope.parquet"], tmp_path / "out")
+        train(FAST, teacher, [tmp_path / "nope.parquet"], tmp_path / "out")
     mixed = tmp_path / "mixed.parquet"
     pd.DataFrame({"prompt_ids": [[5] * 4, [5] * 4, [5] * 4, [5] * 70, [5] * 10],
                   "response_ids": [[], [7], [7] * 3, [7] * 5, [7] * 100]}).to_parquet(mixed)
-    s = T.resolve_settings({**FAST, "min_loss_tokens": 2})
-    c = T.Corpus([mixed], s, verbose=False)
+    s = resolve_settings({**FAST, "min_loss_tokens": 2})
+    c = Corpus([mixed], s, verbose=False)
     assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_error": 0, "skipped_empty_response": 1,
                         "skipped_short_response": 1, "skipped_prompt_over_max_len": 1}
     assert max(len(x) for x in c.ids) == 64
@@ -175,7 +196,7 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
         a = c.anchors(i, 0, s)
         assert a.min() >= c.prompt_len[i] and a.max() <= len(c.ids[i]) - 3
     with pytest.raises(ValueError, match="fewer than one global batch"):
-        T.train({**FAST, "batch_size": 3}, teacher, [mixed], tmp_path / "out")
+        train({**FAST, "batch_size": 3}, teacher, [mixed], tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -183,10 +204,19 @@ def test_cli_rejects_unknown_keys_and_missing_model(tmp_path, teacher, corpus, c
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("models:\n  a:\n    block_size: 4\n    typo_key: 3\n")
     args = ["--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg), "--out", str(tmp_path / "o")]
-    assert T.main(args + ["--model", "a"]) == 2
+    assert main(args + ["--model", "a"]) == 2
     assert "typo_key" in capsys.readouterr().err
-    assert T.main(args + ["--model", "zzz"]) == 2
+    assert main(args + ["--model", "zzz"]) == 2
     assert "no model 'zzz'" in capsys.readouterr().err
+    # the settings themselves, inline as the workflow passes them, or a file
+    common = ["--teacher", str(teacher), "--corpus", str(corpus), "--out", str(tmp_path / "o")]
+    assert main(common + ["--config", '{"block_size": 4, "typo_key": 3}']) == 2
+    assert "unknown training settings: ['typo_key']" in capsys.readouterr().err
+    assert main(common + ["--config", str(cfg)]) == 2  # a full config names its variant
+    assert "name the variant with --model NAME" in capsys.readouterr().err
+    assert main(common + ["--model", "a"]) == 2
+    assert "--model needs --config" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------ end to end
@@ -198,7 +228,7 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("models:\n  tiny:\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in FAST.items()))
     out = tmp_path / "model"
-    assert T.main(["--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg), "--model", "tiny",
+    assert main(["--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg), "--model", "tiny",
                    "--out", str(out), "--threads", "1", "--eval-prompts", str(eval_prompts), "--no-progress"]) == 0
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "train_log.csv", "train_log.jsonl",
@@ -228,12 +258,12 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
             assert torch.equal(v[keep], mine[k][keep]), k
         else:
             assert torch.equal(v, mine[k]), k
-    fresh, _ = T.load_student(teacher, T.resolve_settings(FAST))
+    fresh, _ = load_student(teacher, resolve_settings(FAST))
     ref = fresh.state_dict()
     changed = [k for k in ref if OrthrusForCausalLM.is_diffusion_parameter(k) and not torch.equal(ref[k], mine[k])]
     assert changed and all(torch.equal(ref[k], mine[k]) for k in ref if not OrthrusForCausalLM.is_diffusion_parameter(k))
     # fp32 Orthrus decoding of the trained model is exactly its AR view's
-    for _, ids in T.eval_prompt_ids(eval_prompts, fresh.tokenizer, 2):
+    for _, ids in eval_prompt_ids(eval_prompts, fresh.tokenizer, 2):
         ids = torch.tensor(ids)
         ar = orthrus.generate(model, ids, mode="ar", max_new_tokens=40)
         orth = orthrus.generate(model, ids, mode="orthrus", max_new_tokens=40)
@@ -242,7 +272,7 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path, teacher, corpus):
     s = {**FAST, "max_steps": 7, "save_every": 2, "eval_per_domain": 0, "objective": "mix", "mask_token_id": 280}
-    T.train(s, teacher, [corpus], tmp_path / "a", progress=False)
+    train(s, teacher, [corpus], tmp_path / "a", progress=False)
 
     class Killed(Exception):
         pass
@@ -252,11 +282,11 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, teacher, corpus):
             raise Killed
 
     with pytest.raises(Killed):
-        T.train(s, teacher, [corpus], tmp_path / "b", progress=False, on_step=kill)
+        train(s, teacher, [corpus], tmp_path / "b", progress=False, on_step=kill)
     assert not (tmp_path / "b").exists()
     assert {p.name for p in (tmp_path / "b.ckpt" / "last").iterdir()} == {"tensors.safetensors", "state.json"}
     assert json.loads((tmp_path / "b.ckpt" / "last" / "state.json").read_text())["step"] == 4
-    T.train(s, teacher, [corpus], tmp_path / "b", progress=False)
+    train(s, teacher, [corpus], tmp_path / "b", progress=False)
     wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     la, lb = pd.read_csv(tmp_path / "a" / "train_log.csv"), pd.read_csv(tmp_path / "b" / "train_log.csv")
@@ -301,26 +331,24 @@ def test_changed_teacher_weights_at_the_same_path_start_afresh(tmp_path, teacher
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        T.train(s, t, [corpus], tmp_path / "m", progress=False, on_step=kill)
+        train(s, t, [corpus], tmp_path / "m", progress=False, on_step=kill)
     weights = load_file(t / "model.safetensors")
     before = file_digest(t / "model.safetensors")
     save_file({k: v * 1.01 for k, v in weights.items()}, t / "model.safetensors")  # same size, same path
     assert file_digest(t / "model.safetensors") != before  # the stale record beside it is not trusted
     capsys.readouterr()
-    T.train(s, t, [corpus], tmp_path / "m", progress=False)
+    train(s, t, [corpus], tmp_path / "m", progress=False)
     err = capsys.readouterr().err
     assert "fresh start" in err and "changed: teacher" in err and "resumed" not in err
 
 
 def test_two_process_ddp_matches_one_process(tmp_path, teacher, corpus):
     s = {**FAST, "max_steps": 4, "batch_size": 2, "eval_per_domain": 0}
-    T.train({**s, "grad_accum": 2}, teacher, [corpus], tmp_path / "one", progress=False)
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"models": {"m": s}}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(T.__file__).parents[1])}
+    train({**s, "grad_accum": 2}, teacher, [corpus], tmp_path / "one", progress=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(orthrus.__file__).parents[1])}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "orthrus.cli", "train", "--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg),
-           "--model", "m", "--out", str(tmp_path / "two"), "--threads", "1", "--no-progress"]
+           "-m", "orthrus.cli", "train", "--teacher", str(teacher), "--corpus", str(corpus), "--config", json.dumps(s),
+           "--out", str(tmp_path / "two"), "--threads", "1", "--no-progress"]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     one, two = pd.read_csv(tmp_path / "one" / "train_log.csv"), pd.read_csv(tmp_path / "two" / "train_log.csv")

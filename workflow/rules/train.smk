@@ -7,7 +7,8 @@ rule train:
         directory(f"{R}/models/{{model}}"),
     params:
         teacher=teacher_path(),
-        cfg=lambda w: settings({"models": {w.model: config["models"][w.model]}}),
+        # the variant's own settings (a variant written without any is null in the config)
+        cfg=lambda w: settings(config["models"][w.model] or {}),
         # more than one GPU: data parallel, one process per GPU
         launch=lambda w, resources: launcher(resources.gpu),
     log:
@@ -24,5 +25,5 @@ rule train:
         ENV
     shell:
         "{params.launch} train --teacher {params.teacher:q} --corpus {input.corpus:q} --config {params.cfg:q}"
-        " --model {wildcards.model:q} --eval-prompts {input.eval:q} --threads {threads:q} --no-progress"
+        " --eval-prompts {input.eval:q} --threads {threads:q} --no-progress"
         " --out {output:q} > {log:q} 2>&1"

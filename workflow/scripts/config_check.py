@@ -7,7 +7,7 @@ workflow needs nothing else. Every problem is one line, `key.path: what is wrong
 
 Defaults from the schema are filled in, except inside objects marked `x-fill-defaults: false`
 (a variant's training settings and the tiny teacher's): their commands apply the same defaults
-(orthrus/train.py and orthrus/world/teacher.py DEFAULTS; a test keeps the schema in step), and
+(orthrus/distill/settings.py and orthrus/world/teacher.py DEFAULTS; a test keeps the schema in step), and
 filling them here would change the rules' params, hence rerun existing results.
 """
 from __future__ import annotations
