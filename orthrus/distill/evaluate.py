@@ -5,7 +5,6 @@ import numpy as np
 
 from orthrus.distill.dist import log
 
-EVAL_FIELDS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
 
 def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[int]]]:

@@ -5,10 +5,7 @@ import csv
 import json
 from pathlib import Path
 
-from orthrus.distill.evaluate import EVAL_FIELDS
-
-LOG_FIELDS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc",
-              "grad_norm"]
+from orthrus.contracts import TRAIN_EVAL_COLUMNS, TRAIN_LOG_COLUMNS
 
 
 class LiveLog:
@@ -34,10 +31,10 @@ def write_outputs(out_dir: Path, model, state: dict, summary: dict) -> None:
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         model.save_pretrained(str(tmp), safe_serialization=True)
-        _write_csv(tmp / "train_log.csv", state["log"], LOG_FIELDS)
+        _write_csv(tmp / "train_log.csv", state["log"], TRAIN_LOG_COLUMNS)
         (tmp / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in state["log"]))
         if state["eval"]:
-            _write_csv(tmp / "eval_log.csv", state["eval"], EVAL_FIELDS)
+            _write_csv(tmp / "eval_log.csv", state["eval"], TRAIN_EVAL_COLUMNS)
         write_json(tmp / "train_summary.json", summary)
 
 
