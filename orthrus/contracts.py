@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 # ---- vocabulary
 PRECISIONS = ("bf16", "fp16", "fp32")
+# sort key, most precise first (unknown precisions: len(PRECISION_RANK), last)
+PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
 # ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
 # model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import FIGURE_FORMATS as FORMATS
-from orthrus.contracts import FIGURES, SPECULATIVE
+from orthrus.contracts import FIGURES, PRECISION_RANK, SPECULATIVE
 from orthrus.io import save_figure
 
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
@@ -340,8 +340,7 @@ def fig_decoders(dec: pd.DataFrame):
         _empty(axes[0, 0], "no speculative-decoder match results")
         axes[0, 0].set_title("How lossless is each decoder?")
         return fig
-    order = {"fp32": 0, "fp16": 1, "bf16": 2}
-    precisions = sorted(dec["precision"].unique(), key=lambda p: order.get(p, 3))
+    precisions = sorted(dec["precision"].unique(), key=lambda p: PRECISION_RANK.get(p, len(PRECISION_RANK)))
     series = sorted(dec.groupby(["decoder", "model"]).groups, key=lambda k: (SPECULATIVE.index(k[0])
                                                                               if k[0] in SPECULATIVE else 9, k[1]))
     width = 0.7 / max(1, len(series))
