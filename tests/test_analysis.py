@@ -112,7 +112,7 @@ def test_columns_are_the_contract(world):
         "n_errors_excluded"]
     assert list(t["ppl_logit.csv"].columns) == [
         "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note",
-        "n_errors_excluded"]
+        "beta0", "curve_intercept", "n_errors_excluded"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -239,6 +239,53 @@ def test_logit_recovers_negative_slope():
     assert -16 < fit["beta1"] < -5
     assert fit["ci_low"] < fit["beta1"] < fit["ci_high"] < 0
     assert fit["p_value"] < 1e-6
+
+
+def test_logit_curve_is_the_fitted_model_at_the_mean_length_and_domain_mix():
+    """ppl_logit.csv's curve, sigmoid(curve_intercept + beta1 log PPL), is the reported model:
+    its mean linear predictor over the fitted rows is the model's, it is the model's P(match) at
+    the rows' mean length and domain shares for every PPL, and its mean over the rows is close to
+    the model's mean predicted probability (which is the observed match rate)."""
+    import statsmodels.formula.api as smf
+
+    d = _logit_df(500, 1)
+    fit = fit_ppl_logit(d)
+    res = smf.logit("match ~ np.log(ppl) + length + C(domain)",
+                    data=d.assign(match=d["match"].astype(int), length=d["length"].astype(float))).fit(disp=0)
+    assert fit["beta1"] == pytest.approx(res.params["np.log(ppl)"], rel=1e-12)
+    assert fit["beta0"] == pytest.approx(res.params["Intercept"], rel=1e-12)
+    eta = res.model.exog @ res.params.to_numpy()
+    curve = fit["curve_intercept"] + fit["beta1"] * np.log(d["ppl"].to_numpy())
+    assert curve.mean() == pytest.approx(eta.mean(), rel=1e-12)
+    mean_row = res.model.exog.mean(axis=0)
+    j = res.model.exog_names.index("np.log(ppl)")
+    for lp in (0.0, 0.3, 0.6):
+        x = mean_row.copy()
+        x[j] = lp
+        assert 1 / (1 + np.exp(-(fit["curve_intercept"] + fit["beta1"] * lp))) == pytest.approx(
+            1 / (1 + np.exp(-(x @ res.params.to_numpy()))), rel=1e-12)
+    p_curve = 1 / (1 + np.exp(-curve))
+    assert p_curve.mean() == pytest.approx(res.predict().mean(), abs=0.02)
+    assert res.predict().mean() == pytest.approx(d["match"].mean(), abs=1e-6)
+    # where beta1 cannot be estimated the curve cannot either
+    fit = fit_ppl_logit(d.assign(match=True))
+    assert math.isnan(fit["beta0"]) and math.isnan(fit["curve_intercept"])
+
+
+def test_match_vs_ppl_draws_the_reported_model(world):
+    """The figure's curve is ppl_logit.csv's, not a refit: one per estimated configuration."""
+    traj, logit = world["tables"]["trajectories.parquet"], world["tables"]["ppl_logit.csv"]
+    fig = figures.fig_match_vs_ppl(traj, logit)
+    curves = [ln for ln in fig.axes[0].lines if len(ln.get_xdata()) == 200]
+    est = logit[logit["curve_intercept"].notna()]
+    assert len(est) == 1 and len(curves) == 1  # bf16 estimated; fp32 all matched
+    r = est.iloc[0]
+    x = np.asarray(curves[0].get_xdata(), float)
+    expect = 1 / (1 + np.exp(-(r["curve_intercept"] + r["beta1"] * np.log(x))))
+    assert np.allclose(curves[0].get_ydata(), expect, rtol=1e-12, atol=0)
+    figures._plt().close(fig)
+    with pytest.raises(figures.FigureError, match="curve_intercept"):
+        figures.fig_match_vs_ppl(traj, logit.drop(columns="curve_intercept"))
 
 
 def test_logit_cannot_be_estimated():

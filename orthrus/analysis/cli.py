@@ -22,7 +22,8 @@ was not given are written with their header only):
                            `tpf_authors` for Orthrus only (its loop has a separate prefill)
 - `pairwise_match.csv`     match rate between every pair of decoding results
 - `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
-- `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL
+- `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL,
+                           and the fitted curve against PPL that `orthrus figures` draws
 - `forensics.csv`          margins / layers at the first divergence, per configuration
 - `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
 - `decoders.csv`           how lossless is each decoder: match rate (Wilson 95% CI) and mean tokens

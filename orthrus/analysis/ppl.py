@@ -1,6 +1,6 @@
 """Perplexity of the reference response against exact match: the mean PPL of matching and of
 diverging prompts (`ppl_by_match.csv`) and the logistic regression
-`match ~ log PPL + length + C(domain)` (`ppl_logit.csv`)."""
+`match ~ log PPL + length + C(domain)` (`ppl_logit.csv`), which `orthrus figures` draws."""
 from __future__ import annotations
 
 import math
@@ -97,23 +97,31 @@ def _fit_logit(formula: str, d: pd.DataFrame):
 
 
 def _estimates(res, alpha: float) -> dict:
-    """beta1 (log PPL) with its CI and p-value."""
+    """beta1 (log PPL) with its CI and p-value, and the curve `orthrus figures` draws:
+    P(match | ppl) = sigmoid(curve_intercept + beta1 * log ppl), where curve_intercept is the
+    intercept (beta0) plus the other terms (length, domain) averaged over the fitted rows."""
     beta, se = float(res.params[LOG_PPL]), float(res.bse[LOG_PPL])
     if not (math.isfinite(beta) and math.isfinite(se)):
         raise _NotEstimable("not estimable (non-finite coefficient or standard error)")
     ci = res.conf_int(alpha=alpha).loc[LOG_PPL]
-    return dict(beta1=beta, ci_low=float(ci.iloc[0]), ci_high=float(ci.iloc[1]), p_value=float(res.pvalues[LOG_PPL]))
+    names = list(res.model.exog_names)
+    other = [i for i, name in enumerate(names) if name != LOG_PPL]
+    mean_row = np.asarray(res.model.exog, dtype=float).mean(axis=0)
+    params = np.asarray(res.params, dtype=float)
+    return dict(beta1=beta, ci_low=float(ci.iloc[0]), ci_high=float(ci.iloc[1]), p_value=float(res.pvalues[LOG_PPL]),
+                beta0=float(res.params["Intercept"]), curve_intercept=float(params[other] @ mean_row[other]))
 
 
 def fit_ppl_logit(df: pd.DataFrame, alpha: float = 0.05, min_rows: int = 10) -> dict:
-    """Fit `match ~ np.log(ppl) + length + C(domain)`; return beta1 (log PPL), its CI and p-value.
+    """Fit `match ~ np.log(ppl) + length + C(domain)`; return beta1 (log PPL), its CI and p-value,
+    and the parameters of the fitted curve (`_estimates`).
 
     `df` needs columns match (bool), ppl, length, domain. Never raises on data that cannot be
     estimated: the coefficients are NaN and `note` says why. Domains whose outcome is constant
     carry no information on beta1 (their dummy would diverge) and are dropped, with a note.
     """
     out = {"n": 0, "beta1": math.nan, "ci_low": math.nan, "ci_high": math.nan,
-           "p_value": math.nan, "note": ""}
+           "p_value": math.nan, "note": "", "beta0": math.nan, "curve_intercept": math.nan}
     d = _logit_rows(df)
     out["n"] = int(len(d))
     notes = []
