@@ -18,6 +18,7 @@ COMMANDS = {
     "figures": "orthrus.figures",
     "lm-eval": "orthrus.lmeval",
     "summary": "orthrus.summary",
+    "compare-tables": "orthrus.compare",
 }
 
 

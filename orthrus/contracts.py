@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 # ---- vocabulary
 PRECISIONS = ("bf16", "fp16", "fp32")
+# sort key, most precise first (unknown precisions: len(PRECISION_RANK), last)
+PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
 # ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
 # model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders
@@ -53,7 +55,7 @@ TPF_COLUMNS = CONFIG + TPF_RUN + ["domain", "n", "tpf_verify", "tpf_verify_ci", 
                                   "tpf_authors", "tpf_authors_ci"]
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
-PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note"]
+PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept"]
 DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify"]
 FORENSICS_SUMMARY_COLUMNS = CONFIG + ["n_divergences", "median_margin_native", "median_margin_fp32",
                                       "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer"]
@@ -82,11 +84,22 @@ BENCHMARK_AGREEMENT_COLUMNS = ["model", "decoder", "reference_model", "reference
                                "task", "metric", "n", "n_responses_differ", "n_answers_differ", "value", "reference_value", "score_diff",
                                "stderr", "reference_stderr", "combined_stderr", "paired_stderr", "within_stderr"]
 BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
+# what a table's columns mean, where its column names do not say it
+TABLE_NOTES = {
+    "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
+                     "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
+                     "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "
+                     "intercept, `curve_intercept` is `beta0` plus the length and domain terms averaged over the "
+                     "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
+                     "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
+                     "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
+}
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
 FIGURES = {
     "match_by_domain": "match rate per domain and precision, Wilson CI, one panel per attention",
-    "match_vs_ppl": "binned match probability against reference-response PPL, with the fitted logistic model",
+    "match_vs_ppl": "binned match probability against reference-response PPL, with the fitted logistic model "
+                    "of ppl_logit.csv (at the mean length and domain mix)",
     "survival": "fraction of trajectories still matching after t tokens",
     "first_divergence_hist": "histogram of first-divergence positions",
     "tpf_by_domain": "tokens per forward per domain (verify-only and all forwards)",
@@ -152,7 +165,8 @@ ARTEFACTS = {
 }
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus analyze", cols,
-                                "Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.")
+                                " ".join(["Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.",
+                                          *([TABLE_NOTES[name]] if name in TABLE_NOTES else [])]))
     for name, cols in TABLES.items()})
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin.")

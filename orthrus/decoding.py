@@ -64,6 +64,24 @@ def tpf_authors(accepted) -> float:
     return (1 + sum(accepted)) / (1 + len(accepted))
 
 
+def tokens_per_forward(n_tokens: int, n_prefill: float, n_diffusion: float, n_verify: float, accepted=None,
+                       undefined: float = math.nan) -> dict[str, float]:
+    """One response's tokens per forward from its recorded counts; the one place they are computed
+    (`generate`'s stats and `orthrus analyze`'s TPF tables).
+
+    `tpf_verify`: tokens / the model's forwards (prefill + verify); `tpf_all`: tokens / every
+    forward, the proposer's too (Orthrus's diffusion passes, an assisted draft model's);
+    `tpf_authors`: `tpf_authors(accepted)`, only where `accepted` is given and the loop had a
+    separate prefill (Orthrus's; transformers' assisted loop merges it into its first verification).
+    A value whose forwards are zero (or unrecorded, NaN) is `undefined`.
+    """
+    model_forwards = n_prefill + n_verify
+    all_forwards = model_forwards + n_diffusion
+    return {"tpf_verify": n_tokens / model_forwards if model_forwards > 0 else undefined,
+            "tpf_all": n_tokens / all_forwards if all_forwards > 0 else undefined,
+            "tpf_authors": tpf_authors(accepted) if accepted is not None and n_prefill > 0 else undefined}
+
+
 EOS_POLICIES = ("generation_config", "config")
 LAST_BLOCKS = ("full", "shorten")
 PREFILL_LOGITS = ("last", "all")
@@ -178,10 +196,8 @@ def generate(
     stats["seconds"] = time.perf_counter() - t0
     stats["n_tokens"] = len(tokens)
     stats["finish_reason"] = "eos" if tokens and tokens[-1] in eos else "length"
-    forwards_verify = stats["n_prefill"] + stats["n_verify"]
-    stats["tpf_verify"] = len(tokens) / forwards_verify if forwards_verify else 0.0
-    stats["tpf_all"] = len(tokens) / (forwards_verify + stats["n_diffusion"]) if forwards_verify else 0.0
-    stats["tpf_authors"] = tpf_authors(stats["accepted"]) if forwards_verify else 0.0
+    stats.update(tokens_per_forward(len(tokens), stats["n_prefill"], stats["n_diffusion"], stats["n_verify"],
+                                    stats["accepted"], undefined=0.0))
     return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import FIGURE_FORMATS as FORMATS
-from orthrus.contracts import FIGURES, SPECULATIVE
+from orthrus.contracts import FIGURES, PRECISION_RANK, SPECULATIVE
 from orthrus.io import save_figure
 
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
@@ -104,29 +104,27 @@ def fig_match_by_domain(mbd: pd.DataFrame):
     return fig
 
 
-def _simple_logit(logppl: np.ndarray, match: np.ndarray):
-    """(b0, b1) of logit P(match) = b0 + b1 log PPL, or None when it cannot be estimated."""
-    import warnings
-
-    import statsmodels.api as sm
-
-    if len(match) < 5 or np.unique(match).size < 2 or np.unique(logppl).size < 2:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = sm.Logit(match.astype(float), sm.add_constant(logppl)).fit(disp=0, maxiter=200)
-    except Exception:
-        return None
-    b = np.asarray(res.params, dtype=float)
-    if not res.mle_retvals.get("converged", True) or not np.all(np.isfinite(b)):
-        return None
-    return float(b[0]), float(b[1])
+def _logit_curves(logit: pd.DataFrame | None) -> dict[tuple, tuple[float, float]]:
+    """(model, decoder, precision, attention) -> (curve_intercept, beta1) of each estimated fit
+    in ppl_logit.csv: the model `orthrus analyze` reports, drawn at its mean length and domain mix."""
+    if logit is None:
+        return {}
+    keys = ["model", "decoder", "precision", "attention"]
+    _need(logit, keys + ["beta1", "curve_intercept"], "ppl_logit.csv")
+    out = {}
+    for r in logit.to_dict("records"):
+        b0, b1 = float(r["curve_intercept"]), float(r["beta1"])
+        if math.isfinite(b0) and math.isfinite(b1):
+            out[tuple(str(r[k]) for k in keys)] = (b0, b1)
+    return out
 
 
-def fig_match_vs_ppl(traj: pd.DataFrame, n_bins: int = 8):
+def fig_match_vs_ppl(traj: pd.DataFrame, logit: pd.DataFrame | None = None, n_bins: int = 8):
+    """Binned P(match) against the reference response's PPL, per speculative-decoder
+    configuration, with the logistic model of `logit` (ppl_logit.csv) where it was estimated."""
     from orthrus.stats import wilson_ci
 
+    curves = _logit_curves(logit)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("Match probability vs reference-response perplexity")
@@ -151,7 +149,7 @@ def fig_match_vs_ppl(traj: pd.DataFrame, n_bins: int = 8):
             hi.append(high)
         line = ax.errorbar(xs, ys, yerr=_errbar(ys, lo, hi), fmt="o", capsize=3,
                            label=f"{decoder} {model} {prec} {att} (n={len(g)})")
-        fit = _simple_logit(lp, m)
+        fit = curves.get((model, decoder, prec, att))
         if fit is not None:
             grid = np.linspace(lp.min(), lp.max(), 200)
             ax.plot(np.exp(grid), 1 / (1 + np.exp(-(fit[0] + fit[1] * grid))), "-",
@@ -340,8 +338,7 @@ def fig_decoders(dec: pd.DataFrame):
         _empty(axes[0, 0], "no speculative-decoder match results")
         axes[0, 0].set_title("How lossless is each decoder?")
         return fig
-    order = {"fp32": 0, "fp16": 1, "bf16": 2}
-    precisions = sorted(dec["precision"].unique(), key=lambda p: order.get(p, 3))
+    precisions = sorted(dec["precision"].unique(), key=lambda p: PRECISION_RANK.get(p, len(PRECISION_RANK)))
     series = sorted(dec.groupby(["decoder", "model"]).groups, key=lambda k: (SPECULATIVE.index(k[0])
                                                                               if k[0] in SPECULATIVE else 9, k[1]))
     width = 0.7 / max(1, len(series))
@@ -438,7 +435,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
 
     builders = {
         "match_by_domain": lambda: fig_match_by_domain(mbd),
-        "match_vs_ppl": lambda: fig_match_vs_ppl(traj),
+        "match_vs_ppl": lambda: fig_match_vs_ppl(traj, _read_table(tables_dir, "ppl_logit.csv", True)),
         "survival": lambda: fig_survival(traj),
         "first_divergence_hist": lambda: fig_first_divergence_hist(traj),
         "tpf_by_domain": lambda: fig_tpf_by_domain(tpf),

@@ -33,6 +33,15 @@ def atomic_path(path: str | os.PathLike):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def env_setting(env, key: str, default):
+    """One setting of a decoding row's `env` record (a JSON object; docs/DESIGN.md, "Decoding
+    result"); `default` where the record is missing, not JSON, or lacks the key."""
+    try:
+        return json.loads(env).get(key, default) if isinstance(env, str) else default
+    except json.JSONDecodeError:
+        return default
+
+
 def write_json(path, obj) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

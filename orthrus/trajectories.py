@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from .contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS
 from .decoding import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, generate
-from .io import write_parquet
+from .io import env_setting, write_parquet
 from .modeling import OrthrusForCausalLM
 from .precision import check_attention, configure, numerical_env
 from .chat import check_message, render_chat
@@ -56,10 +56,7 @@ DEFAULT_OPTIONS = {"eos": "generation_config", "last_block": "full", "prefill_lo
 def row_message(env) -> str:
     """The message format a decoding row's prompt was rendered with (its `env` record), so
     that later stages (perplexity, forensics) render the same prompt tokens."""
-    try:
-        return json.loads(env).get("message", "empty") if isinstance(env, str) else "empty"
-    except json.JSONDecodeError:
-        return "empty"
+    return env_setting(env, "message", "empty")
 
 
 def load(decoder: str, path: str, precision: str, attention: str, device: str = "cpu", deterministic: bool = True):

@@ -7,7 +7,12 @@ import pandas as pd
 import pytest
 
 from orthrus import analysis, figures
-from orthrus.analysis import AnalysisError, analyze, fit_ppl_logit
+from orthrus.analysis import AnalysisError, analyze
+from orthrus.analysis.load import load_forensics
+from orthrus.analysis.ppl import fit_ppl_logit
+from orthrus.analysis.uncertainty import forensics_summary, uncertainty_by_domain
+from orthrus.contracts import TABLES, UNCERTAINTY_COLUMNS
+from orthrus.stats import wilson_ci
 
 DOMAINS = ["code", "math", "qa"]
 N_PER_DOMAIN = 40
@@ -83,8 +88,8 @@ def world(tmp_path_factory):
 
 def test_columns_are_the_contract(world):
     t = world["tables"]
-    assert list(t) == list(analysis.TABLES)
-    for name, cols in analysis.TABLES.items():
+    assert list(t) == list(TABLES)
+    for name, cols in TABLES.items():
         assert list(t[name].columns) == cols, name
     assert list(t["match_overall.csv"].columns) == [
         "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high", "n_errors_excluded"]
@@ -94,7 +99,7 @@ def test_columns_are_the_contract(world):
     assert list(t["tpf_by_domain.csv"].columns) == [
         "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify",
         "tpf_verify_ci", "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
-    assert list(t["uncertainty_by_domain.csv"].columns) == analysis.UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
+    assert list(t["uncertainty_by_domain.csv"].columns) == UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
     assert list(t["decoders.csv"].columns) == [
         "precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
         "n_errors_excluded"]
@@ -107,7 +112,7 @@ def test_columns_are_the_contract(world):
         "n_errors_excluded"]
     assert list(t["ppl_logit.csv"].columns) == [
         "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note",
-        "n_errors_excluded"]
+        "beta0", "curve_intercept", "n_errors_excluded"]
 
 
 def test_match_rates_and_trajectories(world):
@@ -118,7 +123,7 @@ def test_match_rates_and_trajectories(world):
     assert 0.2 * n < k < 0.8 * n  # the construction gives a mixed outcome
     assert mo.loc[("orthrus", "bf16"), "n"] == n
     assert mo.loc[("orthrus", "bf16"), "match_rate"] == pytest.approx(k / n)
-    low, high = analysis.wilson_ci(k, n)
+    low, high = wilson_ci(k, n)
     assert mo.loc[("orthrus", "bf16"), "ci_low"] == pytest.approx(low)
     assert mo.loc[("orthrus", "bf16"), "ci_high"] == pytest.approx(high)
     assert mo.loc[("orthrus", "fp32"), "match_rate"] == 1.0
@@ -236,6 +241,53 @@ def test_logit_recovers_negative_slope():
     assert fit["p_value"] < 1e-6
 
 
+def test_logit_curve_is_the_fitted_model_at_the_mean_length_and_domain_mix():
+    """ppl_logit.csv's curve, sigmoid(curve_intercept + beta1 log PPL), is the reported model:
+    its mean linear predictor over the fitted rows is the model's, it is the model's P(match) at
+    the rows' mean length and domain shares for every PPL, and its mean over the rows is close to
+    the model's mean predicted probability (which is the observed match rate)."""
+    import statsmodels.formula.api as smf
+
+    d = _logit_df(500, 1)
+    fit = fit_ppl_logit(d)
+    res = smf.logit("match ~ np.log(ppl) + length + C(domain)",
+                    data=d.assign(match=d["match"].astype(int), length=d["length"].astype(float))).fit(disp=0)
+    assert fit["beta1"] == pytest.approx(res.params["np.log(ppl)"], rel=1e-12)
+    assert fit["beta0"] == pytest.approx(res.params["Intercept"], rel=1e-12)
+    eta = res.model.exog @ res.params.to_numpy()
+    curve = fit["curve_intercept"] + fit["beta1"] * np.log(d["ppl"].to_numpy())
+    assert curve.mean() == pytest.approx(eta.mean(), rel=1e-12)
+    mean_row = res.model.exog.mean(axis=0)
+    j = res.model.exog_names.index("np.log(ppl)")
+    for lp in (0.0, 0.3, 0.6):
+        x = mean_row.copy()
+        x[j] = lp
+        assert 1 / (1 + np.exp(-(fit["curve_intercept"] + fit["beta1"] * lp))) == pytest.approx(
+            1 / (1 + np.exp(-(x @ res.params.to_numpy()))), rel=1e-12)
+    p_curve = 1 / (1 + np.exp(-curve))
+    assert p_curve.mean() == pytest.approx(res.predict().mean(), abs=0.02)
+    assert res.predict().mean() == pytest.approx(d["match"].mean(), abs=1e-6)
+    # where beta1 cannot be estimated the curve cannot either
+    fit = fit_ppl_logit(d.assign(match=True))
+    assert math.isnan(fit["beta0"]) and math.isnan(fit["curve_intercept"])
+
+
+def test_match_vs_ppl_draws_the_reported_model(world):
+    """The figure's curve is ppl_logit.csv's, not a refit: one per estimated configuration."""
+    traj, logit = world["tables"]["trajectories.parquet"], world["tables"]["ppl_logit.csv"]
+    fig = figures.fig_match_vs_ppl(traj, logit)
+    curves = [ln for ln in fig.axes[0].lines if len(ln.get_xdata()) == 200]
+    est = logit[logit["curve_intercept"].notna()]
+    assert len(est) == 1 and len(curves) == 1  # bf16 estimated; fp32 all matched
+    r = est.iloc[0]
+    x = np.asarray(curves[0].get_xdata(), float)
+    expect = 1 / (1 + np.exp(-(r["curve_intercept"] + r["beta1"] * np.log(x))))
+    assert np.allclose(curves[0].get_ydata(), expect, rtol=1e-12, atol=0)
+    figures._plt().close(fig)
+    with pytest.raises(figures.FigureError, match="curve_intercept"):
+        figures.fig_match_vs_ppl(traj, logit.drop(columns="curve_intercept"))
+
+
 def test_logit_cannot_be_estimated():
     d = _logit_df(60, 2)
     for frame, words in [
@@ -260,7 +312,7 @@ def test_logit_cannot_be_estimated():
 
 def test_forensics_summary(world):
     fs = world["tables"]["forensics.csv"]
-    assert list(fs.columns) == analysis.TABLES["forensics.csv"]
+    assert list(fs.columns) == TABLES["forensics.csv"]
     assert len(fs) == 1
     r = fs.iloc[0]
     rows = world["fx_rows"]
@@ -272,7 +324,7 @@ def test_forensics_summary(world):
     assert r["frac_near_tie"] == pytest.approx(np.mean(margins < 0.125))
     assert r["mode_first_layer"] == 1
     # the threshold is a parameter
-    fs2 = analysis.forensics_summary(analysis.load_forensics(world["fx"]), near_tie=0.01)
+    fs2 = forensics_summary(load_forensics(world["fx"]), near_tie=0.01)
     assert fs2.iloc[0]["frac_near_tie"] == pytest.approx(np.mean(margins < 0.01))
     assert fs2.iloc[0]["near_tie_threshold"] == 0.01
 
@@ -306,11 +358,11 @@ def test_cli_and_figures(world, tmp_path):
     argv = ["--decode", *map(str, p.values()), "--reference", REF, "--ppl", str(world["ppl"]),
             "--forensics", str(world["fx"]), "--out-dir", str(out)]
     assert analysis.main(argv) == 0
-    for name in analysis.TABLES:
+    for name in TABLES:
         assert (out / name).stat().st_size > 0
         if name.endswith(".csv"):
             assert (out / name).with_suffix(".md").exists()
-            assert list(pd.read_csv(out / name).columns) == analysis.TABLES[name]
+            assert list(pd.read_csv(out / name).columns) == TABLES[name]
     figdir = tmp_path / "figs"
     assert figures.main(["--tables", str(out), "--out-dir", str(figdir)]) == 0
     _check_figures(figdir)
@@ -429,8 +481,6 @@ def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
 
 
 def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
-    from orthrus.analysis import uncertainty_by_domain
-
     rows = []
     for prec, margins in (("fp32", [0.0, 0.1, 0.5, 2.0]), ("bf16", [9.0, 9.0, 9.0, 9.0])):
         for att in ("eager", "sdpa"):
@@ -441,7 +491,7 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     path = tmp_path / "ppl.parquet"
     pd.DataFrame(rows).to_parquet(path)
     t = uncertainty_by_domain(path, REF, near_tie=0.125)
-    assert list(t.columns) == analysis.UNCERTAINTY_COLUMNS
+    assert list(t.columns) == UNCERTAINTY_COLUMNS
     t = t.set_index("domain")
     assert set(t["scored_precision"]) == {"fp32"} and set(t["scored_attention"]) == {"eager"}
     assert t.loc["poetry-en", "n_steps"] == 8 and t.loc["poetry-en", "near_tie_share"] == 0.5
@@ -477,7 +527,7 @@ def test_transformers_speculative_decoders_in_every_table_and_the_decoders_figur
     assert {"assisted", "prompt-lookup", "orthrus"} <= set(t["ppl_by_match.csv"]["decoder"])
     assert {"assisted", "prompt-lookup"} <= set(t["pairwise_match.csv"]["a_decoder"])
     dec = t["decoders.csv"]
-    assert list(dec.columns) == analysis.TABLES["decoders.csv"]
+    assert list(dec.columns) == TABLES["decoders.csv"]
     bf = dec[dec.precision == "bf16"]
     assert list(bf["decoder"]) == ["orthrus", "assisted", "prompt-lookup"]  # side by side, study order
     assert bf.set_index("decoder").loc["assisted", "tpf_verify"] == pytest.approx(2.0)

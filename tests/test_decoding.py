@@ -173,6 +173,36 @@ def test_tpf_authors_does_not_count_the_correction_token():
     assert s["n_verify"] == steps and s["tpf_verify"] == pytest.approx(s["tpf_authors"] + steps / (1 + steps))
 
 
+def test_tokens_per_forward_is_one_function_for_generate_and_the_tpf_table():
+    """generate's stats and orthrus analyze's per-prompt TPF come from the same counts through
+    the same function, and agree to the bit."""
+    import math
+
+    import pandas as pd
+
+    from orthrus.analysis.tpf import tpf_per_prompt
+    from orthrus.decoding import tokens_per_forward
+
+    t = tokens_per_forward(24, 1, 5, 5, [3, 4, 5, 6, 1])
+    assert t == {"tpf_verify": 24 / 6, "tpf_all": 24 / 11, "tpf_authors": (1 + 19) / 6}
+    assert math.isnan(tokens_per_forward(24, 1, 5, 5)["tpf_authors"])  # no accepted lengths: not Orthrus's loop
+    assert all(math.isnan(v) for v in tokens_per_forward(0, 0, 0, 0, []).values())
+    assert tokens_per_forward(0, 0, 0, 0, [], undefined=0.0) == dict.fromkeys(("tpf_verify", "tpf_all", "tpf_authors"), 0.0)
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    rows = []
+    for mode, n in (("orthrus", 50), ("orthrus", 49), ("ar", 20), ("orthrus", 0)):
+        out = orthrus.generate(model, torch.tensor([5, 6, 7]), mode=mode, max_new_tokens=n, eos_token_id=[])
+        s = out.stats
+        rows.append(dict(decoder="orthrus", tokens=out.tokens.tolist(), n_prefill=s["n_prefill"],
+                         n_diffusion=s["n_diffusion"], n_verify=s["n_verify"], accepted=s["accepted"], stats=s))
+    table = tpf_per_prompt(pd.DataFrame(rows))
+    for r, (_, t) in zip(rows, table.iterrows()):
+        for col in ("tpf_verify", "tpf_all", "tpf_authors"):
+            # generate reports 0.0 where nothing was decoded, the table NaN
+            assert r["stats"][col] == (0.0 if math.isnan(t[col]) else t[col]), (col, r["stats"][col], t[col])
+    assert rows[-1]["stats"]["tpf_verify"] == 0.0
+
+
 def test_eos_policies_config_vs_generation_config():
     """A model whose generation_config lists a second EOS id that the trajectory emits: the
     `generation_config` policy stops there, the `config` policy (the released loop) goes on."""

@@ -1,0 +1,142 @@
+"""`orthrus analyze`: trajectory-match tables from decoding results.
+
+    orthrus analyze --decode results/decode/*/*.parquet [--reference teacher]
+                    [--ppl ppl.parquet] [--forensics forensics.parquet]
+                    [--near-tie 0.125] --out-dir results/tables
+
+Inputs are decoding-result Parquet files (see docs/DESIGN.md, "Decoding result"). Every
+configuration (model, decoder in {orthrus, ar, assisted, prompt-lookup}, precision, attention)
+is compared, prompt by prompt, with the plain AR reference (`decoder == "ar-ref"`, `model ==
+--reference`) at the same precision and attention. The speculative decoders (Orthrus and
+transformers' assisted and prompt-lookup decoding) get the per-decoder tables: tokens per
+forward, perplexity by match, the logistic fit and the side-by-side `decoders.csv`.
+
+Outputs (always all of them, so a workflow can declare them; tables whose optional input
+was not given are written with their header only):
+
+- `trajectories.parquet`   per prompt comparison rows (used by `orthrus figures`)
+- `match_overall.csv`      exact-match rate with Wilson 95% CI (Tables 3 and 8)
+- `match_by_domain.csv`    the same per domain (Table 4)
+- `tpf_by_domain.csv`      tokens per forward of each speculative decoder (Table 2), per run
+                           setting (message format, max_new_tokens; from --decode and --tpf-decode);
+                           `tpf_authors` for Orthrus only (its loop has a separate prefill)
+- `pairwise_match.csv`     match rate between every pair of decoding results
+- `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
+- `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL,
+                           and the fitted curve against PPL that `orthrus figures` draws
+- `forensics.csv`          margins / layers at the first divergence, per configuration
+- `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
+- `decoders.csv`           how lossless is each decoder: match rate (Wilson 95% CI) and mean tokens
+                           per forward of orthrus, assisted and prompt-lookup side by side, per
+                           precision and attention
+- `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
+                           mean next-token entropy and the share of steps whose top-1/top-2
+                           margin is below the near-tie threshold (from the perplexity file)
+
+Each CSV gets a Markdown twin (`orthrus.io.write_table`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from orthrus.analysis.load import AnalysisError, error_counts, load_decode, load_forensics, load_ppl
+from orthrus.analysis.match import (
+    attach_ppl,
+    compare_trajectories,
+    decoders_table,
+    detect_reference,
+    match_by_domain,
+    match_overall,
+    pairwise_match,
+)
+from orthrus.analysis.ppl import ppl_by_match, ppl_logit
+from orthrus.analysis.tpf import tpf_table
+from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
+from orthrus.contracts import ERRORS, FORENSICS_ROW_COLUMNS, TABLES
+from orthrus.io import write_parquet, write_table
+
+
+def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
+            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=()) -> dict[str, pd.DataFrame]:
+    """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
+    decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only."""
+    decode, errors = load_decode(decode_paths)
+    tpf_decode, tpf_errors = decode, errors
+    if tpf_paths:
+        extra, extra_errors = load_decode(tpf_paths)
+        tpf_decode = pd.concat([decode, extra], ignore_index=True)
+        tpf_errors = pd.concat([errors, extra_errors], ignore_index=True)
+    if reference is None:
+        reference = detect_reference(decode)
+    ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
+    fx = load_forensics(forensics_path) if forensics_path is not None else None
+    traj = attach_ppl(compare_trajectories(decode, reference), ppl)
+    overall = match_overall(traj)
+    empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
+    tables = {
+        "trajectories.parquet": traj,
+        "match_overall.csv": overall,
+        "match_by_domain.csv": match_by_domain(traj),
+        "tpf_by_domain.csv": tpf_table(tpf_decode),
+        "pairwise_match.csv": pairwise_match(decode),
+        "ppl_by_match.csv": ppl_by_match(traj),
+        "ppl_logit.csv": ppl_logit(traj),
+        "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
+        "forensics_rows.parquet": fx if fx is not None else empty_fx,
+        "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
+        "decoders.csv": decoders_table(overall, decode),
+    }
+    for name, df in tables.items():
+        if name.endswith(".csv"):
+            errs = tpf_errors if name == "tpf_by_domain.csv" else errors
+            df[ERRORS] = pd.array(error_counts(name, df, errs, reference), dtype="int64")
+    return tables
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir) -> list[Path]:
+    """Write every table of TABLES (Parquet, or CSV with a Markdown twin) atomically."""
+    out_dir = Path(out_dir)
+    written = []
+    for name in TABLES:
+        df = tables[name]
+        path = out_dir / name
+        if name.endswith(".parquet"):
+            write_parquet(path, df)
+        else:
+            write_table(df, path)
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="orthrus analyze", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--decode", nargs="+", required=True, metavar="PARQUET",
+                    help="decoding-result Parquet files (all models, decoders, precisions)")
+    ap.add_argument("--reference", default=None,
+                    help="model name of the AR reference (decoder 'ar-ref'); inferred if unique")
+    ap.add_argument("--ppl", default=None, metavar="PARQUET",
+                    help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]")
+    ap.add_argument("--forensics", default=None, metavar="PARQUET",
+                    help="divergence forensics rows (orthrus forensics)")
+    ap.add_argument("--tpf-decode", nargs="*", default=[], metavar="PARQUET",
+                    help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
+    ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
+                    help="margin (logits) below which a divergence counts as a near-tie")
+    ap.add_argument("--out-dir", required=True, help="directory for the tables")
+    args = ap.parse_args(argv)
+    try:
+        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
+    except AnalysisError as exc:
+        sys.stderr.write(f"orthrus analyze: error: {exc}\n")
+        return 2
+    for p in write_tables(tables, args.out_dir):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Trajectory comparison with the AR reference and the match tables built on it: per prompt
+(`trajectories.parquet`), overall and per domain (Wilson 95% CI), between every pair of decoding
+results, and the speculative decoders side by side (`decoders.csv`)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from orthrus.analysis.load import AnalysisError, warn
+from orthrus.analysis.tpf import tpf_per_prompt
+from orthrus.contracts import (
+    COMPARED_DECODERS,
+    CONFIG,
+    DECODERS_COLUMNS,
+    MATCH_BY_DOMAIN_COLUMNS,
+    MATCH_OVERALL_COLUMNS,
+    PAIRWISE_COLUMNS,
+    REFERENCE_DECODER,
+    SPECULATIVE,
+    TRAJECTORY_COLUMNS,
+)
+from orthrus.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
+
+
+def detect_reference(decode: pd.DataFrame) -> str:
+    """The one model decoded with the reference decoder; AnalysisError when not unique."""
+    refs = sorted(decode.loc[decode["decoder"] == REFERENCE_DECODER, "model"].unique())
+    if len(refs) != 1:
+        raise AnalysisError(
+            f"cannot infer the reference model: decoder {REFERENCE_DECODER!r} has models {refs}; "
+            "pass --reference"
+        )
+    return refs[0]
+
+
+def _compare(rows: list, key: tuple, grp: pd.DataFrame, ref_tokens: dict, reference: str) -> int:
+    """Append one comparison row per prompt of `grp` to `rows`; the number without a reference."""
+    lost = 0
+    for pid, dom, toks in zip(grp["prompt_id"], grp["domain"], grp["tokens"]):
+        rt = ref_tokens.get(pid)
+        if rt is None:
+            lost += 1
+            continue
+        div = first_divergence(toks, rt)
+        rows.append((*key, reference, pid, dom, div is None, div, common_prefix_len(toks, rt),
+                     levenshtein(toks, rt) if div is not None else 0, len(toks), len(rt)))
+    return lost
+
+
+def _typed(out: pd.DataFrame) -> pd.DataFrame:
+    """The comparison rows with TRAJECTORY_COLUMNS' dtypes (ppl still NaN)."""
+    out["match"] = out["match"].astype(bool)
+    out["first_divergence"] = pd.array(
+        [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+         for v in out["first_divergence"]], dtype="Int64")
+    for c in ("common_prefix_len", "levenshtein", "n_tokens", "ref_n_tokens"):
+        out[c] = out[c].astype("int64")
+    out["ppl"] = np.nan
+    return out[TRAJECTORY_COLUMNS]
+
+
+def compare_trajectories(decode: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per-prompt comparison of every (model, decoder, precision, attention) with the reference."""
+    is_ref = (decode["decoder"] == REFERENCE_DECODER) & (decode["model"] == reference)
+    if not is_ref.any():
+        raise AnalysisError(
+            f"no decoding result with decoder {REFERENCE_DECODER!r} and model {reference!r} "
+            f"among the --decode files (reference models present: "
+            f"{sorted(decode.loc[decode['decoder'] == REFERENCE_DECODER, 'model'].unique())})"
+        )
+    ref = decode[is_ref]
+    cand = decode[decode["decoder"].isin(COMPARED_DECODERS)]
+    rows = []
+    for key, grp in cand.groupby(CONFIG, sort=True):
+        model, decoder, precision, attention = key
+        r = ref[(ref["precision"] == precision) & (ref["attention"] == attention)]
+        if r.empty:
+            warn(f"no reference {reference}/{REFERENCE_DECODER} at {precision}/{attention}; "
+                 f"skipping {model}/{decoder}")
+            continue
+        lost = _compare(rows, key, grp, dict(zip(r["prompt_id"], r["tokens"])), reference)
+        if lost:
+            warn(f"{model}/{decoder}/{precision}/{attention}: {lost} prompt(s) have no reference")
+    return _typed(pd.DataFrame(rows, columns=TRAJECTORY_COLUMNS[:-1]))
+
+
+def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None) -> pd.DataFrame:
+    """`traj` with each reference response's perplexity, joined on prompt (and precision and
+    attention where the perplexity file has several per prompt)."""
+    traj = traj.drop(columns="ppl")
+    if ppl is None or ppl.empty:
+        traj["ppl"] = np.nan
+    else:
+        keys = [k for k in ("prompt_id", "precision", "attention") if k in ppl.columns]
+        traj = traj.merge(ppl[keys + ["ppl"]], on=keys, how="left")
+        missing = traj["ppl"].isna() & traj["decoder"].isin(SPECULATIVE)
+        if missing.any():
+            warn(f"{int(missing.sum())} speculative-decoder trajectory row(s) have no perplexity")
+    return traj[TRAJECTORY_COLUMNS]
+
+
+def _rate_row(matches) -> dict:
+    m = np.asarray(matches, dtype=bool)
+    n, k = int(m.size), int(m.sum())
+    low, high = wilson_ci(k, n)
+    return {"n": n, "match_rate": k / n if n else math.nan, "ci_low": low, "ci_high": high}
+
+
+def match_overall(traj: pd.DataFrame) -> pd.DataFrame:
+    """Exact-match rate of each configuration, Wilson 95% CI."""
+    rows = [dict(zip(CONFIG, key), **_rate_row(g["match"])) for key, g in traj.groupby(CONFIG, sort=True)]
+    return pd.DataFrame(rows, columns=MATCH_OVERALL_COLUMNS)
+
+
+def match_by_domain(traj: pd.DataFrame) -> pd.DataFrame:
+    """match_overall per domain."""
+    keys = CONFIG + ["domain"]
+    rows = [dict(zip(keys, key), **_rate_row(g["match"])) for key, g in traj.groupby(keys, sort=True)]
+    return pd.DataFrame(rows, columns=MATCH_BY_DOMAIN_COLUMNS)
+
+
+def pairwise_match(decode: pd.DataFrame) -> pd.DataFrame:
+    """Match rate between every ordered pair of decoding results over their shared prompts."""
+    configs = {}
+    for key, g in decode.groupby(CONFIG, sort=True):
+        configs[key] = dict(zip(g["prompt_id"], g["tokens"]))
+    rows = []
+    keys = list(configs)
+    for ka in keys:
+        a = configs[ka]
+        for kb in keys:
+            b = configs[kb]
+            shared = a.keys() & b.keys()
+            if not shared:
+                continue
+            k = sum(a[p] == b[p] for p in shared)
+            rows.append(list(ka) + list(kb) + [len(shared), k / len(shared)])
+    return pd.DataFrame(rows, columns=PAIRWISE_COLUMNS)
+
+
+def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
+    """How lossless is each decoder: the speculative decoders' match rates (match_overall) side
+    by side per precision and attention, with their mean tokens per model forward."""
+    d = overall[overall["decoder"].isin(SPECULATIVE)]
+    tpf = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)]).groupby(CONFIG)["tpf_verify"].mean()
+    d = d.merge(tpf.rename("tpf_verify").reset_index(), on=CONFIG, how="left")
+    order = {k: i for i, k in enumerate(SPECULATIVE)}
+    d = d.sort_values(["precision", "attention", "decoder", "model"], key=lambda c: c.map(order) if c.name == "decoder" else c)
+    return d[DECODERS_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,51 @@
+"""Tokens per forward of the speculative decoders (Table 2), from the counts each decoding row
+recorded; the formulas are `orthrus.decoding.tokens_per_forward`, shared with `generate`."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
+from orthrus.io import env_setting
+from orthrus.stats import t_ci, t_halfwidth
+
+TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
+
+
+def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
+    """`d` with each prompt's tokens per forward (orthrus.decoding.tokens_per_forward):
+    `tpf_verify` (over the model's forwards: prefill + verify), `tpf_all` (over every forward,
+    the proposer's too: Orthrus's diffusion passes, the draft model's) and `tpf_authors`
+    (Orthrus only: the formula counts a separate prefill, which transformers' assisted loop
+    merges into its first verification). NaN where a prompt ran no such forward."""
+    from orthrus.decoding import tokens_per_forward
+
+    d = d.copy()
+    acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
+    pre, dif, ver = (pd.to_numeric(d[c], errors="coerce").to_numpy(float)
+                     for c in ("n_prefill", "n_diffusion", "n_verify"))
+    per_prompt = [tokens_per_forward(len(t), p, f, v, a if dec == "orthrus" else None)
+                  for t, p, f, v, a, dec in zip(d["tokens"], pre, dif, ver, acc, d["decoder"])]
+    for col in TPF_VALUES:
+        d[col] = np.array([x[col] for x in per_prompt], dtype=float)
+    return d
+
+
+def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per forward of each speculative decoder (tpf_per_prompt), per run setting, per
+    domain and over all prompts ('all')."""
+    d = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)])
+    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
+    d["message"] = [env_setting(e, "message", "empty") for e in env]
+    d["max_new_tokens"] = pd.array([env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
+    rows = []
+    keys = CONFIG + TPF_RUN
+    for key, g in d.groupby(keys, sort=True, dropna=False):
+        parts = [(dom, gd) for dom, gd in g.groupby("domain", sort=True)] + [("all", g)]
+        for dom, gd in parts:
+            stats = {}
+            for col in TPF_VALUES:
+                v = gd[col].dropna()
+                stats |= {col: t_ci(v)[0], f"{col}_ci": t_halfwidth(v)}
+            rows.append(dict(zip(keys, key), domain=dom, n=len(gd), **stats))
+    return pd.DataFrame(rows, columns=TPF_COLUMNS)
