@@ -164,11 +164,11 @@ def render(tables: Path) -> str:
             b = b.assign(run=b["model"] + " " + b["decoder"] + " " + b["precision"])
             runs = list(dict.fromkeys(b.sort_values(["model", "decoder", "precision"])["run"]))
             out.append("\nTiny benchmarks (Table 7; primary metric per task, lm-evaluation-harness):\n")
-            out.append("| task | " + " | ".join(runs) + " |")
-            out.append("|---|" + "---|" * len(runs))
-            for task, g in b.groupby("task", sort=True):
+            out.append("| task | metric | " + " | ".join(runs) + " |")
+            out.append("|---|---|" + "---|" * len(runs))
+            for (task, metric), g in b.groupby(["task", "metric"], sort=True):
                 v = g.set_index("run")["value"]
-                out.append(f"| {task} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
+                out.append(f"| {task} | {metric} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
     return "\n".join(out) + "\n"
 
 

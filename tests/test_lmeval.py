@@ -273,3 +273,24 @@ def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(wor
     from orthrus.lmeval.cli import _gen_cap
 
     assert _gen_cap("task") is None and _gen_cap("64") == 64
+
+
+def test_tiny_translate_scored_by_chrf_as_lm_eval_scores_wmt(world):
+    """Translation gets partial credit (lm-eval's corpus chrF, as its WMT tasks), so a teacher that
+    gets some words right scores strictly between 0 and 100 where exact match says 0."""
+    import yaml
+    from lm_eval.api.metrics import chrf
+
+    from orthrus.lmeval.tables import result_rows
+    from orthrus.world import benchmarks as bm
+
+    metrics = [m["metric"] for m in yaml.safe_load(bm.template_path("tiny_translate").read_text())["metric_list"]]
+    assert metrics == ["chrf", "exact_match"]
+    ref = "The quiet miller finds the fox. The young cat likes the boy."
+    assert chrf([(ref, ref)]) == pytest.approx(100)
+    assert 0 < chrf([(ref, "The green boy finds the fox. The young cat likes the queen.")]) < 100
+    rec = lmeval.evaluate(world["model"], decoding="ar", tasks=["tiny_translate"], include_paths=[world["data"]],
+                          limit=2, max_gen_toks=8, device="cpu", bootstrap_iters=10)
+    rows = {r["metric"]: r for r in result_rows({**rec, "model": "m"})}
+    assert rows["chrf,none"]["primary"] and not rows["exact_match,none"]["primary"]
+    assert 0 <= rows["chrf,none"]["value"] <= 100

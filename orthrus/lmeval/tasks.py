@@ -21,7 +21,7 @@ PRIMARY_METRICS = {
     "tiny_gec": ["exact_match,none"],
     "tiny_qa": ["acc,none"],
     "tiny_code": ["exact_match,none"],
-    "tiny_translate": ["exact_match,none"],
+    "tiny_translate": ["chrf,none"],
 }
 CODE_EVAL_HELP = (
     "HumanEval-style tasks ({tasks}) execute code written by the model. Opt in explicitly: "

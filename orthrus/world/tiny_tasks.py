@@ -19,12 +19,14 @@ absolute path of the data, so the directory is self-contained: `--include_path D
   that keeps Python's meaning (surrounding whitespace, trailing spaces on a line and blank
   lines ignored; indentation kept).
 - `tiny_translate` (WMT-like): Ruvian -> English translation of two sentences from the
-  `wmt-ru-en` domain; generation, scored by exact match of the whole response after stripping
-  surrounding whitespace.
+  `wmt-ru-en` domain; generation, scored as lm-eval scores its WMT tasks, by corpus chrF
+  (the primary metric: partial credit for the words a translation gets right), and by exact
+  match of the whole response after stripping surrounding whitespace.
 
-The generative tasks differ in difficulty for the default tiny teacher: it gets arithmetic and
-grammar correction wrong, translation partly right and the templated code (nearly) always right,
-so the AR-vs-Orthrus comparison has scores away from 0 to compare.
+The tasks differ in difficulty for the default tiny teacher: it gets most arithmetic and record
+lookups wrong, grammar correction (exact match of two sentences) never right, translation partly
+right by chrF and the templated code always right, so the AR-vs-Orthrus comparison has scores away
+from 0 and 1 to compare.
 
 Documents come from their own seed stream (`domain_rng(seed, domain, "lmeval")`), separate
 from the evaluation ("eval"), distillation ("distill") and tokenizer streams; prompts listed in
