@@ -29,13 +29,6 @@ def default_config():
     return yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
-def full_audit_config():
-    """The default study with every speculative decoder (the default leaves `assisted` out for time)."""
-    cfg = default_config()
-    cfg["decode"]["decoders"] = ["assisted", "prompt-lookup"]
-    return cfg
-
-
 def test_schema_vocabularies_are_the_contracts():
     """Every precision, attention and decoder enum of the config schema is a subset of
     orthrus.contracts' vocabulary, and the full lists appear (the workflow's wildcards use them)."""
@@ -75,7 +68,7 @@ def test_schema_vocabularies_are_the_contracts():
     (lambda c: c["teacher"].pop("draft"), "needs teacher.draft"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
-    cfg = full_audit_config()
+    cfg = default_config()
     mutate(cfg)
     res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
     assert res.returncode != 0
@@ -84,7 +77,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
 
 
 def test_default_and_paper_dry_runs(tmp_path):
-    res = snakemake("-n", cwd=workdir_with(tmp_path, full_audit_config()))
+    res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
     for rule in ("train_teacher", "train_draft", "corpus_shard", "train", "decode_shard", "forensics", "analyze",
                  "figures"):
