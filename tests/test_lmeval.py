@@ -282,9 +282,9 @@ def test_tiny_translate_scored_by_chrf_as_lm_eval_scores_wmt(world):
     from lm_eval.api.metrics import chrf
 
     from orthrus.lmeval.tables import result_rows
-    from orthrus.world import benchmarks as bm
+    from orthrus.world import tiny_tasks
 
-    metrics = [m["metric"] for m in yaml.safe_load(bm.template_path("tiny_translate").read_text())["metric_list"]]
+    metrics = [m["metric"] for m in yaml.safe_load(tiny_tasks.template_path("tiny_translate").read_text())["metric_list"]]
     assert metrics == ["chrf", "exact_match"]
     ref = "The quiet miller finds the fox. The young cat likes the boy."
     assert chrf([(ref, ref)]) == pytest.approx(100)
