@@ -145,6 +145,24 @@ wildcard_constraints:
 
 PRECISIONS = config["decode"]["precisions"]
 ATTENTIONS = config["decode"]["attentions"]
+# decode.grids: a narrower (precision, attention) grid for some of transformers' speculative decoders
+GRIDS = {d: g for d, g in (config["decode"].get("grids") or {}).items() if d in config["decode"]["decoders"]}
+
+
+def cells(decoder):
+    """The (precision, attention) pairs `decoder` runs over, in the grid's order."""
+    grid = GRIDS.get(decoder, {})
+    return [(p, a) for p in grid.get("precisions", PRECISIONS) for a in grid.get("attentions", ATTENTIONS)]
+
+
+def decode_groups():
+    """The decoding rules, one per grid, as (name, decoders, precisions, attentions). Each job decodes
+    every cell of its grid (one start-up), so a narrower grid needs its own rule."""
+    groups = [("decode_shard", [d for d in contracts.DECODERS if d not in GRIDS], PRECISIONS, ATTENTIONS)]
+    for d, grid in GRIDS.items():
+        groups.append((f"decode_shard_{d.replace('-', '_')}", [d], grid.get("precisions", PRECISIONS),
+                       grid.get("attentions", ATTENTIONS)))
+    return groups
 TRAINED = list(config.get("models", {}))
 EXTERNAL = config.get("external_models", {})
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
@@ -177,7 +195,7 @@ def model_arg(wildcards):
 def decode_files():
     """Every decoding result of the study: the reference and transformers' speculative decoders on
     the teacher, each model's Orthrus loop and AR view."""
-    files = expand(f"{R}/decode/{TEACHER}/{{d}}-{{p}}-{{a}}.parquet", d=HF_DECODERS, p=PRECISIONS, a=ATTENTIONS)
+    files = [f"{R}/decode/{TEACHER}/{d}-{p}-{a}.parquet" for d in HF_DECODERS for p, a in cells(d)]
     decoders = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
     files += expand(f"{R}/decode/{{m}}/{{d}}-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, d=decoders, p=PRECISIONS, a=ATTENTIONS)
     return files
@@ -202,13 +220,13 @@ def forensics_files():
 def forensics_decoded(wildcards):
     """The decoding results a forensics job explains, in (precision, attention) order."""
     decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
-    return expand(f"{R}/decode/{wildcards.model}/{{d}}-{{p}}-{{a}}.parquet", d=decoders, p=PRECISIONS, a=ATTENTIONS)
+    return [f"{R}/decode/{wildcards.model}/{d}-{p}-{a}.parquet" for d in decoders for p, a in cells(d)]
 
 
 def forensics_reference(wildcards):
     """The reference file paired with each of forensics_decoded's."""
-    n = len(TEACHER_DECODERS) if wildcards.model == TEACHER else 1
-    return expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) * n
+    decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
+    return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for d in decoders for p, a in cells(d)]
 
 
 def study_outputs():

@@ -160,6 +160,7 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
         problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
                         f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
     problems += _draft_problems(cfg, props)
+    problems += _grid_problems(cfg.get("decode") or {})
     model_defaults = _code_defaults(props["models"]["additionalProperties"])
     for name, s in models.items():
         s = {**model_defaults, **(s or {})}
@@ -186,6 +187,20 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
         problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
                         "is hf (the teacher answers the distillation prompts)")
     return [p for p in problems if p]
+
+
+def _grid_problems(decode: dict) -> list[str]:
+    """decode.grids: a decoder that runs, on a subset of the grid (its reference must exist)."""
+    problems = []
+    for decoder, grid in (decode.get("grids") or {}).items():
+        if decoder not in decode.get("decoders", []):
+            problems.append(f"decode.grids.{decoder}: {decoder!r} is not in decode.decoders {decode.get('decoders', [])}")
+        for key in ("precisions", "attentions"):
+            extra = [v for v in grid.get(key, []) if v not in decode.get(key, [])]
+            if extra:
+                problems.append(f"decode.grids.{decoder}.{key}: {extra} not in decode.{key} {decode.get(key)} "
+                                "(the ar-ref reference runs only there)")
+    return problems
 
 
 def _draft_problems(cfg: dict, props: dict) -> list[str]:
