@@ -82,11 +82,15 @@ def test_default_and_paper_dry_runs(tmp_path):
     for rule in ("train_teacher", "train_draft", "corpus_shard", "train", "decode_shard", "forensics", "analyze",
                  "figures"):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
-    # transformers' speculative decoders on the teacher, over the whole grid, and their forensics
-    grid = [f"{p}-{a}" for p in default_config()["decode"]["precisions"] for a in default_config()["decode"]["attentions"]]
+    # transformers' speculative decoders on the teacher, over their decode.grids grid, and their forensics
+    decode = default_config()["decode"]
     for decoder in ("assisted", "prompt-lookup"):
-        for pa in grid:
-            assert f"results/decode/teacher/{decoder}-{pa}.parquet" in res.stdout
+        grid = {"precisions": decode["precisions"], "attentions": decode["attentions"], **decode["grids"][decoder]}
+        for p in decode["precisions"]:
+            for a in decode["attentions"]:
+                wanted = p in grid["precisions"] and a in grid["attentions"]
+                assert (f"results/decode/teacher/{decoder}-{p}-{a}.parquet" in res.stdout) == wanted, (decoder, p, a)
+    assert re.search(r"^decode_shard_assisted\s+1$", res.stdout, re.M)
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
