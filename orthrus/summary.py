@@ -44,58 +44,70 @@ def diverging_setting(overall: pd.DataFrame) -> tuple[str, str]:
 
 def render(tables: Path) -> str:
     overall = _read(tables, "match_overall.csv")
-    by_domain = _read(tables, "match_by_domain.csv")
-    unc = _read(tables, "uncertainty_by_domain.csv")
+    prec, att = diverging_setting(overall)
     # rows of the Orthrus decoder only, where a table also holds other decoders
     ppl, logit, tpf = (t[t["decoder"] == "orthrus"] if "decoder" in t.columns else t
                        for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv")))
     orth = overall[overall["decoder"] == "orthrus"]
     models = sorted(orth["model"].unique())
-    prec, att = diverging_setting(overall)
-    out = []
+    out = _match_grid(orth, models)
+    out += _decoders(tables)
+    out += _by_domain(_read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv"), orth, models,
+                      prec, att)
+    out += _divergence_and_ppl(ppl, logit, models, prec, att)
+    out += _forensics(_read(tables, "forensics.csv"), _read(tables, "pairwise_match.csv"), prec, att)
+    out += _tpf(tpf, models)
+    out += _benchmarks(tables)
+    return "\n".join(out) + "\n"
 
-    # Tables 3 and 8: every precision x attention, models side by side
+
+def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:
+    """Tables 3 and 8: every precision x attention, models side by side."""
     attentions = sorted(orth["attention"].unique())
-    out.append(f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; "
-               f"n = {int(orth['n'].max())} prompts each):\n")
-    out.append("| precision | " + " | ".join(attentions) + " |")
-    out.append("|---|" + "---|" * len(attentions))
+    out = [f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; "
+           f"n = {int(orth['n'].max())} prompts each):\n",
+           "| precision | " + " | ".join(attentions) + " |",
+           "|---|" + "---|" * len(attentions)]
     for p in ("fp32", "fp16", "bf16"):
         cells = []
         for a in attentions:
             r = orth[(orth["precision"] == p) & (orth["attention"] == a)].set_index("model")["match_rate"]
-            if r.empty:
-                cells.append("-")
-            else:
-                cells.append(" / ".join(_f(r.get(m, math.nan)) for m in models))
+            cells.append("-" if r.empty else " / ".join(_f(r.get(m, math.nan)) for m in models))
         if any(c != "-" for c in cells):
             out.append(f"| {p} | " + " | ".join(cells) + " |")
+    return out
 
-    # How lossless is each speculative decoder
+
+def _decoders(tables: Path) -> list[str]:
+    """How lossless is each speculative decoder."""
     dec_path = tables / "decoders.csv"
     dec = pd.read_csv(dec_path) if dec_path.exists() else pd.DataFrame()
-    if len(dec) and dec["decoder"].nunique() > 1:
-        dec = dec.assign(run=dec["decoder"] + " (" + dec["model"] + ")")
-        runs = list(dict.fromkeys(dec["run"]))
-        out.append("\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR "
-                   "reference [Wilson 95% CI]; tokens per forward of the verified model:\n")
-        out.append("| precision | attention | " + " | ".join(runs) + " |")
-        out.append("|---|---|" + "---|" * len(runs))
-        for (p, a), g in dec.groupby(["precision", "attention"], sort=True):
-            r = g.set_index("run")
-            cells = [f"{_f(r.loc[x, 'match_rate'])} [{_f(r.loc[x, 'ci_low'])}, {_f(r.loc[x, 'ci_high'])}]; "
-                     f"{_f(r.loc[x, 'tpf_verify'])}" if x in r.index else "-" for x in runs]
-            out.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
+    if not len(dec) or dec["decoder"].nunique() < 2:
+        return []
+    dec = dec.assign(run=dec["decoder"] + " (" + dec["model"] + ")")
+    runs = list(dict.fromkeys(dec["run"]))
+    out = ["\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR "
+           "reference [Wilson 95% CI]; tokens per forward of the verified model:\n",
+           "| precision | attention | " + " | ".join(runs) + " |",
+           "|---|---|" + "---|" * len(runs)]
+    for (p, a), g in dec.groupby(["precision", "attention"], sort=True):
+        r = g.set_index("run")
+        cells = [f"{_f(r.loc[x, 'match_rate'])} [{_f(r.loc[x, 'ci_low'])}, {_f(r.loc[x, 'ci_high'])}]; "
+                 f"{_f(r.loc[x, 'tpf_verify'])}" if x in r.index else "-" for x in runs]
+        out.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
+    return out
 
-    # Table 4 beside the teacher's uncertainty
+
+def _by_domain(by_domain, unc, orth, models, prec, att) -> list[str]:
+    """Table 4 beside the teacher's uncertainty."""
     sel = by_domain[(by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec)
                     & (by_domain["attention"] == att)]
-    out.append(f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
-               f"greedy path (`uncertainty_by_domain.csv`: steps with a top-1/top-2 margin below "
-               f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}, as a share and per response), "
-               f"domains ordered by near-ties per response:\n")
-    out.append("| domain | declared | near-tie share | near-ties per response | entropy | " + " | ".join(models) + " |")
-    out.append("|---|---|---|---|---|" + "---|" * len(models))
+    out = [f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
+           f"greedy path (`uncertainty_by_domain.csv`: steps with a top-1/top-2 margin below "
+           f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}, as a share and per response), "
+           f"domains ordered by near-ties per response:\n",
+           "| domain | declared | near-tie share | near-ties per response | entropy | " + " | ".join(models) + " |",
+           "|---|---|---|---|---|" + "---|" * len(models)]
     u = unc.set_index("domain")
     for dom in u.sort_values("near_ties_per_prompt").index:
         rates = sel[sel["domain"] == dom].set_index("model")["match_rate"]
@@ -106,11 +118,14 @@ def render(tables: Path) -> str:
                    f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'near_ties_per_prompt'], 1)} | "
                    f"{_f(u.loc[dom, 'mean_entropy'])} | "
                    + " | ".join(_f(rates.get(m, math.nan)) for m in models) + " |")
+    return out
 
-    # Tables 5/6 and the divergence counts
-    out.append(f"\nDivergence and perplexity, {prec} with {att} (Tables 5 and 6):\n")
-    out.append("| model | diverging | PPL matching | PPL diverging | beta1 [95% CI] | p |")
-    out.append("|---|---|---|---|---|---|")
+
+def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
+    """Tables 5/6 and the divergence counts."""
+    out = [f"\nDivergence and perplexity, {prec} with {att} (Tables 5 and 6):\n",
+           "| model | diverging | PPL matching | PPL diverging | beta1 [95% CI] | p |",
+           "|---|---|---|---|---|---|"]
     for m in models:
         g = ppl[(ppl["model"] == m) & (ppl["precision"] == prec) & (ppl["attention"] == att)].set_index("matched")
         lg = logit[(logit["model"] == m) & (logit["precision"] == prec) & (logit["attention"] == att)]
@@ -121,18 +136,20 @@ def render(tables: Path) -> str:
         out.append(f"| {m} | {n_div} of {n_all} | {_f(g['mean_ppl'].get(True, math.nan), 3)} | "
                    f"{_f(g['mean_ppl'].get(False, math.nan), 3)} | {beta} | "
                    f"{'n/a' if lg is None else _p(float(lg['p_value']))} |")
+    return out
 
-    # Where the bits part (forensics) and how far plain AR moves with precision (pairwise)
-    fx = _read(tables, "forensics.csv")
+
+def _forensics(fx, pw, prec, att) -> list[str]:
+    """Where the bits part (forensics) and how far plain AR moves with precision (pairwise)."""
     fx = fx[(fx["decoder"] == "orthrus") & (fx["precision"] == prec) & (fx["attention"] == att)]
-    pw = _read(tables, "pairwise_match.csv")
     ar = pw[(pw["a_decoder"] == "ar-ref") & (pw["b_decoder"] == "ar-ref") & (pw["a_precision"] == prec)
             & (pw["b_precision"] == "fp32") & (pw["a_attention"] == att) & (pw["b_attention"] == att)]
+    out = []
     if len(fx):
-        out.append(f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n")
-        out.append("| model | divergences | median margin (own precision) | median margin (fp32) | "
-                   "near-tie share | exact-tie share | first differing layer (mode) |")
-        out.append("|---|---|---|---|---|---|---|")
+        out += [f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n",
+                "| model | divergences | median margin (own precision) | median margin (fp32) | "
+                "near-tie share | exact-tie share | first differing layer (mode) |",
+                "|---|---|---|---|---|---|---|"]
         for r in fx.sort_values("model").itertuples():
             out.append(f"| {r.model} | {r.n_divergences} | {_f(r.median_margin_native, 3)} | "
                        f"{_f(r.median_margin_fp32, 3)} | {_f(r.frac_near_tie)} | {_f(r.frac_exact_tie)} | "
@@ -140,8 +157,12 @@ def render(tables: Path) -> str:
     if len(ar):
         out.append(f"\nPlain AR decoding in {prec} ({att}) matches AR in fp32 on "
                    f"{_f(float(ar['match_rate'].iloc[0]))} of prompts (`pairwise_match.csv`).")
+    return out
 
-    # Table 2 (fp32: the trajectories are the reference's)
+
+def _tpf(tpf, models) -> list[str]:
+    """Table 2 (fp32: the trajectories are the reference's)."""
+    out = []
     t = tpf[(tpf["precision"] == "fp32")]
     if len(t):
         a0 = sorted(t["attention"].unique())[0]
@@ -154,8 +175,12 @@ def render(tables: Path) -> str:
             r = t[t["domain"] == dom].set_index("model")
             name = f"**{dom}**" if dom == "all" else dom
             out.append(f"| {name} | " + " | ".join(_f(r[c].get(m, math.nan)) for m in models for c in cols) + " |")
+    return out
 
-    # Table 7
+
+def _benchmarks(tables: Path) -> list[str]:
+    """Table 7."""
+    out = []
     bpath = tables / "benchmarks.csv"
     if bpath.exists():
         b = pd.read_csv(bpath)
@@ -169,7 +194,7 @@ def render(tables: Path) -> str:
             for (task, metric), g in b.groupby(["task", "metric"], sort=True):
                 v = g.set_index("run")["value"]
                 out.append(f"| {task} | {metric} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def replace_block(text: str, block: str) -> str:

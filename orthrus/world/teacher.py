@@ -161,9 +161,6 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
     import torch
     from transformers import GenerationConfig
 
-    from orthrus.checkpoint import record_model_digests
-    from orthrus.io import atomic_path
-    from orthrus.world.domains import DOMAINS, domain_rng, sample
     from orthrus.world.tokenizer import train_tokenizer
 
     cfg = {**DEFAULTS, **(cfg or {})}
@@ -180,32 +177,65 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
         tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
     model = make_model(cfg, tok)
     n_params = sum(p.numel() for p in model.parameters())
+    _say(verbose, f"{n_params / 1e6:.2f}M parameters, vocab {len(tok)} -> {model.config.vocab_size}")
+    log_rows, ema = _fit(model, tok, cfg, t0, verbose)
+    train_seconds = time.perf_counter() - t0
+    model.eval()
+    model.generation_config = GenerationConfig(
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+        do_sample=False, max_new_tokens=128)
+    ev = {}
+    if cfg["eval_per_domain"]:
+        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]),
+                         int(cfg["eval_max_new_tokens"]))
+        for d, r in ev.items():
+            _say(verbose, f"eval {d:12s} exact {r['exact']:.2f} distinct {r['distinct_outputs']:.2f}")
+    summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2),
+               "final_loss_ema": ema, "eval": ev}
+    _save(out_dir, model, tok, cfg, log_rows, summary)
+    return summary
+
+
+def _say(verbose: bool, msg: str) -> None:
     if verbose:
-        print(f"[teacher] {n_params / 1e6:.2f}M parameters, vocab {len(tok)} -> "
-              f"{model.config.vocab_size}", file=sys.stderr, flush=True)
+        print(f"[teacher] {msg}", file=sys.stderr, flush=True)
+
+
+def _batches(tok, cfg: dict):
+    """Endless training batches: pools of `length_buckets` batches of world samples (domains drawn
+    by `domain_weights`), sorted by length, cut into batches and shuffled."""
+    from orthrus.world.domains import DOMAINS, domain_rng, sample
 
     weights = cfg["domain_weights"] or {}
     w = [float(weights.get(d, 1.0)) for d in DOMAINS]
     data_rng = random.Random(f"teacher-data|{cfg['seed']}")
     dom_rngs = {d: domain_rng(cfg["seed"], d, "teacher-train") for d in DOMAINS}
+    bs, nb = int(cfg["batch_size"]), max(1, int(cfg["length_buckets"]))
+    while True:
+        doms = data_rng.choices(DOMAINS, weights=w, k=bs * nb)
+        pool = [_example(tok, *sample(d, dom_rngs[d]), cfg["max_len"]) for d in doms]
+        pool.sort(key=lambda e: len(e[0]))
+        queue = [pool[i * bs:(i + 1) * bs] for i in range(nb)]
+        data_rng.shuffle(queue)
+        while queue:
+            yield _batch(queue.pop(), tok.pad_token_id)
+
+
+def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], float | None]:
+    """The training loop: AdamW (decay on matrices only), the warm-up + cosine schedule, gradient
+    clipping; returns the log rows and the final loss EMA."""
+    import torch
+
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg["lr"], betas=(0.9, 0.95), eps=1e-8)
-    log_rows = []
+    log_rows, ema = [], None
     model.train()
-    ema = None
-    bs, nb = int(cfg["batch_size"]), max(1, int(cfg["length_buckets"]))
-    queue: list = []
+    batches = _batches(tok, cfg)
     for step in range(int(cfg["steps"])):
-        if not queue:  # sort a pool by length, cut it into batches, shuffle the batches
-            doms = data_rng.choices(DOMAINS, weights=w, k=bs * nb)
-            pool = [_example(tok, *sample(d, dom_rngs[d]), cfg["max_len"]) for d in doms]
-            pool.sort(key=lambda e: len(e[0]))
-            queue = [pool[i * bs:(i + 1) * bs] for i in range(nb)]
-            data_rng.shuffle(queue)
-        ids, att, lab = _batch(queue.pop(), tok.pad_token_id)
+        ids, att, lab = next(batches)
         lr = _lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -218,26 +248,16 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
         ema = lv if ema is None else 0.9 * ema + 0.1 * lv
         if step % cfg["log_every"] == 0 or step == cfg["steps"] - 1:
             el = time.perf_counter() - t0
-            log_rows.append({"step": step, "loss": round(lv, 5), "lr": lr,
-                             "seconds": round(el, 2)})
-            if verbose:
-                print(f"[teacher] step {step} loss {lv:.4f} (ema {ema:.4f}) lr {lr:.2e} "
-                      f"{el:.1f}s", file=sys.stderr, flush=True)
-    train_seconds = time.perf_counter() - t0
-    model.eval()
-    model.generation_config = GenerationConfig(
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-        do_sample=False, max_new_tokens=128)
-    ev = {}
-    if cfg["eval_per_domain"]:
-        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]),
-                         int(cfg["eval_max_new_tokens"]))
-        if verbose:
-            for d, r in ev.items():
-                print(f"[teacher] eval {d:12s} exact {r['exact']:.2f} distinct "
-                      f"{r['distinct_outputs']:.2f}", file=sys.stderr, flush=True)
-    summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2),
-               "final_loss_ema": ema, "eval": ev}
+            log_rows.append({"step": step, "loss": round(lv, 5), "lr": lr, "seconds": round(el, 2)})
+            _say(verbose, f"step {step} loss {lv:.4f} (ema {ema:.4f}) lr {lr:.2e} {el:.1f}s")
+    return log_rows, ema
+
+
+def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -> None:
+    """The Hugging Face folder, the training log, the settings and the summary (atomic)."""
+    from orthrus.checkpoint import record_model_digests
+    from orthrus.io import atomic_path
+
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         model.save_pretrained(str(tmp), safe_serialization=True)
@@ -249,7 +269,6 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
         (tmp / "teacher_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         (tmp / "teacher_eval.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_model_digests(tmp)  # hashed once, here: training fingerprints read the record
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
