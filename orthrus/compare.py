@@ -130,11 +130,11 @@ def table_files(directory: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(directory.iterdir()) if p.is_file() and p.suffix in SUFFIXES}
 
 
-def compare_dirs(dir_a, dir_b, ignore=()) -> list[TableComparison]:
-    """One comparison per table file of either directory, by file name."""
+def compare_dirs(dir_a, dir_b, ignore=(), common: bool = False) -> list[TableComparison]:
+    """One comparison per table file of either directory (of both, with `common`), by file name."""
     a, b = table_files(Path(dir_a)), table_files(Path(dir_b))
     out = []
-    for name in sorted(a.keys() | b.keys()):
+    for name in sorted(a.keys() & b.keys() if common else a.keys() | b.keys()):
         if name not in b:
             out.append(TableComparison(name, "only in A"))
         elif name not in a:
@@ -160,8 +160,10 @@ def main(argv=None) -> int:
     ap.add_argument("dir_b", metavar="DIR_B", help="the other (e.g. after it)")
     ap.add_argument("--ignore", action="append", default=[], metavar="COL",
                     help="leave this column out of every table (repeatable), e.g. timings")
+    ap.add_argument("--common", action="store_true",
+                    help="compare only the tables both directories hold (e.g. docs/results keeps the CSVs only)")
     args = ap.parse_args(argv)
-    rows = compare_dirs(args.dir_a, args.dir_b, args.ignore)
+    rows = compare_dirs(args.dir_a, args.dir_b, args.ignore, args.common)
     sys.stdout.write(format_report(rows, args.dir_a, args.dir_b))
     return 0 if rows and all(r.same for r in rows) else 1
 

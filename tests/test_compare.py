@@ -55,6 +55,8 @@ def test_a_file_in_one_directory_only(tables, capsys):
     assert main([str(a), str(b)]) == 1
     rows = {r.name: r.status for r in compare_dirs(a, b)}
     assert rows == {"extra.csv": "only in B", "match_overall.csv": "same", "trajectories.parquet": "only in A"}
+    assert main([str(a), str(b), "--common"]) == 0  # only the tables both hold
+    assert "1 table(s), 0 differ" in capsys.readouterr().out
 
 
 def test_ignore_leaves_columns_out(tables, capsys):
