@@ -6,7 +6,8 @@
 
 Shard I takes prompts I, I+N, I+2N, ... of the prompt file (in file order), so the N
 shards partition the prompts. Prompts are rendered with `orthrus.chat.render_chat`,
-batched in order of rendered length (stable), LEFT-padded and decoded greedily with
+batched in order of domain, then rendered length (answers of one domain have like lengths, and
+a batch runs until its longest), LEFT-padded and decoded greedily with
 `model.generate(do_sample=False)`. Padding is stripped; `response_ids` end at the first
 EOS (included) or after T tokens. A prompt too long for the teacher (`orthrus.prompts.
 length_error`, the rule every decoder follows too) is not generated: its row has an empty
@@ -104,9 +105,12 @@ def _eos_ids(model, tok) -> list[int]:
 
 
 def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
-                       max_new_tokens: int = 128, progress: bool = True, message: str = "empty") -> list[dict]:
+                       max_new_tokens: int = 128, progress: bool = True, message: str = "empty",
+                       groups: list[str] | None = None) -> list[dict]:
     """Greedy answers, one dict per prompt (in input order): prompt_ids, response_ids,
-    response, finish_reason."""
+    response, finish_reason. Batches are cut from the prompts sorted by `groups` (e.g. their
+    domains, whose answers have similar lengths), then by prompt length: a batch runs until its
+    longest answer, so answers of like length waste fewer rows."""
     import torch
     from tqdm import tqdm
 
@@ -121,7 +125,8 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
         error = length_error(len(ids), max_new_tokens, limit)
         if error:
             out[i] = {"prompt_ids": ids, "response_ids": [], "response": "", "finish_reason": "error", "error": error}
-    order = sorted((i for i in range(len(prompts)) if out[i] is None), key=lambda i: len(rendered[i]))  # stable
+    group = groups or [""] * len(prompts)
+    order = sorted((i for i in range(len(prompts)) if out[i] is None), key=lambda i: (group[i], len(rendered[i])))
     device = next(model.parameters()).device
     batches = [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
     for idx in tqdm(batches, desc="corpus", unit="batch", file=sys.stderr,
@@ -160,7 +165,8 @@ def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
     part = shard_prompts(df, shard, num_shards)
     model, tok = load_teacher(teacher, dtype=dtype, attention=attention, revision=revision)
     res = generate_responses(model, tok, list(part["prompt"]), batch_size=batch_size,
-                             max_new_tokens=max_new_tokens, progress=progress, message=message)
+                             max_new_tokens=max_new_tokens, progress=progress, message=message,
+                             groups=list(part["domain"]))
     rows = [{"prompt_id": r.prompt_id, "domain": r.domain, "prompt": r.prompt, **g,
              "teacher": teacher, "dtype": dtype, "batch_size": int(batch_size)}
             for r, g in zip(part.itertuples(index=False), res)]

@@ -141,6 +141,32 @@ def test_corpus_batch_matches_single(setup, tmp_path):
     assert [list(x) for x in a["response_ids"]] == [list(x) for x in b["response_ids"]]
 
 
+def test_corpus_batches_are_cut_by_domain(setup, monkeypatch):
+    """Answers of one domain have like lengths, and a batch runs until its longest: the stage cuts
+    batches from the prompts grouped by domain (then by length), and returns them in input order."""
+    from orthrus.chat import render_chat
+
+    model, tok = corpus.load_teacher(str(setup / "teacher"))
+    # by length alone the batches would be {w1, w2 w3} and {w3 w4 w5, w4 w5 w6 w7}: each mixed
+    prompts = ["w1", "w3 w4 w5", "w2 w3", "w4 w5 w6 w7"]
+    domains = ["math", "math", "qa", "qa"]
+    label = {tuple(render_chat(tok, p)): d for p, d in zip(prompts, domains)}
+    batches, generate = [], model.generate
+
+    def spy(input_ids, attention_mask, **kw):
+        batches.append(sorted(label[tuple(r[m.bool()].tolist())] for r, m in zip(input_ids, attention_mask)))
+        return generate(input_ids=input_ids, attention_mask=attention_mask, **kw)
+
+    monkeypatch.setattr(model, "generate", spy)
+    out = corpus.generate_responses(model, tok, prompts, batch_size=2, max_new_tokens=4, progress=False,
+                                    groups=domains)
+    assert sorted(batches) == [["math", "math"], ["qa", "qa"]]
+    assert [r["prompt_ids"] for r in out] == [render_chat(tok, p) for p in prompts]  # input order
+    batches.clear()
+    corpus.generate_responses(model, tok, prompts, batch_size=2, max_new_tokens=4, progress=False)
+    assert sorted(batches) == [["math", "qa"], ["math", "qa"]]
+
+
 def test_corpus_atomic_write_on_failure(setup, tmp_path, monkeypatch):
     root = setup
     out = tmp_path / "shard.parquet"
