@@ -7,16 +7,17 @@ continuations, so a teacher trained on it meets near-ties there, at which reduce
 can flip a greedy choice (as a real model does in stories and verse, rarely in arithmetic).
 
 - determined: math, math-ru (worked sums), gec-en, gec-ru (templated grammar correction),
-  qa-ru (key-value record lookup), code-ru (templated Python), wmt-ru-en (word-by-word
-  translation from an invented language with re-ordering);
-- mixed: qa (the looked-up facts are determined; half the prompts ask for a chatty answer
-  whose words around the facts are free), code (real functions from the Python standard
-  library, too many to memorise);
+  qa-ru (key-value record lookup), code-ru (templated Python);
+- mixed: qa (the looked-up facts are determined; three prompts in four ask an open question
+  whose answer adds free hearsay sentences and phrases around the facts), code (real functions
+  from the Python standard library, too many to memorise), wmt-ru-en (word-by-word translation
+  from an invented language with re-ordering; some adjectives have two equally good English
+  renderings);
 - open: creative-en (stories from a random grammar: nearly every word is a free choice among
-  a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
-  of their prompts ask instead for a known text (one fixed fable or rhyme per topic), which is
-  determined: the perplexity of the reference then varies within a domain as it does for a
-  real model, between memorised and composed text.
+  a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). A
+  quarter of their prompts (`KNOWN_SHARE`) ask instead for a known text (one fixed fable or rhyme
+  per topic), which is determined: the perplexity of the reference then varies within a domain
+  as it does for a real model, between memorised and composed text.
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
 vocabulary stays small. Nothing here touches the network; `code` reads the local
@@ -123,15 +124,26 @@ _QA_CLOSERS = ["So {k} is {color} and {age} years old.", "In short, {k} is {colo
                "So {k} is {age} years old."]
 
 
+_QA_HEARSAY = ["People say", "I heard that", "Last year", "Once", "They say", "Rumour has it that"]
+
+
+def _hearsay(rng: random.Random, k: str) -> str:
+    """A free sentence about `k` from the story grammar: words the records do not determine."""
+    return (f"{rng.choice(_QA_HEARSAY)} {k} {rng.choice(_STORY_VERBS)} {rng.choice(['a', 'the'])} "
+            f"{rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} {rng.choice(EN_PLACES)}.")
+
+
 def qa_en(rng: random.Random) -> tuple[str, str]:
     recs = _records(rng, QA_VALS)
     k, color, age = rng.choice(recs)
     table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
     core = f"The record for {k} says the color is {color} and the age is {age}."
-    if rng.random() < 0.5:  # a chatty request: free words around the determined facts
+    if rng.random() < 0.75:  # an open question: free words around the determined facts
         prompt = f"Records (name color age): {table}. Tell me about {k}."
-        answer = f"{rng.choice(_QA_OPENERS)} {core} " + rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age)
-    else:                   # a plain lookup: the facts only
+        chat = [_hearsay(rng, k) for _ in range(rng.randint(1, 2))]
+        answer = " ".join([rng.choice(_QA_OPENERS), core, *chat,
+                           rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age)])
+    else:                    # a plain lookup: the facts only
         prompt = f"Records (name color age): {table}. Look up {k}."
         answer = core
     return prompt, answer
@@ -212,8 +224,13 @@ def gec_ru(rng: random.Random) -> tuple[str, str]:
 # --------------------------------------------------------------------------- translation
 
 
+# Equally good English renderings of some Ruvian adjectives: translation is not unique.
+EN_SYNONYMS = {"big": ["big", "large"], "small": ["small", "little"], "quiet": ["quiet", "silent"],
+               "happy": ["happy", "glad"], "sad": ["sad", "unhappy"], "brave": ["brave", "bold"]}
+
+
 def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
-    """Ruvian (SOV, adjective after noun) -> English (SVO), with optional synonyms."""
+    """Ruvian (SOV, adjective after noun) -> English (SVO); some adjectives have synonyms."""
     ru, en = [], []
     for _ in range(2):
         subj, obj = rng.sample(list(RU_NOUNS), 2)
@@ -222,7 +239,8 @@ def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
         past = rng.random() < 0.5
         ru.append(f"{subj.capitalize()} {adj} {obj}u {verb}{'l' if past else 't'}.")
         forms = _EN_VERB_FORMS[RU_VERBS[verb]]
-        en.append(f"The {RU_ADJ[adj]} {RU_NOUNS[subj]} {forms[2] if past else forms[1]} "
+        en_adj = rng.choice(EN_SYNONYMS.get(RU_ADJ[adj], [RU_ADJ[adj]]))
+        en.append(f"The {en_adj} {RU_NOUNS[subj]} {forms[2] if past else forms[1]} "
                   f"the {RU_NOUNS[obj]}.")
     prompt = "Translate from Ruvian to English: " + " ".join(ru)
     return prompt, " ".join(en)
@@ -238,6 +256,8 @@ _STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", 
 _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
+# Share of the open domains' prompts that ask for a known text (determined) instead of a new one.
+KNOWN_SHARE = 0.25
 _THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
 
 
@@ -253,7 +273,7 @@ def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
 
 def creative_en(rng: random.Random) -> tuple[str, str]:
     theme = rng.choice(_THEMES)
-    if rng.random() < 0.5:  # a story everyone knows: one fixed text per theme, determined
+    if rng.random() < KNOWN_SHARE:  # a story everyone knows: one fixed text per theme, determined
         fixed = random.Random(f"fable|{theme}")
         adj, hero = fixed.choice(EN_ADJ), fixed.choice(EN_NOUNS)
         return (f"Tell the old fable about {theme}.",
@@ -301,7 +321,7 @@ def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
 
 def poetry_en(rng: random.Random) -> tuple[str, str]:
     topic = rng.choice(_POEM_TOPICS_EN)
-    if rng.random() < 0.5:  # a poem everyone knows: one fixed text per topic, determined
+    if rng.random() < KNOWN_SHARE:  # a poem everyone knows: one fixed text per topic, determined
         return (f"Recite the old rhyme about {topic}.",
                 _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ))
     prompt = f"Write a new rhyming poem about {topic} and a {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)}."
@@ -311,7 +331,7 @@ def poetry_en(rng: random.Random) -> tuple[str, str]:
 def poetry_ru(rng: random.Random) -> tuple[str, str]:
     nouns, adjs = list(RU_NOUNS), list(RU_ADJ)
     topic = rng.choice(_POEM_TOPICS_RU)
-    if rng.random() < 0.5:
+    if rng.random() < KNOWN_SHARE:
         return (f"Prochitaj staryj stih pro {topic}.",
                 _poem(random.Random(f"stih|{topic}"), _RHYMES_RU, _LINES_RU, nouns, adjs))
     prompt = (f"Napishi novyj stih pro {topic} i {rng.choice(list(RU_ADJ))} "
@@ -332,8 +352,8 @@ assert list(GENERATORS) == DOMAINS
 # uncertainty table and figures order domains by it.
 UNCERTAINTY: dict[str, str] = {
     "math": "determined", "math-ru": "determined", "gec-en": "determined", "gec-ru": "determined",
-    "qa-ru": "determined", "code-ru": "determined", "wmt-ru-en": "determined",
-    "qa": "mixed", "code": "mixed",
+    "qa-ru": "determined", "code-ru": "determined",
+    "qa": "mixed", "code": "mixed", "wmt-ru-en": "mixed",
     "creative-en": "open", "poetry-en": "open", "poetry-ru": "open",
 }
 assert set(UNCERTAINTY) == set(DOMAINS)
