@@ -183,7 +183,17 @@ def test_end_to_end_smoke_study(tmp_path):
     overall = pd.read_csv(tables / "match_overall.csv")
     assert {"model", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"} <= set(overall.columns)
     orth = overall[overall.decoder == "orthrus"]
-    assert len(orth) == 4  # 1 model x 2 precisions x 2 attentions
+    # smoke-ce over 2 precisions x 2 attentions, smoke-kl over the narrower grid of decode.grids (sdpa only)
+    cells = lambda m: sorted(map(tuple, orth.loc[orth.model == m, ["precision", "attention"]].values.tolist()))
+    assert cells("smoke-ce") == [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+    assert cells("smoke-kl") == [("bf16", "sdpa"), ("fp32", "sdpa")] and len(orth) == 6
+    assert sorted(p.name for p in (work / "results/decode/smoke-kl").glob("*.parquet")) == [
+        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus") for p in ("bf16", "fp32")]
+    fx = pd.read_parquet(work / "results/forensics.parquet")
+    assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
+    from orthrus import summary
+    block = summary.render(tables)  # the README block: '-' where smoke-kl has no cell
+    assert re.search(r"^\| fp32 \| \S+ / - \| \S+ / \S+ \|$", block, re.M), block
     assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()
     # transformers' speculative decoders on the teacher: exact in fp32, side by side in decoders.csv
     hf = overall[overall.decoder.isin(["assisted", "prompt-lookup"])]
