@@ -36,8 +36,14 @@ def _p(x: float) -> str:
 
 
 def diverging_setting(overall: pd.DataFrame) -> tuple[str, str]:
-    """(precision, attention) where reduced-precision Orthrus diverges most: the study's setting."""
+    """(precision, attention) where reduced-precision Orthrus diverges most: the study's setting.
+    Among the cells every model ran where there are such (a model narrowed by decode.grids runs
+    fewer), so that the tables at that setting have every model."""
     d = overall[(overall["decoder"] == "orthrus") & overall["precision"].isin(REDUCED)]
+    n_models = d.groupby(["precision", "attention"])["model"].nunique()
+    shared = n_models[n_models == overall.loc[overall["decoder"] == "orthrus", "model"].nunique()].index
+    if len(shared):
+        d = d.set_index(["precision", "attention"]).loc[shared].reset_index()
     worst = d.groupby(["precision", "attention"])["match_rate"].mean().idxmin()
     return str(worst[0]), str(worst[1])
 
@@ -62,19 +68,24 @@ def render(tables: Path) -> str:
 
 
 def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:
-    """Tables 3 and 8: every precision x attention, models side by side."""
+    """Tables 3 and 8: every precision x attention, models side by side; `-` for a model that did
+    not run a cell (a narrower decode.grids grid), said below the table."""
     attentions = sorted(orth["attention"].unique())
     out = [f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; "
            f"n = {int(orth['n'].max())} prompts each):\n",
            "| precision | " + " | ".join(attentions) + " |",
            "|---|" + "---|" * len(attentions)]
+    narrowed = False
     for p in ("fp32", "fp16", "bf16"):
         cells = []
         for a in attentions:
             r = orth[(orth["precision"] == p) & (orth["attention"] == a)].set_index("model")["match_rate"]
-            cells.append("-" if r.empty else " / ".join(_f(r.get(m, math.nan)) for m in models))
+            narrowed |= not r.empty and any(m not in r.index for m in models)
+            cells.append("-" if r.empty else " / ".join(_f(r[m]) if m in r.index else "-" for m in models))
         if any(c != "-" for c in cells):
             out.append(f"| {p} | " + " | ".join(cells) + " |")
+    if narrowed:
+        out.append("\n`-`: no result in that cell (a model narrowed by `decode.grids` does not decode it).")
     return out
 
 
@@ -165,7 +176,9 @@ def _tpf(tpf, models) -> list[str]:
     out = []
     t = tpf[(tpf["precision"] == "fp32")]
     if len(t):
-        a0 = sorted(t["attention"].unique())[0]
+        # the first attention every model ran (one narrowed by decode.grids may lack some)
+        every = [a for a in sorted(t["attention"].unique()) if set(models) <= set(t.loc[t["attention"] == a, "model"])]
+        a0 = (every or sorted(t["attention"].unique()))[0]
         t = t[t["attention"] == a0]
         cols = [c for c in ("tpf_verify", "tpf_authors") if c in t.columns]
         out.append(f"\nTokens per forward, fp32, {a0} (Table 2; `tpf_verify` counts prefill and verify forwards):\n")

@@ -556,3 +556,46 @@ def test_speculative_decoders_error_rows_are_counted_in_their_rows(world, tmp_pa
     tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index(["decoder", "domain"])["n_errors_excluded"]
     assert tpf[("assisted", "code")] == 1 and tpf[("assisted", "all")] == 1 and tpf[("assisted", "qa")] == 0
     assert tpf[("prompt-lookup", "all")] == 0 and tpf[("orthrus", "all")] == 0
+
+
+def test_a_model_narrowed_by_decode_grids_in_every_table_and_figure(world, tmp_path):
+    """decode.grids narrows one Orthrus model to sdpa: the reference and the other model run eager
+    and sdpa. Every table holds exactly the cells each model ran (the full-grid model's rows as
+    without the narrowed one), and every figure is drawn."""
+    p = world["paths"]
+    paths = []
+    for key, model, attentions in (("ref-bf16", REF, ("eager", "sdpa")), ("ref-fp32", REF, ("eager", "sdpa")),
+                                   ("orth-bf16", MODEL, ("eager", "sdpa")), ("orth-fp32", MODEL, ("eager", "sdpa")),
+                                   ("ar-bf16", MODEL, ("eager", "sdpa")),
+                                   ("orth-bf16", "narrow", ("sdpa",)), ("orth-fp32", "narrow", ("sdpa",))):
+        for att in attentions:
+            path = tmp_path / f"{key}-{model}-{att}.parquet"
+            pd.read_parquet(p[key]).assign(model=model, attention=att).to_parquet(path, index=False)
+            paths.append(path)
+    fx = pd.read_parquet(world["fx"])
+    fx_path = tmp_path / "forensics.parquet"
+    pd.concat([fx, fx.assign(model="narrow", attention="sdpa")]).to_parquet(fx_path, index=False)
+    t = analyze(paths, REF, world["ppl"], fx_path)
+    cells = lambda df, m: sorted(map(tuple, df.loc[df.model == m, ["decoder", "precision", "attention"]]
+                                     .drop_duplicates().values.tolist()))
+    narrow = [("orthrus", "bf16", "sdpa"), ("orthrus", "fp32", "sdpa")]
+    full = sorted((d, pr, a) for d, pr in (("orthrus", "bf16"), ("orthrus", "fp32"), ("ar", "bf16"))
+                  for a in ("eager", "sdpa"))
+    for name in ("match_overall.csv", "match_by_domain.csv", "trajectories.parquet"):
+        assert cells(t[name], "narrow") == narrow and cells(t[name], MODEL) == full, name
+    for name in ("tpf_by_domain.csv", "ppl_by_match.csv", "ppl_logit.csv", "decoders.csv"):
+        assert cells(t[name], "narrow") == narrow, name
+        assert cells(t[name], MODEL) == [c for c in full if c[0] == "orthrus"], name
+    assert cells(t["forensics.csv"], "narrow") == [narrow[0]]
+    pw = t["pairwise_match.csv"]
+    assert set(pw.loc[pw.a_model == "narrow", "a_attention"]) == {"sdpa"}
+    assert len(pw) == (2 * 2 + 6 + 2) ** 2  # every pair of the 12 decoding results
+    # the full-grid model's numbers are those it gets without the narrowed model beside it
+    alone = analyze([x for x in paths if "-narrow-" not in x.name], REF, world["ppl"], fx_path)
+    for name in ("match_overall.csv", "tpf_by_domain.csv", "ppl_by_match.csv", "decoders.csv"):
+        a = alone[name][alone[name].model == MODEL].reset_index(drop=True)
+        b = t[name][t[name].model == MODEL].reset_index(drop=True)
+        pd.testing.assert_frame_equal(a, b)
+    analysis.write_tables(t, tmp_path / "tables")
+    assert figures.main(["--tables", str(tmp_path / "tables"), "--out-dir", str(tmp_path / "figs")]) == 0
+    _check_figures(tmp_path / "figs")

@@ -133,7 +133,14 @@ BAD = [
     ("decoders duplicate", _set("decode.decoders", ["assisted", "assisted"]), "decode.decoders"),
     ("decoders not a list", _set("decode.decoders", "assisted"), "decode.decoders"),
     ("prompt lookup tokens zero", _set("decode.prompt_lookup_tokens", 0), "decode.prompt_lookup_tokens"),
-    ("grid of an unknown decoder", _set("decode.grids", {"medusa": {"attentions": ["sdpa"]}}), "decode.grids"),
+    ("grid of an unknown decoder", _set("decode.grids", {"medusa": {"attentions": ["sdpa"]}}), "decode.grids.medusa"),
+    # decode.grids may also narrow an Orthrus model (its Orthrus loop and AR view)
+    ("grid of an unknown model", _set("decode.grids", {"smoke-k9": {"attentions": ["sdpa"]}}), "decode.grids.smoke-k9"),
+    ("grid of a model outside the decode grid", _set("decode.grids", {"smoke-ce": {"attentions": ["flash_attention_2"]}}),
+     "decode.grids.smoke-ce.attentions"),
+    ("grid of a model and a decoder", _both(_set("models.assisted", {}), _set("decode.grids.assisted", {})),
+     "decode.grids.assisted"),
+    ("grid bad name", _set("decode.grids", {"smoke ce": {}}), "decode.grids"),
     ("grid of a decoder not run", _set("decode.decoders", ["assisted"]), "decode.grids.prompt-lookup"),
     ("grid outside the decode grid", _set("decode.grids", {"assisted": {"precisions": ["fp16"]}}),
      "decode.grids.assisted.precisions"),
@@ -239,6 +246,25 @@ def test_paper_protocol_sources_are_accepted(tmp_path):
     cc.check_config(cfg, SCHEMA)
     cfg["prompts"]["eval_file"] = "https://example.org/speed_evaluation_dataset.json"
     cc.check_config(cfg, SCHEMA)
+
+
+def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
+    """decode.grids takes a speculative decoder that runs or a trained / external Orthrus model; an
+    unknown key is named with what it may be."""
+    (tmp_path / "orthrus").mkdir()
+    (tmp_path / "orthrus" / "config.json").write_text("{}")
+    cfg = copy.deepcopy(SMOKE)
+    cfg["models"] = {"smoke-ce": cfg["models"]["smoke-ce"]}
+    cfg["external_models"] = {"ext": str(tmp_path / "orthrus")}
+    cfg["decode"]["grids"] = {"smoke-ce": {"attentions": ["sdpa"]}, "ext": {"precisions": ["fp32"]},
+                              "assisted": {"attentions": ["eager"]}}
+    cc.check_config(cfg, SCHEMA)
+    cfg["decode"]["grids"]["kl-k8"] = {"attentions": ["sdpa"]}
+    with pytest.raises(cc.ConfigError) as err:
+        cc.check_config(cfg, SCHEMA)
+    assert err.value.problems == [
+        "decode.grids.kl-k8: 'kl-k8' is neither a speculative decoder of decode.decoders ['assisted', "
+        "'prompt-lookup'] nor an Orthrus model of models / external_models ['smoke-ce', 'ext']"]
 
 
 def test_at_least_forty_malformed_configs():

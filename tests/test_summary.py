@@ -36,3 +36,41 @@ def test_missing_table_and_missing_markers_are_named(tmp_path):
         summary.render(tmp_path)
     with pytest.raises(ValueError, match="results:begin"):
         summary.replace_block("no markers here", "x")
+
+
+def _narrowed_run(tmp_path, model="kl-k8", attention="eager") -> Path:
+    """The committed run's tables as if decode.grids had kept `model` off `attention`."""
+    tables = tmp_path / "narrowed"
+    shutil.copytree(RUN, tables)
+    for path in tables.glob("*.csv"):
+        t = pd.read_csv(path)
+        if {"model", "attention"} <= set(t.columns):
+            t = t[~((t["model"] == model) & (t["attention"] == attention))]
+        elif "a_model" in t.columns:
+            t = t[~(((t["a_model"] == model) & (t["a_attention"] == attention))
+                    | ((t["b_model"] == model) & (t["b_attention"] == attention)))]
+        t.to_csv(path, index=False)
+    return tables
+
+
+def test_a_model_narrowed_by_decode_grids_is_rendered_with_dashes(tmp_path):
+    full = summary.render(RUN)
+    narrowed = summary.render(_narrowed_run(tmp_path))
+    assert "not decode it" not in full  # a full-grid run renders as before (the README check)
+    assert "| fp32 | 1.00 / - | 1.00 / 1.00 |" in narrowed
+    assert "`-`: no result in that cell (a model narrowed by `decode.grids` does not decode it)." in narrowed
+    # the per-domain, PPL and TPF tables stay at a setting both models ran, so no model is n/a there
+    assert "Per domain, bf16 with sdpa" in narrowed and "Tokens per forward, fp32, sdpa" in narrowed
+    block = narrowed.split("Divergence and perplexity", 1)[1].split("\n\n")[1]
+    assert "| kl-k8 |" in block and "n/a |" not in block.split("| kl-k8 |")[1].split("\n")[0]
+
+
+def test_diverging_setting_prefers_cells_every_model_ran():
+    """Model b ran sdpa only: eager's mean (a alone) is lower, but the setting is the shared sdpa."""
+    rows = [("a", "bf16", "eager", 0.5), ("a", "bf16", "sdpa", 0.9), ("b", "bf16", "sdpa", 0.2),
+            ("a", "fp32", "eager", 1.0), ("a", "fp32", "sdpa", 1.0), ("b", "fp32", "sdpa", 1.0)]
+    overall = pd.DataFrame(rows, columns=["model", "precision", "attention", "match_rate"]).assign(decoder="orthrus")
+    assert summary.diverging_setting(overall) == ("bf16", "sdpa")
+    # with no cell every model ran, the worst cell over all
+    overall = overall[~((overall.model == "b") & (overall.precision == "bf16"))]
+    assert summary.diverging_setting(overall) == ("bf16", "eager")

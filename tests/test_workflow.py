@@ -109,6 +109,66 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "--draft-path Qwen/Qwen3-0.6B" in shown and "--decoder prompt-lookup" in shown
 
 
+DECODED = re.compile(r"results/decode/([^/\s,]+)/([a-z-]+)-(bf16|fp16|fp32)-(eager|sdpa|flash_attention_2)\.parquet")
+
+
+def _jobs(dry_run: str) -> dict[str, str]:
+    """{output file: rule} of the jobs a `snakemake -n` prints."""
+    out = {}
+    for block in dry_run.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        outputs = re.search(r"^    output: (.*)$", block, re.M)
+        for f in outputs.group(1).split(", ") if outputs else []:
+            out[f] = rule
+    return out
+
+
+def test_decode_grids_narrow_an_orthrus_model(tmp_path):
+    """decode.grids narrows one Orthrus model (smoke-kl: sdpa only): its Orthrus loop, AR view and
+    forensics run exactly there, in one decoding rule of its own; smoke-klb (a name it begins) and
+    smoke-ce keep the full grid, and so does the ar-ref reference. No shard file matches two rules:
+    the narrowed model's out-of-grid cells have no rule at all."""
+    cfg = yaml.safe_load(SMOKE.read_text())
+    ce = cfg["models"]["smoke-ce"]
+    cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
+    cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"]}, "smoke-kl": {"attentions": ["sdpa"]}}
+    work = workdir_with(tmp_path, cfg)
+    res = snakemake("-n", "-p", cwd=work)
+    assert res.returncode == 0, res.stderr[-2000:]
+    full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+    sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
+    want = ({("teacher", d, p, a) for d in ("ar-ref", "assisted") for p, a in full}
+            | {("teacher", "prompt-lookup", p, a) for p, a in sdpa}
+            | {(m, d, p, a) for m in ("smoke-ce", "smoke-klb") for d in ("orthrus", "ar") for p, a in full}
+            | {("smoke-kl", d, p, a) for d in ("orthrus", "ar") for p, a in sdpa})
+    assert set(DECODED.findall(res.stdout)) == want
+    forensics = re.search(r"^    input: (.*)\n    output: results/forensics/smoke-kl\.parquet$", res.stdout, re.M)
+    assert set(DECODED.findall(forensics.group(1))) == (
+        {("smoke-kl", "orthrus", p, a) for p, a in sdpa} | {("teacher", "ar-ref", p, a) for p, a in sdpa})
+    # one job per model and decoder, each over its grid: the narrowed model's in a rule of its own
+    assert re.search(r"^decode_shard\s+6$", res.stdout, re.M)  # ar-ref, assisted, smoke-ce x 2, smoke-klb x 2
+    assert re.search(r"^decode_shard_model_smoke_kl\s+2$", res.stdout, re.M)
+    jobs = _jobs(res.stdout)
+    shards = {f: r for f, r in jobs.items() if "/shards/" in f}
+    assert len(shards) == len(want)
+    assert {r for f, r in shards.items() if f.startswith("results/decode/smoke-kl/")} == {"decode_shard_model_smoke_kl"}
+    assert {r for f, r in shards.items() if f.split("/")[2] in ("smoke-ce", "smoke-klb")} == {"decode_shard"}
+    assert ("--model-name smoke-kl --precision bf16 fp32 --attention sdpa " in res.stdout
+            and "--model-name smoke-klb --precision bf16 fp32 --attention eager sdpa " in res.stdout)
+    for target in ("results/decode/smoke-kl/shards/orthrus-bf16-eager/1-of-1.parquet",
+                   "results/decode/smoke-kl/shards/ar-fp32-eager/1-of-1.parquet"):
+        miss = snakemake("-n", target, cwd=work)
+        assert miss.returncode != 0 and "MissingRuleException" in miss.stdout + miss.stderr, target
+    # rule names stay identifiers, unique where two model names (or a model and a decoder) map alike
+    cfg["models"] = {m: cfg["models"]["smoke-ce"] for m in ("a.b", "a-b", "prompt_lookup")}
+    cfg["decode"]["grids"] = {m: {"precisions": ["fp32"]} for m in [*cfg["models"], "prompt-lookup"]}
+    listed = snakemake("--list-rules", cwd=workdir_with(tmp_path, cfg))
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    rules = re.findall(r"^(decode_shard\w*)$", listed.stdout, re.M)
+    assert sorted(rules) == ["decode_shard", "decode_shard_model_a_b", "decode_shard_model_a_b_2",
+                             "decode_shard_model_prompt_lookup", "decode_shard_prompt_lookup"], listed.stdout
+
+
 def test_lint_is_clean():
     res = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, res.stdout[-3000:]
@@ -123,7 +183,17 @@ def test_end_to_end_smoke_study(tmp_path):
     overall = pd.read_csv(tables / "match_overall.csv")
     assert {"model", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"} <= set(overall.columns)
     orth = overall[overall.decoder == "orthrus"]
-    assert len(orth) == 4  # 1 model x 2 precisions x 2 attentions
+    # smoke-ce over 2 precisions x 2 attentions, smoke-kl over the narrower grid of decode.grids (sdpa only)
+    cells = lambda m: sorted(map(tuple, orth.loc[orth.model == m, ["precision", "attention"]].values.tolist()))
+    assert cells("smoke-ce") == [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+    assert cells("smoke-kl") == [("bf16", "sdpa"), ("fp32", "sdpa")] and len(orth) == 6
+    assert sorted(p.name for p in (work / "results/decode/smoke-kl").glob("*.parquet")) == [
+        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus") for p in ("bf16", "fp32")]
+    fx = pd.read_parquet(work / "results/forensics.parquet")
+    assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
+    from orthrus import summary
+    block = summary.render(tables)  # the README block: '-' where smoke-kl has no cell
+    assert re.search(r"^\| fp32 \| \S+ / - \| \S+ / \S+ \|$", block, re.M), block
     assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()
     # transformers' speculative decoders on the teacher: exact in fp32, side by side in decoders.csv
     hf = overall[overall.decoder.isin(["assisted", "prompt-lookup"])]

@@ -1,6 +1,7 @@
 import glob
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
@@ -145,27 +146,73 @@ wildcard_constraints:
 
 PRECISIONS = config["decode"]["precisions"]
 ATTENTIONS = config["decode"]["attentions"]
-# decode.grids: a narrower (precision, attention) grid for some of transformers' speculative decoders
-GRIDS = {d: g for d, g in (config["decode"].get("grids") or {}).items() if d in config["decode"]["decoders"]}
-
-
-def cells(decoder):
-    """The (precision, attention) pairs `decoder` runs over, in the grid's order."""
-    grid = GRIDS.get(decoder, {})
-    return [(p, a) for p in grid.get("precisions", PRECISIONS) for a in grid.get("attentions", ATTENTIONS)]
-
-
-def decode_groups():
-    """The decoding rules, one per grid, as (name, decoders, precisions, attentions). Each job decodes
-    every cell of its grid (one start-up), so a narrower grid needs its own rule."""
-    groups = [("decode_shard", [d for d in contracts.DECODERS if d not in GRIDS], PRECISIONS, ATTENTIONS)]
-    for d, grid in GRIDS.items():
-        groups.append((f"decode_shard_{d.replace('-', '_')}", [d], grid.get("precisions", PRECISIONS),
-                       grid.get("attentions", ATTENTIONS)))
-    return groups
 TRAINED = list(config.get("models", {}))
 EXTERNAL = config.get("external_models", {})
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
+# decoders that run on an Orthrus model: its Orthrus loop and (decode.own_ar_view) its own AR view
+MODEL_DECODERS = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
+# decode.grids: a narrower (precision, attention) grid for some of transformers' speculative decoders
+# (a key of decode.decoders), or for an Orthrus model's loop and AR view (a key of models or
+# external_models); config_check.py rejects any other key. The ar-ref reference keeps the full grid.
+_GRIDS = config["decode"].get("grids") or {}
+GRIDS = {d: g for d, g in _GRIDS.items() if d in TEACHER_DECODERS and d not in ORTHRUS_MODELS}
+MODEL_GRIDS = {m: g for m, g in _GRIDS.items() if m in ORTHRUS_MODELS}
+
+
+def _grid(grid):
+    """(precisions, attentions) of a decode.grids entry, a key left out keeping the full list."""
+    return grid.get("precisions", PRECISIONS), grid.get("attentions", ATTENTIONS)
+
+
+def cells(decoder, model=None):
+    """The (precision, attention) pairs `decoder` runs over (on `model`, for an Orthrus model's
+    decoders), in the grid's order: a narrowed model's grid for its Orthrus loop and AR view, a
+    narrowed speculative decoder's grid, otherwise the full decode grid."""
+    if decoder in ("orthrus", "ar") and model in MODEL_GRIDS:
+        grid = MODEL_GRIDS[model]
+    else:
+        grid = GRIDS.get(decoder, {})
+    precisions, attentions = _grid(grid)
+    return [(p, a) for p in precisions for a in attentions]
+
+
+def _rule_name(base, used):
+    """`base` made a valid identifier for a rule, not one in `used` (a suffix makes it unique)."""
+    name = re.sub(r"\W", "_", base)
+    unique, i = name, 1
+    while unique in used:
+        i += 1
+        unique = f"{name}_{i}"
+    used.add(unique)
+    return unique
+
+
+def _not_models(names):
+    """A `model` wildcard constraint for any model name except `names` (whole names: excluding
+    kl-k8 keeps kl-k8b)."""
+    name = "[A-Za-z0-9_.-]"
+    if not names:
+        return f"{name}+"
+    return f"(?!(?:{'|'.join(map(re.escape, names))})(?!{name})){name}+"
+
+
+def decode_groups():
+    """The decoding rules, one per grid, as (name, decoders, models, precisions, attentions);
+    `models` is a `model` wildcard constraint. Each job decodes every cell of its grid (one
+    start-up), so a narrower grid needs its own rule: one per narrowed speculative decoder (any
+    model, i.e. the teacher) and one per narrowed Orthrus model (only that model, only its
+    Orthrus loop and AR view). The full-grid rule takes the other decoders on every other model,
+    so no file matches two rules."""
+    used = set()
+    groups = [(_rule_name("decode_shard", used), [d for d in contracts.DECODERS if d not in GRIDS],
+               _not_models(list(MODEL_GRIDS)), PRECISIONS, ATTENTIONS)]
+    for d, grid in GRIDS.items():
+        groups.append((_rule_name(f"decode_shard_{d}", used), [d], _not_models([]), *_grid(grid)))
+    for m, grid in MODEL_GRIDS.items():
+        groups.append((_rule_name(f"decode_shard_model_{m}", used), ["orthrus", "ar"], re.escape(m), *_grid(grid)))
+    return groups
+
+
 TABLE_FILES = list(contracts.TABLES)
 FIGURES = list(contracts.FIGURES)
 
@@ -196,8 +243,8 @@ def decode_files():
     """Every decoding result of the study: the reference and transformers' speculative decoders on
     the teacher, each model's Orthrus loop and AR view."""
     files = [f"{R}/decode/{TEACHER}/{d}-{p}-{a}.parquet" for d in HF_DECODERS for p, a in cells(d)]
-    decoders = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
-    files += expand(f"{R}/decode/{{m}}/{{d}}-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, d=decoders, p=PRECISIONS, a=ATTENTIONS)
+    files += [f"{R}/decode/{m}/{d}-{p}-{a}.parquet" for m in ORTHRUS_MODELS for d in MODEL_DECODERS
+              for p, a in cells(d, m)]
     return files
 
 
@@ -220,13 +267,13 @@ def forensics_files():
 def forensics_decoded(wildcards):
     """The decoding results a forensics job explains, in (precision, attention) order."""
     decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
-    return [f"{R}/decode/{wildcards.model}/{d}-{p}-{a}.parquet" for d in decoders for p, a in cells(d)]
+    return [f"{R}/decode/{wildcards.model}/{d}-{p}-{a}.parquet" for d in decoders for p, a in cells(d, wildcards.model)]
 
 
 def forensics_reference(wildcards):
     """The reference file paired with each of forensics_decoded's."""
     decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
-    return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for d in decoders for p, a in cells(d)]
+    return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for d in decoders for p, a in cells(d, wildcards.model)]
 
 
 def study_outputs():

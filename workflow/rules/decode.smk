@@ -1,5 +1,6 @@
-# One rule per decoding grid (decode_groups): the full grid, and each decoder that decode.grids narrows.
-for _name, _decoders, _precisions, _attentions in decode_groups():
+# One rule per decoding grid (decode_groups): the full grid, each speculative decoder that decode.grids
+# narrows, and each Orthrus model it narrows (that model's Orthrus loop and AR view).
+for _name, _decoders, _models, _precisions, _attentions in decode_groups():
 
     rule:
         name:
@@ -17,6 +18,7 @@ for _name, _decoders, _precisions, _attentions in decode_groups():
             ),
         wildcard_constraints:
             decoder="|".join(_decoders),
+            model=_models,
         params:
             precisions=_precisions,
             attentions=_attentions,

@@ -160,7 +160,7 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
         problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
                         f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
     problems += _draft_problems(cfg, props)
-    problems += _grid_problems(cfg.get("decode") or {})
+    problems += _grid_problems(cfg)
     model_defaults = _code_defaults(props["models"]["additionalProperties"])
     for name, s in models.items():
         s = {**model_defaults, **(s or {})}
@@ -189,16 +189,25 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     return [p for p in problems if p]
 
 
-def _grid_problems(decode: dict) -> list[str]:
-    """decode.grids: a decoder that runs, on a subset of the grid (its reference must exist)."""
+def _grid_problems(cfg: dict) -> list[str]:
+    """decode.grids: each key a speculative decoder that runs (decode.decoders) or an Orthrus model
+    (models, external_models), never both; each grid a subset of the decode grid (the ar-ref
+    reference runs only there)."""
+    decode = cfg.get("decode") or {}
+    decoders = list(decode.get("decoders") or [])
+    models = list(cfg.get("models") or {}) + list(cfg.get("external_models") or {})
     problems = []
-    for decoder, grid in (decode.get("grids") or {}).items():
-        if decoder not in decode.get("decoders", []):
-            problems.append(f"decode.grids.{decoder}: {decoder!r} is not in decode.decoders {decode.get('decoders', [])}")
-        for key in ("precisions", "attentions"):
-            extra = [v for v in grid.get(key, []) if v not in decode.get(key, [])]
+    for key, grid in (decode.get("grids") or {}).items():
+        if key in decoders and key in models:
+            problems.append(f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders and an Orthrus "
+                            "model; rename the model")
+        elif key not in decoders and key not in models:
+            problems.append(f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders "
+                            f"{decoders} nor an Orthrus model of models / external_models {models}")
+        for sub in ("precisions", "attentions"):
+            extra = [v for v in (grid or {}).get(sub, []) if v not in decode.get(sub, [])]
             if extra:
-                problems.append(f"decode.grids.{decoder}.{key}: {extra} not in decode.{key} {decode.get(key)} "
+                problems.append(f"decode.grids.{key}.{sub}: {extra} not in decode.{sub} {decode.get(sub)} "
                                 "(the ar-ref reference runs only there)")
     return problems
 
