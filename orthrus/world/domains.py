@@ -14,10 +14,10 @@ can flip a greedy choice (as a real model does in stories and verse, rarely in a
   from an invented language with re-ordering; some adjectives have two equally good English
   renderings);
 - open: creative-en (stories from a random grammar: nearly every word is a free choice among
-  a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). A
-  quarter of their prompts (`KNOWN_SHARE`) ask instead for a known text (one fixed fable or rhyme
-  per topic), which is determined: the perplexity of the reference then varies within a domain
-  as it does for a real model, between memorised and composed text.
+  a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
+  of their prompts (`KNOWN_SHARE`) ask instead for a known text (one fixed fable or rhyme per
+  topic), which is determined: the perplexity of the reference then varies within a domain as it
+  does for a real model, between memorised and composed text.
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
 vocabulary stays small. Nothing here touches the network; `code` reads the local
@@ -257,7 +257,7 @@ _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
 # Share of the open domains' prompts that ask for a known text (determined) instead of a new one.
-KNOWN_SHARE = 0.25
+KNOWN_SHARE = 0.5
 _THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
 
 
