@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -41,6 +42,37 @@ def test_math_answers_are_correct():
         p, a = domains.sample("math", rng)
         expr = p.removeprefix("Compute ").removesuffix(". Show the steps.")
         assert a.endswith(f"The answer is {eval(expr)}.")
+
+
+def test_qa_open_questions_add_free_words_around_the_determined_facts():
+    rng = domains.domain_rng(0, "qa", "test")
+    samples = [domains.sample("qa", rng) for _ in range(400)]
+    open_ = [(p, a) for p, a in samples if ". Tell me about " in p]
+    assert 0.65 < len(open_) / len(samples) < 0.85          # three prompts in four
+    for p, a in samples:
+        m = re.search(r"The record for (\w+) says the color is (\w+) and the age is (\d+)\.", a)
+        assert m, a                                         # the facts, as the tiny qa task reads them
+        name, color, age = m.groups()
+        assert f"{name} {color} {age}" in p                 # determined by the records in the prompt
+    # free words: the same facts come with different answers
+    assert len({a for _, a in open_}) == len(open_)
+    assert all(any(a.count(h) for h in domains._QA_HEARSAY) for _, a in open_)
+
+
+def test_translation_has_equally_good_renderings():
+    rng = domains.domain_rng(0, "wmt-ru-en", "test")
+    answers = " ".join(domains.sample("wmt-ru-en", rng)[1] for _ in range(300))
+    for words in domains.EN_SYNONYMS.values():
+        assert all(f" {w} " in answers for w in words), words
+    assert domains.UNCERTAINTY["wmt-ru-en"] == "mixed"
+
+
+def test_open_domains_mix_known_and_new_texts():
+    for d in ("creative-en", "poetry-en", "poetry-ru"):
+        rng = domains.domain_rng(0, d, "test")
+        prompts = [domains.sample(d, rng)[0] for _ in range(400)]
+        known = sum(("old fable" in p) or ("old rhyme" in p) or ("staryj stih" in p) for p in prompts)
+        assert abs(known / len(prompts) - domains.KNOWN_SHARE) < 0.1, (d, known)
 
 
 def test_code_uses_local_stdlib():
