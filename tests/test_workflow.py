@@ -63,9 +63,10 @@ def test_schema_vocabularies_are_the_contracts():
     (lambda c: c.pop("decode"), "decode"),
     (lambda c: c["decode"].__setitem__("decoders", ["medusa"]), "medusa"),
     # a hub draft cannot share the tiny teacher's tokenizer: rejected naming both
-    (lambda c: c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+    (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]),
+                c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"})),
      "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='tiny'"),
-    (lambda c: c["teacher"].pop("draft"), "needs teacher.draft"),
+    (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]), c["teacher"].pop("draft")), "needs teacher.draft"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
     cfg = default_config()
@@ -79,11 +80,18 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
 def test_default_and_paper_dry_runs(tmp_path):
     res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
-    for rule in ("train_teacher", "train_draft", "corpus_shard", "train", "decode_shard", "forensics", "analyze",
-                 "figures"):
+    for rule in ("train_teacher", "corpus_shard", "train", "decode_shard", "forensics", "analyze", "figures"):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
-    # transformers' speculative decoders on the teacher, over their decode.grids grid, and their forensics
-    decode = default_config()["decode"]
+    assert not re.search(r"^train_draft", res.stdout, re.M)  # no assisted decoder, no draft
+    # with `assisted` added as the README says: transformers' speculative decoders on the teacher, over
+    # their decode.grids grid, and their forensics
+    cfg = default_config()
+    cfg["decode"]["decoders"] = ["assisted", "prompt-lookup"]
+    cfg["decode"]["grids"]["assisted"] = {"precisions": ["bf16"], "attentions": ["sdpa"]}
+    res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(r"^train_draft\s+1$", res.stdout, re.M)
+    decode = cfg["decode"]
     for decoder in ("assisted", "prompt-lookup"):
         grid = {"precisions": decode["precisions"], "attentions": decode["attentions"], **decode["grids"][decoder]}
         for p in decode["precisions"]:

@@ -71,8 +71,23 @@ def test_open_domains_mix_known_and_new_texts():
     for d in ("creative-en", "poetry-en", "poetry-ru"):
         rng = domains.domain_rng(0, d, "test")
         prompts = [domains.sample(d, rng)[0] for _ in range(400)]
-        known = sum(("old fable" in p) or ("old rhyme" in p) or ("staryj stih" in p) for p in prompts)
-        assert abs(known / len(prompts) - domains.KNOWN_SHARE) < 0.1, (d, known)
+        known = [p for p in prompts if ("old fable" in p) or ("old rhyme" in p) or ("staryj stih" in p)]
+        assert abs(len(known) / len(prompts) - domains.KNOWN_SHARE) < 0.1, (d, len(known))
+        # few known texts (learnt by heart), many new prompts
+        assert len(set(known)) == domains.KNOWN_TEXTS and len(set(prompts) - set(known)) > 100, d
+
+
+def test_known_and_new_open_texts_have_the_same_length():
+    """Length must not tell a known text from a composed one (Table 6 adjusts for length)."""
+    for d in ("creative-en", "poetry-en", "poetry-ru"):
+        rng = domains.domain_rng(0, d, "test")
+        sizes = {True: set(), False: set()}
+        for _ in range(200):
+            p, a = domains.sample(d, rng)
+            known = ("old fable" in p) or ("old rhyme" in p) or ("staryj stih" in p)
+            sizes[known].add(a.count(".") if d == "creative-en" else a.count("\n") + 1)
+        expected = domains.STORY_EVENTS + 2 if d == "creative-en" else 4 * domains.POEM_STANZAS
+        assert sizes[True] == sizes[False] == {expected}, (d, sizes)
 
 
 def test_code_uses_local_stdlib():
@@ -102,6 +117,8 @@ def test_tokenizer_roundtrip_and_chat_template(world_tok):
         p, a = domains.sample(d, random.Random(0))
         for text in (p, a):
             assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    # every digit a token of its own, as in Qwen3 (numbers are the same for any vocabulary size)
+    assert [t for t in tok.tokenize("16 + 205") if any(c.isdigit() for c in t)] == ["1", "6", "2", "0", "5"]
     ids = render_chat(tok, "Compute 1 + 2.")
     text = tok.decode(ids)
     assert text == ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nCompute 1 + 2.<|im_end|>\n"

@@ -15,9 +15,9 @@ can flip a greedy choice (as a real model does in stories and verse, rarely in a
   renderings);
 - open: creative-en (stories from a random grammar: nearly every word is a free choice among
   a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
-  of their prompts (`KNOWN_SHARE`) ask instead for a known text (one fixed fable or rhyme per
-  topic), which is determined: the perplexity of the reference then varies within a domain as it
-  does for a real model, between memorised and composed text.
+  of their prompts (`KNOWN_SHARE`) ask instead for a known text (one of `KNOWN_TEXTS` fixed
+  fables or rhymes, as long as a new one), which is determined: the perplexity of the reference
+  then varies within a domain as it does for a real model, between memorised and composed text.
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
 vocabulary stays small. Nothing here touches the network; `code` reads the local
@@ -256,8 +256,16 @@ _STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", 
 _STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
                   "and the village sang all night.", "and the sky turned gold.",
                   "and that was the end of it.", "and they laughed until dawn."]
-# Share of the open domains' prompts that ask for a known text (determined) instead of a new one.
+# Share of the open domains' prompts that ask for a known text (determined) instead of a new one,
+# and how many known texts each open domain has: few enough that the teacher learns them by heart.
 KNOWN_SHARE = 0.5
+KNOWN_TEXTS = 3
+# A story's events and a poem's stanzas: open texts long enough that a greedy response meets
+# dozens of free choices (the study's divergences grow with them), short enough to fit the
+# default study's token budget (decode.max_new_tokens) whole. Known and new texts have the same
+# length, so that within a domain the reference's perplexity, not its length, tells them apart.
+STORY_EVENTS = 14
+POEM_STANZAS = 6
 _THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
 
 
@@ -272,15 +280,15 @@ def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
 
 
 def creative_en(rng: random.Random) -> tuple[str, str]:
-    theme = rng.choice(_THEMES)
     if rng.random() < KNOWN_SHARE:  # a story everyone knows: one fixed text per theme, determined
+        theme = rng.choice(_THEMES[:KNOWN_TEXTS])
         fixed = random.Random(f"fable|{theme}")
         adj, hero = fixed.choice(EN_ADJ), fixed.choice(EN_NOUNS)
         return (f"Tell the old fable about {theme}.",
-                _story(fixed, adj, hero, 6))
-    hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
+                _story(fixed, adj, hero, STORY_EVENTS))
+    theme, hero_adj, hero = rng.choice(_THEMES), rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
     prompt = f"Write a new story about a {hero_adj} {hero} and {theme}."
-    return prompt, _story(rng, hero_adj, hero, 7)
+    return prompt, _story(rng, hero_adj, hero, STORY_EVENTS)
 
 
 # --------------------------------------------------------------------------- poetry
@@ -305,7 +313,7 @@ _LINES_RU = ["{adj} {noun} idet v {w}", "ja poju pro {adj} {w}", "vse {noun}i sn
 _POEM_TOPICS_RU = ["more", "noch", "drug", "dozhd", "luna", "dom"]
 
 
-def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
+def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = POEM_STANZAS) -> str:
     out = []
     for _ in range(stanzas):
         scheme = rng.choice(["AABB", "ABAB", "ABBA"])
@@ -320,20 +328,22 @@ def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = 3) -> str:
 
 
 def poetry_en(rng: random.Random) -> tuple[str, str]:
-    topic = rng.choice(_POEM_TOPICS_EN)
     if rng.random() < KNOWN_SHARE:  # a poem everyone knows: one fixed text per topic, determined
+        topic = rng.choice(_POEM_TOPICS_EN[:KNOWN_TEXTS])
         return (f"Recite the old rhyme about {topic}.",
                 _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ))
+    topic = rng.choice(_POEM_TOPICS_EN)
     prompt = f"Write a new rhyming poem about {topic} and a {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)}."
     return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ)
 
 
 def poetry_ru(rng: random.Random) -> tuple[str, str]:
     nouns, adjs = list(RU_NOUNS), list(RU_ADJ)
-    topic = rng.choice(_POEM_TOPICS_RU)
     if rng.random() < KNOWN_SHARE:
+        topic = rng.choice(_POEM_TOPICS_RU[:KNOWN_TEXTS])
         return (f"Prochitaj staryj stih pro {topic}.",
                 _poem(random.Random(f"stih|{topic}"), _RHYMES_RU, _LINES_RU, nouns, adjs))
+    topic = rng.choice(_POEM_TOPICS_RU)
     prompt = (f"Napishi novyj stih pro {topic} i {rng.choice(list(RU_ADJ))} "
               f"{rng.choice(list(RU_NOUNS))}.")
     return prompt, _poem(rng, _RHYMES_RU, _LINES_RU, nouns, adjs)

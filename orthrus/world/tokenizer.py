@@ -1,7 +1,7 @@
 """A small byte-level BPE for the tiny world, wrapped as a Qwen3-style chat tokenizer.
 
-- byte-level BPE (GPT-2 style pre-tokenisation, like Qwen3) trained with `tokenizers` on
-  world text; vocabulary `vocab_size` (default 512) including the special tokens;
+- byte-level BPE (GPT-2 style pre-tokenisation with every digit a token of its own, like Qwen3)
+  trained with `tokenizers` on world text; vocabulary `vocab_size` (default 512) including the special tokens;
 - special tokens `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos), plus the
   added (non-special) tokens `<think>` and `</think>` as in Qwen3;
 - a Qwen3-like chat template: `<|im_start|>role\\n...<|im_end|>\\n` per message,
@@ -50,7 +50,9 @@ def train_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512,
     texts = list(texts) + ["system\nuser\nassistant\n\n"] * 200
     n_added = len(THINK_TOKENS)
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - n_added,
