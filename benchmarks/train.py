@@ -2,7 +2,7 @@
 
     python benchmarks/train.py [--blocks 32] [--block-size 8] [--batch 4] [--steps 3] [--threads 1]
 
-On a tiny random Qwen3 (hidden 128, 3 layers, vocab 832: the tiny world's teacher shape), with
+On a tiny random Qwen3 (hidden 128, 4 layers, vocab 2112: the tiny world's teacher shape), with
 the same sequences, anchors and loss, it times forward + backward of
 
 - `single-pass`: one frozen AR forward + ONE diffusion forward over all blocks with the
@@ -36,7 +36,7 @@ def build(args):
     from orthrus.distill.settings import offset_weights
 
     torch.manual_seed(0)
-    conf = Qwen3Config(vocab_size=832, hidden_size=128, intermediate_size=384, num_hidden_layers=3,
+    conf = Qwen3Config(vocab_size=2112, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
                        tie_word_embeddings=True, attn_implementation=args.attention)
     base = Qwen3ForCausalLM(conf)
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
             return out.returncode
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     ref = rows[0]
-    print(f"tiny Qwen3 (hidden 128, 3 layers, vocab 832), {args.batch} sequences x "
+    print(f"tiny Qwen3 (hidden 128, 4 layers, vocab 2112), {args.batch} sequences x "
           f"({args.prompt_len} prompt + {args.response_len} response) tokens, {args.blocks} blocks of K="
           f"{args.block_size} per sequence, {ref['loss_tokens']:.0f} loss tokens per step, {ref['device']}, "
           f"{args.threads} thread(s), attention {args.attention}")
