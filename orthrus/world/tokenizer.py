@@ -1,7 +1,8 @@
 """A small byte-level BPE for the tiny world, wrapped as a Qwen3-style chat tokenizer.
 
 - byte-level BPE (GPT-2 style pre-tokenisation with every digit a token of its own, like Qwen3)
-  trained with `tokenizers` on world text; vocabulary `vocab_size` (default 512) including the special tokens;
+  trained with `tokenizers` on world text; vocabulary `vocab_size` (default 512) including the
+  special tokens;
 - special tokens `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos), plus the
   added (non-special) tokens `<think>` and `</think>` as in Qwen3;
 - a Qwen3-like chat template: `<|im_start|>role\\n...<|im_end|>\\n` per message,
