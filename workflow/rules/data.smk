@@ -89,6 +89,7 @@ rule corpus_shard:
     benchmark:
         f"{R}/timing/corpus/shard_{{scatteritem}}.tsv"
     threads: config["threads"]
+    priority: 2  # as train's (train.smk): the head of the longest chain
     resources:
         mem_mb=RES["corpus"]["mem_mb"],
         runtime=RES["corpus"]["runtime"],

@@ -36,6 +36,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
         benchmark:
             f"{R}/timing/decode/{{model}}/{{decoder}}/{{scatteritem}}.tsv"
         threads: config["threads"]
+        priority: 1
         resources:
             mem_mb=RES["decode"]["mem_mb"],
             runtime=RES["decode"]["runtime"],

@@ -16,6 +16,10 @@ rule train:
     benchmark:
         f"{R}/timing/train/{{model}}.tsv"
     threads: config["threads"]
+    # corpus -> train -> decode -> forensics is the longest chain: start it before the teacher's own
+    # decodes (Snakemake does not pass priorities upstream, so corpus_shard has the same), or a
+    # small run ends with one core idle waiting for it
+    priority: 2
     resources:
         mem_mb=RES["train"]["mem_mb"],
         runtime=RES["train"]["runtime"],
