@@ -10,6 +10,7 @@ _EXPORTS = {
     "OrthrusForCausalLM": "orthrus.modeling",
     "GenerateOutput": "orthrus.decoding",
     "generate": "orthrus.decoding",
+    "DecodeOptions": "orthrus.options",
     "configure": "orthrus.precision",
     "numerical_env": "orthrus.precision",
 }

@@ -25,8 +25,6 @@ generation; `--teacher` then only supplies the tokenizer (orthrus.hf_corpus).
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 from pathlib import Path
 
@@ -36,25 +34,17 @@ from orthrus.checkpoint import record_digest
 from orthrus.contracts import CORPUS_COLUMNS
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
-from orthrus.chat import check_message
-from orthrus.prompts import length_error, read_prompt_set
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
+from orthrus.loading import eos_ids, is_hub_id
+from orthrus.options import DecodeOptions, check_message
+from orthrus.prompt_set import length_error, read_prompt_set
+from orthrus.errors import InputError, MissingInputError
 
 def resolve_teacher(teacher: str) -> str:
-    """Return `teacher` if it is an existing directory or looks like a hub id (`owner/name`
-    whose `owner/` is not a local directory); otherwise raise FileNotFoundError naming it."""
-    if Path(teacher).is_dir():
+    """Return `teacher` if it is an existing directory or a hub id (`orthrus.loading.is_hub_id`);
+    otherwise raise naming it."""
+    if Path(teacher).is_dir() or (is_hub_id(teacher) and not Path(teacher).exists()):
         return teacher
-    looks_local = (teacher.startswith((".", "/", "~")) or teacher.endswith("/")
-                   or os.sep in teacher.strip("/").replace("/", "", 1)
-                   or not _HUB_ID.match(teacher)
-                   # "results/teacher" with an existing "results/": a local path
-                   or Path(teacher).parent.is_dir())
-    if looks_local or Path(teacher).exists():
-        raise FileNotFoundError(f"teacher model directory not found: {teacher!r}")
-    return teacher
+    raise MissingInputError(f"teacher model directory not found: {teacher!r}")
 
 
 def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None,
@@ -78,7 +68,7 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
     except (OSError, ValueError) as e:
         if Path(src).is_dir():
             raise
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"teacher {teacher!r} is neither a local directory nor a loadable hub id: {e}"
         ) from e
     check_finite(model, teacher)
@@ -89,23 +79,14 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
 def shard_prompts(df: pd.DataFrame, shard: int, num_shards: int) -> pd.DataFrame:
     """Every `num_shards`-th row starting at `shard` (file order)."""
     if num_shards < 1 or not 0 <= shard < num_shards:
-        raise ValueError(f"need 0 <= shard < num_shards, got shard={shard}, "
+        raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, "
                          f"num_shards={num_shards}")
     return df.iloc[shard::num_shards].reset_index(drop=True)
 
 
-def _eos_ids(model, tok) -> list[int]:
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tok.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos)
-    if tok.eos_token_id is not None and tok.eos_token_id not in eos:
-        eos.append(tok.eos_token_id)
-    return eos
-
-
 def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
-                       max_new_tokens: int = 128, progress: bool = True, message: str = "empty",
+                       max_new_tokens: int = DecodeOptions.max_new_tokens, progress: bool = True,
+                       message: str = DecodeOptions.message,
                        groups: list[str] | None = None) -> list[dict]:
     """Greedy answers, one dict per prompt (in input order): prompt_ids, response_ids,
     response, finish_reason. Batches are cut from the prompts sorted by `groups` (e.g. their
@@ -116,7 +97,7 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
 
     from orthrus.chat import render_chat
 
-    eos = _eos_ids(model, tok)
+    eos = eos_ids(model, "generation_config", tokenizer=tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     rendered = [render_chat(tok, p, message) for p in prompts]
     out: list[dict | None] = [None] * len(prompts)
@@ -153,9 +134,10 @@ def generate_responses(model, tok, prompts: list[str], batch_size: int = 8,
 
 
 def build_shard(teacher: str, prompts_path, shard: int, num_shards: int,
-                batch_size: int = 8, max_new_tokens: int = 128, dtype: str = "fp32",
+                batch_size: int = 8, max_new_tokens: int = DecodeOptions.max_new_tokens, dtype: str = "fp32",
                 threads: int | None = 1, attention: str | None = None,
-                revision: str | None = None, progress: bool = True, message: str = "empty") -> pd.DataFrame:
+                revision: str | None = None, progress: bool = True,
+                message: str = DecodeOptions.message) -> pd.DataFrame:
     import torch
 
     if threads:
@@ -182,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--dataset", help="a prompt-response dataset (hub id, directory or builder name): no generation")
     ap.add_argument("--dataset-split", default="train")
     ap.add_argument("--data-files", nargs="*", help="data files of --dataset (e.g. with --dataset json)")
-    ap.add_argument("--message", default="empty", help="none | empty | system:<text> (default empty)")
+    ap.add_argument("--message", default=DecodeOptions.message, help="none | empty | system:<text>")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--max-new-tokens", type=int, default=DecodeOptions.max_new_tokens)
     ap.add_argument("--dtype", choices=list(DTYPES), default="fp32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--attention", choices=["eager", "sdpa"], default=None,
@@ -195,24 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--revision", default=None, help="hub revision of the teacher")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        check_message(args.message)
-        if args.dataset:
-            from transformers import AutoTokenizer
+    check_message(args.message)
+    if args.dataset:
+        from transformers import AutoTokenizer
 
-            from orthrus.hf_corpus import build_hf_shard
+        from orthrus.hf_corpus import build_hf_shard
 
-            tok = AutoTokenizer.from_pretrained(resolve_teacher(args.teacher), revision=args.revision)
-            df = build_hf_shard(args.dataset, tok, args.shard, args.num_shards, split=args.dataset_split,
-                                data_files=args.data_files or None, message=args.message)
-        else:
-            df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
-                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                             dtype=args.dtype, threads=args.threads, attention=args.attention,
-                             revision=args.revision, progress=not args.no_progress, message=args.message)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"orthrus corpus: {e}", file=sys.stderr)
-        return 2
+        tok = AutoTokenizer.from_pretrained(resolve_teacher(args.teacher), revision=args.revision)
+        df = build_hf_shard(args.dataset, tok, args.shard, args.num_shards, split=args.dataset_split,
+                            data_files=args.data_files or None, message=args.message)
+    else:
+        df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
+                         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                         dtype=args.dtype, threads=args.threads, attention=args.attention,
+                         revision=args.revision, progress=not args.no_progress, message=args.message)
     write_parquet(args.out, df)
     record_digest(args.out)  # hashed once, here: training fingerprints read the record
     n = df["finish_reason"].value_counts()

@@ -5,10 +5,10 @@ Orthrus emitted came from a multi-token verify block, and the reference token fr
 one-token-per-forward step. This module recomputes both at that position:
 
 - token by token: prefill the prompt, then feed the shared prefix one token at a time;
-- block verify: replay the Orthrus run's exact sequence of verify blocks (their lengths follow
-  from the recorded accepted lengths), so the cache is built the same way as in the run. Only
-  rows up to the divergence matter, and they are causal, so rejected proposals (not recorded)
-  are replaced by the mask token.
+- block verify: the Orthrus loop itself (`orthrus.generate`) rerun with the options the row
+  recorded (`DecodeOptions.from_row`), traced until the verify pass whose rows emitted token t;
+  same model, options and kernel give the same proposals, blocks and cache, so the replay is
+  the run (`replay_consistent` says whether it reproduced every token up to t).
 
 It records the reference's top-1/top-2 margin in its own precision and in fp32, and the
 largest hidden-state difference between the two computations after every layer.
@@ -22,8 +22,8 @@ the hidden-state differences are Orthrus-only and empty for them. Column `orthru
 the compared decoder's token.
 
 `orthrus forensics --model-path DIR --prompts eval.parquet --decoded DEC.parquet... --reference
- REF.parquet... --max-new-tokens T --out F`: decoded and reference files pair up in order; each pair
-is one (decoder, precision, attention), read from the files; `--model-path` is the Orthrus model
+ REF.parquet... --out F`: decoded and reference files pair up in order; each pair is one (decoder,
+precision, attention), read from the files with the options each row records; `--model-path` is the Orthrus model
 for `orthrus` files, the teacher for the transformers decoders. A model is loaded only where there
 is a divergence.
 """
@@ -37,13 +37,14 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .contracts import FORENSICS_COLUMNS
-from .io import write_parquet
 from .chat import render_chat
-from .prompts import read_prompt_set
+from .contracts import FORENSICS_COLUMNS
+from .decoding import generate
+from .io import write_parquet
+from .loading import load_model
+from .options import DecodeOptions
+from .prompt_set import read_prompt_set
 from .stats import first_divergence
-from .trajectories import load, row_message
-
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -67,28 +68,26 @@ def stepwise(model, prompt: list[int], prefix: list[int]):
     return logits[-1], [h[-1] for h in hidden]
 
 
-@torch.inference_mode()
-def replay_verify(model, prompt: list[int], tokens: list[int], accepted: list[int], t: int, max_new: int):
-    """Logits and hidden states of the verify-block row that produced generated token `t`."""
-    K, mask = model.block_size, model.mask_token_id
-    cache = DynamicCache(config=model.config)
-    logits, hidden = _forward(model, prompt, cache)
-    if t == 0:
-        return logits[-1], [h[-1] for h in hidden]
-    s, step = 1, 0  # generated tokens so far, Orthrus steps replayed
-    while True:
-        remaining = max_new - s
-        if remaining > 1:  # a consensus step; the loop's last token comes from a plain AR step
-            n, n_draft = accepted[step], min(K - 1, remaining - 1)
-            step += 1
-        else:
-            n, n_draft = 0, 0
-        logits, hidden = _forward(model, [tokens[s - 1]] + tokens[s : s + n] + [mask] * (n_draft - n), cache)
-        if t <= s + n:
-            return logits[t - s], [h[t - s] for h in hidden]
-        if n_draft > n:
-            cache.crop(n - n_draft)
-        s += n + 1
+def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int):
+    """The loop run with `options`, replayed until generated token `t`: (logits and per-layer
+    hidden states of the AR-view row that produced it, the tokens the replay emitted up to it,
+    the replay's forwards as `orthrus.decoding.Forward` records)."""
+    forwards = []
+
+    def trace(forward, tokens):
+        forwards.append(forward)
+        return forward.first + forward.emitted > t
+
+    out = generate(model, torch.tensor(prompt), options, trace=trace, hidden_states=True)
+    last = forwards[-1]
+    i = t - last.first
+    if not 0 <= i < len(last.logits):
+        raise RuntimeError(f"the replay ended after {len(out.tokens)} tokens, before token {t}")
+    return last.logits[i], [h[i] for h in last.hidden], out.tokens.tolist()[: t + 1], forwards
+
+
+def row_options(row) -> DecodeOptions:
+    return DecodeOptions.from_row(getattr(row, "env", None), row.decoder, row.precision, row.attention)
 
 
 def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
@@ -104,12 +103,13 @@ def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
             yield o, r_tokens, o_tokens, t
 
 
-def analyse(model, model32, tokenizer, prompts, cases, max_new: int) -> list[dict]:
+def analyse(model, model32, tokenizer, prompts, cases) -> list[dict]:
     """One row per case; the block replay for Orthrus rows only (see the module docstring)."""
     text = prompts.set_index("prompt_id")["prompt"]
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
-        prompt = render_chat(tokenizer, text[o.prompt_id], row_message(getattr(o, "env", None)))
+        options = row_options(o)
+        prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
         step_logits, step_hidden = stepwise(model, prompt, r_tokens[:t])
         step32, _ = stepwise(model32, prompt, r_tokens[:t])
         row = {"model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
@@ -119,12 +119,13 @@ def analyse(model, model32, tokenizer, prompts, cases, max_new: int) -> list[dic
                "first_layer_diverging": None, "max_abs_hidden_diff": [],
                "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
         if o.decoder == "orthrus":
-            ver_logits, ver_hidden = replay_verify(model, prompt, o_tokens, [int(a) for a in o.accepted], t, max_new)
+            ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t)
             diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
             row |= {"verify_margin": margin(ver_logits), "max_abs_hidden_diff": diffs,
                     "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
-                    # the replay reproduces the run when each computation picks the token its run emitted
-                    "replay_consistent": row["replay_consistent"] and int(ver_logits.argmax()) == o_tokens[t]}
+                    # the replay reproduces the run when the step-by-step row picks the reference's token
+                    # and the loop re-emits the run's tokens up to and including the divergence
+                    "replay_consistent": row["replay_consistent"] and replayed == o_tokens[: t + 1]}
         rows.append(row)
     return rows
 
@@ -136,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decoded", nargs="+", required=True,
                     help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
-    ap.add_argument("--max-new-tokens", type=int, required=True, help="as in the decoding run (sets draft lengths)")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -152,11 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         cases = list(divergences(dec, ref))[: args.max_cases]
         if not cases:
             continue
-        decoder, precision, attention = dec.decoder.iloc[0], dec.precision.iloc[0], dec.attention.iloc[0]
-        kind = "orthrus" if decoder == "orthrus" else "ar-ref"  # transformers' decoders: the teacher itself
-        model, tokenizer = load(kind, args.model_path, precision, attention, args.device)
-        model32, _ = load(kind, args.model_path, "fp32", attention, args.device)
-        rows += analyse(model, model32, tokenizer, prompts, cases, args.max_new_tokens)
+        options = row_options(cases[0][0])  # the model as the run loaded it; transformers' decoders: the teacher
+        model, tokenizer = load_model(args.model_path, options, args.device)
+        model32, _ = load_model(args.model_path, options.replace(precision="fp32"), args.device)
+        rows += analyse(model, model32, tokenizer, prompts, cases)
     df = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
     write_parquet(args.out, df)
     print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)

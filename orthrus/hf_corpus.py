@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from orthrus.errors import InputError
+
 REQUIRED_FIELDS = ("prompt", "response")
 
 
-class CorpusLayoutError(ValueError):
+class CorpusLayoutError(InputError):
     """The dataset does not have the fields the corpus needs."""
 
 
@@ -53,7 +55,7 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
     from orthrus.chat import render_chat
 
     if num_shards < 1 or not 0 <= shard < num_shards:
-        raise ValueError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
+        raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
     ds = load_split(dataset, split, data_files, revision)
     part = ds.shard(num_shards=num_shards, index=shard, contiguous=False)  # rows shard, shard+N, ...
     eos = tokenizer.eos_token

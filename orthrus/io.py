@@ -8,9 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-
-class InputError(ValueError):
-    """A bad input file, said in one line naming it; the CLI prints it without a traceback."""
+from orthrus.errors import InputError  # noqa: F401  (re-exported: stages raise it from here)
 
 
 @contextlib.contextmanager
@@ -31,15 +29,6 @@ def atomic_path(path: str | os.PathLike):
         os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def env_setting(env, key: str, default):
-    """One setting of a decoding row's `env` record (a JSON object; docs/DESIGN.md, "Decoding
-    result"); `default` where the record is missing, not JSON, or lacks the key."""
-    try:
-        return json.loads(env).get(key, default) if isinstance(env, str) else default
-    except json.JSONDecodeError:
-        return default
 
 
 def write_json(path, obj) -> None:

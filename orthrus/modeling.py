@@ -18,6 +18,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb, eager_attention_forward
 
+from .errors import MissingInputError, ModelError
+
 DIFF_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")
 MASK_TOKEN = "<|mask|>"
 RELEASED_ARCHITECTURE = "OrthrusLM"
@@ -142,7 +144,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         config = Qwen3Config.from_pretrained(path)
         for key in ("block_size", "mask_token_id"):
             if getattr(config, key, None) is None:
-                raise ValueError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
+                raise ModelError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
         config.auto_map = None  # released configs point at remote code; we never use it
         check_weights(path, cls, config)
         if dtype is not None:
@@ -231,21 +233,22 @@ def check_weights(path, cls, config) -> None:
     }
     if any(problems.values()):
         detail = "; ".join(f"{kind} keys: {keys}" for kind, keys in problems.items() if keys)
-        raise ValueError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
+        raise ModelError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
 
 
-def resolve_checkpoint(path_or_id, allow_pickle: bool = False) -> str:
-    """A local directory, or a hub snapshot holding only configs, tokenizers and safetensors;
-    its files checked (`check_model_files`)."""
+def resolve_checkpoint(path_or_id, allow_pickle: bool = False, revision: str | None = None) -> str:
+    """A local directory, or a hub snapshot (at `revision`) holding only configs, tokenizers and
+    safetensors; its files checked (`check_model_files`)."""
+    from .loading import is_hub_id
+
     path = Path(os.path.expanduser(str(path_or_id)))
     if not path.is_dir():
-        looks_like_hub_id = len(str(path_or_id).split("/")) == 2 and not str(path_or_id).startswith((".", "/", "~"))
-        if not looks_like_hub_id:
-            raise FileNotFoundError(f"model path does not exist: {path_or_id}")
+        if not is_hub_id(path_or_id):
+            raise MissingInputError(f"model path does not exist: {path_or_id}")
         from huggingface_hub import snapshot_download
 
         patterns = _HUB_PATTERNS + (["*.bin"] if allow_pickle else [])
-        path = Path(snapshot_download(str(path_or_id), allow_patterns=patterns))
+        path = Path(snapshot_download(str(path_or_id), allow_patterns=patterns, revision=revision))
     check_model_files(path, allow_pickle)
     return str(path)
 
@@ -259,22 +262,22 @@ def check_model_files(path, allow_pickle: bool = False) -> None:
     try:
         json.loads((path / "config.json").read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no config.json (not a model directory)") from None
+        raise MissingInputError(f"{path}: no config.json (not a model directory)") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+        raise ModelError(f"{path / 'config.json'}: not valid JSON ({e})") from None
     weights = sorted(path.glob("*.safetensors"))
     if not weights and not (allow_pickle and any(path.glob("*.bin"))):
-        raise FileNotFoundError(f"{path}: no *.safetensors weights" + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)"))
+        raise MissingInputError(f"{path}: no *.safetensors weights" + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)"))
     for f in weights:
         try:
             with safe_open(f, framework="pt"):
                 pass
         except SafetensorError as e:  # a cut-off download or copy: the header promises more than the file holds
-            raise ValueError(f"{f}: truncated or corrupt safetensors file ({e})") from None
+            raise ModelError(f"{f}: truncated or corrupt safetensors file ({e})") from None
 
 
 def check_finite(model, source) -> None:
     """Raise naming the first weight that holds NaN or inf: such a model decodes garbage silently."""
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise ValueError(f"{source}: weight {name} holds non-finite values (NaN or inf)")
+            raise ModelError(f"{source}: weight {name} holds non-finite values (NaN or inf)")

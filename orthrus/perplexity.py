@@ -17,11 +17,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .chat import render_chat
 from .contracts import PPL_COLUMNS
 from .io import write_parquet
-from .chat import render_chat
-from .prompts import read_prompt_set
-from .trajectories import load, row_message
+from .loading import load_model
+from .options import DecodeOptions
+from .prompt_set import read_prompt_set
 
 
 @torch.inference_mode()
@@ -45,10 +46,10 @@ def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precis
         if r.finish_reason == "error":
             continue
         tokens = [int(t) for t in r.tokens]
+        # the prompt as the run rendered it (the message format its options record)
+        message = DecodeOptions.from_row(getattr(r, "env", None), r.decoder, r.precision, r.attention).message
         rows.append({"model": r.model, "precision": r.precision, "attention": r.attention, "prompt_id": r.prompt_id,
-                     "domain": r.domain,
-                     **response_scores(model, render_chat(tokenizer, text[r.prompt_id], row_message(getattr(r, "env", None))),
-                                       tokens),
+                     "domain": r.domain, **response_scores(model, render_chat(tokenizer, text[r.prompt_id], message), tokens),
                      "n_tokens": len(tokens), "scorer_precision": precision})
     return pd.DataFrame(rows, columns=PPL_COLUMNS)
 
@@ -58,14 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher", required=True)
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--decode", nargs="+", required=True, help="reference decoding results (decoder ar-ref)")
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--attention", default="eager")
+    ap.add_argument("--precision", default=DecodeOptions.precision)
+    ap.add_argument("--attention", default=DecodeOptions.attention)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load("ar-ref", args.teacher, args.precision, args.attention, args.device)
+    scorer = DecodeOptions(decoder="ar-ref", precision=args.precision, attention=args.attention)
+    model, tokenizer = load_model(args.teacher, scorer, args.device)
     decoded = pd.concat([pd.read_parquet(f) for f in args.decode], ignore_index=True)
     write_parquet(args.out, score(model, tokenizer, read_prompt_set(args.prompts), decoded, args.precision))
     return 0

@@ -9,6 +9,7 @@ import platform
 import torch
 
 from orthrus.contracts import ATTENTIONS, PRECISIONS
+from orthrus.errors import InputError
 
 DTYPES = dict(zip(PRECISIONS, (torch.bfloat16, torch.float16, torch.float32)))
 
@@ -19,7 +20,7 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
     key = aliases.get(name, name)
     if key not in DTYPES:
-        raise ValueError(f"unknown precision {name!r}; expected one of {sorted(DTYPES)}")
+        raise InputError(f"unknown precision {name!r}; expected one of {sorted(DTYPES)}")
     return DTYPES[key]
 
 
@@ -29,12 +30,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def check_attention(name: str) -> str:
     if name not in ATTENTIONS:
-        raise ValueError(f"unknown attention implementation {name!r}; expected one of {ATTENTIONS}")
+        raise InputError(f"unknown attention implementation {name!r}; expected one of {ATTENTIONS}")
     if name == "flash_attention_2":
         import importlib.util
 
         if importlib.util.find_spec("flash_attn") is None or not torch.cuda.is_available():
-            raise RuntimeError("attention 'flash_attention_2' needs the flash_attn package and a CUDA GPU")
+            raise InputError("attention 'flash_attention_2' needs the flash_attn package and a CUDA GPU")
     return name
 
 

@@ -1,9 +1,12 @@
-"""The decoding stage: every evaluation prompt through one (model, decoder, precision, attention).
+"""The decoding stage: every evaluation prompt through one model, one `DecodeOptions` per output file.
 
-`orthrus decode --decoder ar-ref|ar|orthrus|assisted|prompt-lookup --model-path DIR --model-name NAME --precision bf16 fp32
- --attention eager sdpa --prompts eval.parquet --max-new-tokens 128 [--shard I --num-shards N] --out F...`
-decodes every (precision, attention) pair in one process (one model load each, one start-up in
-all) and writes one file per pair, in the order precision-major, attention-minor.
+`orthrus decode --model-path DIR --model-name NAME --prompts eval.parquet --options JSON... --out F...
+ [--draft-path DIR] [--shard I --num-shards N]` decodes one file per options object (one model load
+each, one start-up in all); the workflow passes each cell's options whole, built from the config by
+`DecodeOptions.from_config`. By hand, `--decoder D --precision P... --attention A... [--max-new-tokens
+T] [--message M] [--eos E] [--last-block L] [--prefill-logits P] [--block-size K]
+[--prompt-lookup-tokens N] [--no-deterministic]` builds them instead, one per (precision, attention)
+pair in precision-major order; a flag left out takes the option's default.
 
 `ar-ref` is the plain model through transformers' `generate()` (the study's reference); `ar`
 and `orthrus` load an Orthrus checkpoint and use `orthrus.generate`. `assisted` and
@@ -12,7 +15,7 @@ lossless in exact arithmetic: `generate(..., assistant_model=draft)` with the dr
 `--draft-path` (it must share the model's tokenizer) and `generate(...,
 prompt_lookup_num_tokens=k)`. A prompt that fails is recorded with its error, never dropped; a
 prompt too long for the model (or for the draft) is such an error in every decoder
-(`orthrus.prompts.length_error`). When more than `--max-error-share` of a run's prompts are
+(`orthrus.prompt_set.length_error`). When more than `--max-error-share` of a run's prompts are
 errors (default 0: any), the job fails naming the first ones and writes nothing.
 
 For the transformers decoders a forward hook counts the forwards of the model (and of the
@@ -23,15 +26,13 @@ it is counted as the prefill (`n_prefill` 1, `n_verify` = the other forwards), s
 accepted draft tokens (the first step included), `n_diffusion` the draft model's forwards
 (0 for prompt lookup).
 
-Protocol options (defaults: this project's; see docs/PAPER-PROTOCOL.md): `--message`
-(none | empty | system:<text>, how prompts become chat messages), `--eos`, `--last-block`,
-`--prefill-logits` (our loops only; `ar-ref` stops as transformers' generate does) and
-`--no-deterministic`. Each is recorded in every row's `env`, beside the numerical environment.
+Every row's `env` holds the numerical environment, the loop that ran (`orthrus.generate` or
+`transformers.generate`), the options under "options" (`DecodeOptions.record`) and, for
+transformers' speculative decoders, the library settings they ran with.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -40,66 +41,14 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .chat import render_chat
 from .contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS
-from .decoding import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, generate
-from .io import env_setting, write_parquet
-from .modeling import OrthrusForCausalLM
-from .precision import check_attention, configure, numerical_env
-from .chat import check_message, render_chat
-from .prompts import length_error, read_prompt_set
-
-DEFAULT_PROMPT_LOOKUP_TOKENS = 10
-# orthrus.generate's parity options and their defaults (this project's behaviour)
-DEFAULT_OPTIONS = {"eos": "generation_config", "last_block": "full", "prefill_logits": "last"}
-
-
-def row_message(env) -> str:
-    """The message format a decoding row's prompt was rendered with (its `env` record), so
-    that later stages (perplexity, forensics) render the same prompt tokens."""
-    return env_setting(env, "message", "empty")
-
-
-def load(decoder: str, path: str, precision: str, attention: str, device: str = "cpu", deterministic: bool = True):
-    """(model, tokenizer) for a decoder; never runs checkpoint code, never unpickles."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .modeling import check_finite, resolve_checkpoint
-
-    path = resolve_checkpoint(path)
-    dtype = configure(precision, deterministic=deterministic)
-    check_attention(attention)
-    if decoder in HF_DECODERS:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, use_safetensors=True)
-        check_finite(model, path)
-    else:
-        model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return model.to(device).eval(), tokenizer
-
-
-def load_draft(path: str, model, tokenizer, model_path: str):
-    """The draft model of `assisted`, in the model's dtype, attention and device; refused,
-    naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .modeling import check_finite, resolve_checkpoint
-
-    path_ = resolve_checkpoint(path)
-    check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
-    draft = AutoModelForCausalLM.from_pretrained(path_, dtype=model.dtype, use_safetensors=True,
-                                                 attn_implementation=model.config._attn_implementation)
-    check_finite(draft, path_)
-    return draft.to(model.device).eval()
-
-
-def check_same_tokenizer(tok, draft_tok, model_path: str, draft_path: str) -> None:
-    def spec(t):
-        return t.get_vocab(), t.eos_token_id, t.pad_token_id
-
-    if spec(tok) != spec(draft_tok):
-        raise ValueError(f"the draft model {draft_path} does not share the tokenizer of the model {model_path} "
-                         f"({len(draft_tok)} vs {len(tok)} tokens, eos {draft_tok.eos_token_id} vs {tok.eos_token_id}); "
-                         "assisted decoding needs one token space")
+from .decoding import generate
+from .io import write_parquet
+from .loading import eos_ids, load_draft, load_model
+from .options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
+from .precision import numerical_env
+from .prompt_set import length_error, read_prompt_set
 
 
 class _Steps:
@@ -121,21 +70,24 @@ def _count_forwards(module) -> tuple[list[int], object]:
     return n, module.register_forward_hook(lambda *_: n.__setitem__(0, n[0] + 1))
 
 
-def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, draft=None, prompt_lookup_tokens: int | None = None) -> dict:
-    """Greedy transformers generate(): plain, assisted by `draft`, or with prompt lookup."""
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
+def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None) -> dict:
+    """Greedy transformers generate(): plain (`ar-ref`), assisted by `draft`, or with prompt lookup."""
+    eos = eos_ids(model, "generation_config")  # what transformers' generate stops on
     pad = model.generation_config.pad_token_id
-    speculative = {"assistant_model": draft} if draft is not None else {}
-    if prompt_lookup_tokens:
-        speculative["prompt_lookup_num_tokens"] = prompt_lookup_tokens
+    speculative = {}
+    if options.decoder == "assisted":
+        if draft is None:
+            raise OptionsError("the assisted decoder needs a draft model")
+        speculative["assistant_model"] = draft
+    if options.decoder == "prompt-lookup":
+        speculative["prompt_lookup_num_tokens"] = options.prompt_lookup_tokens
     steps = _Steps()
-    counters = [_count_forwards(m) for m in (model, draft) if m is not None]
+    counters = [_count_forwards(m) for m in (model, speculative.get("assistant_model")) if m is not None]
     try:
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad if pad is not None else eos[0],
+                                 max_new_tokens=options.max_new_tokens, pad_token_id=pad if pad is not None else eos[0],
                                  streamer=steps, **speculative)
         seconds = time.perf_counter() - t0
     finally:
@@ -144,71 +96,59 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, draft=None, promp
     tokens = out[0, len(ids):].tolist()
     forwards = counters[0][0][0]
     return {"tokens": tokens, "accepted": [n - 1 for n in steps.sizes[1:]] if speculative else [], "n_prefill": 1,
-            "n_diffusion": counters[1][0][0] if draft is not None else 0, "n_verify": max(forwards - 1, 0),
+            "n_diffusion": counters[1][0][0] if len(counters) > 1 else 0, "n_verify": max(forwards - 1, 0),
             "seconds": seconds, "finish_reason": "eos" if tokens and tokens[-1] in eos else "length"}
 
 
-def decode_one(model, decoder: str, ids: torch.Tensor, max_new_tokens: int, options: dict | None = None,
-               draft=None, prompt_lookup_tokens: int = DEFAULT_PROMPT_LOOKUP_TOKENS) -> dict:
-    """One trajectory; `options` are `orthrus.generate`'s parity options (eos, last_block,
-    prefill_logits), ignored by the transformers decoders; `draft` is assisted's draft model."""
-    if decoder in HF_DECODERS:
-        if decoder == "assisted" and draft is None:
-            raise ValueError("the assisted decoder needs a draft model")
-        return hf_generate(model, ids, max_new_tokens, draft=draft if decoder == "assisted" else None,
-                           prompt_lookup_tokens=prompt_lookup_tokens if decoder == "prompt-lookup" else None)
-    out = generate(model, ids, mode=decoder, max_new_tokens=max_new_tokens, **(options or {}))
+def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None) -> dict:
+    """One trajectory of `options.decoder`; `draft` is assisted's draft model."""
+    if options.decoder in HF_DECODERS:
+        return hf_generate(model, ids, options, draft)
+    out = generate(model, ids, options)
     s = out.stats
     return {"tokens": out.tokens.tolist(), "accepted": s["accepted"], "n_prefill": s["n_prefill"],
             "n_diffusion": s["n_diffusion"], "n_verify": s["n_verify"], "seconds": s["seconds"],
             "finish_reason": s["finish_reason"]}
 
 
-def speculative_settings(decoder: str, model, draft, draft_name: str | None, prompt_lookup_tokens: int) -> dict:
+def speculative_settings(options: DecodeOptions, model, draft, draft_name: str | None) -> dict:
     """The library settings a transformers speculative decoder ran with (its defaults unless the
     model's generation config sets them), for the rows' `env`."""
     from transformers import GenerationConfig
 
-    if decoder == "assisted":
+    if options.decoder == "assisted":
         keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
         defaults = GenerationConfig._get_default_generation_params()
         given = draft.generation_config
         return {"draft": draft_name, "draft_parameters": sum(p.numel() for p in draft.parameters())} | {
             k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
-    if decoder == "prompt-lookup":
+    if options.decoder == "prompt-lookup":
         # transformers' PromptLookupCandidateGenerator takes `max_matching_ngram_size or 2`
-        return {"prompt_lookup_num_tokens": prompt_lookup_tokens,
-                "max_matching_ngram_size": getattr(model.generation_config, "max_matching_ngram_size", None) or 2}
+        return {"max_matching_ngram_size": getattr(model.generation_config, "max_matching_ngram_size", None) or 2}
     return {}
 
 
-def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_name: str, precision: str,
-                   attention: str, max_new_tokens: int, progress: bool = True, message: str = "empty",
-                   options: dict | None = None, draft=None, draft_name: str | None = None,
-                   prompt_lookup_tokens: int = DEFAULT_PROMPT_LOOKUP_TOKENS) -> pd.DataFrame:
-    options = dict(options or {})
-    # the run's protocol beside its numerics; transformers' loop ignores our loop's options, so they are not claimed
-    run = {"message": message, "max_new_tokens": max_new_tokens}
-    if decoder in HF_DECODERS:
-        run["loop"] = "transformers.generate"
-        run |= speculative_settings(decoder, model, draft, draft_name, prompt_lookup_tokens)
-    else:
-        run |= {"loop": "orthrus.generate"} | {k: options.get(k, v) for k, v in DEFAULT_OPTIONS.items()}
+def decode_prompts(model, tokenizer, prompts: pd.DataFrame, options: DecodeOptions, model_name: str,
+                   progress: bool = True, draft=None, draft_name: str | None = None) -> pd.DataFrame:
+    """One row per prompt of `options`' trajectory (docs/DESIGN.md, "Decoding result")."""
+    loop = "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate"
+    run = {"loop": loop, "options": options.record()} | speculative_settings(options, model, draft, draft_name)
     env = json.dumps(numerical_env(model) | run, sort_keys=True)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings
     if draft is not None:
         positions = min(positions, getattr(draft.config, "max_position_embeddings", positions))
+    o = options
     rows = []
-    for row in tqdm(prompts.itertuples(), total=len(prompts), desc=f"{model_name}/{decoder}/{precision}/{attention}",
+    for row in tqdm(prompts.itertuples(), total=len(prompts), desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
                     disable=not progress, file=sys.stderr):
-        ids = torch.tensor(render_chat(tokenizer, row.prompt, message), dtype=torch.long, device=model.device)
-        base = {"model": model_name, "decoder": decoder, "precision": precision, "attention": attention,
+        ids = torch.tensor(render_chat(tokenizer, row.prompt, o.message), dtype=torch.long, device=model.device)
+        base = {"model": model_name, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
                 "prompt_id": row.prompt_id, "domain": row.domain, "prompt_len": len(ids), "env": env, "error": None}
-        error = length_error(len(ids), max_new_tokens, positions)
+        error = length_error(len(ids), o.max_new_tokens, positions)
         try:
             if error is None:
-                rows.append(base | decode_one(model, decoder, ids, max_new_tokens, options, draft, prompt_lookup_tokens))
+                rows.append(base | decode_one(model, ids, o, draft))
         except Exception as e:  # recorded, not dropped: a failing prompt is a result too
             error = f"{type(e).__name__}: {e}"
         if error is not None:
@@ -217,19 +157,32 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, decoder: str, model_
     return pd.DataFrame(rows, columns=DECODE_COLUMNS)
 
 
+# the flags that build options by hand (each sets the DecodeOptions field of its name)
+_OPTION_FLAGS = ("decoder", "max_new_tokens", "block_size", "message", "eos", "last_block", "prefill_logits",
+                 "deterministic", "prompt_lookup_tokens")
+
+
+def cell_options(args) -> list[DecodeOptions]:
+    """The options of each output file: `--options` as given, or built from the flags."""
+    flags = {f: getattr(args, f) for f in _OPTION_FLAGS if getattr(args, f) is not None}
+    if args.options:
+        extra = [*flags, *(["precision"] if args.precision else []), *(["attention"] if args.attention else [])]
+        if extra:
+            raise OptionsError(f"--options holds the whole setting; drop {', '.join('--' + k.replace('_', '-') for k in extra)}")
+        return [DecodeOptions.from_json(j) for j in args.options]
+    if "decoder" not in flags or not args.precision:
+        raise OptionsError("give --options JSON..., or --decoder and --precision (and --attention, default eager)")
+    return [DecodeOptions(precision=p, attention=a, **flags) for p in args.precision for a in args.attention or ["eager"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus decode", description=__doc__.split("\n")[0])
-    ap.add_argument("--decoder", choices=DECODERS, required=True)
     ap.add_argument("--model-path", required=True,
                     help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref, assisted, prompt-lookup)")
-    ap.add_argument("--draft-path", help="assisted: the draft model (hub id or directory), same tokenizer")
-    ap.add_argument("--prompt-lookup-tokens", type=int, default=DEFAULT_PROMPT_LOOKUP_TOKENS,
-                    help=f"prompt-lookup: prompt_lookup_num_tokens (default {DEFAULT_PROMPT_LOOKUP_TOKENS})")
     ap.add_argument("--model-name", required=True)
-    ap.add_argument("--precision", nargs="+", choices=PRECISIONS, required=True)
-    ap.add_argument("--attention", nargs="+", default=["eager"])
     ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--options", nargs="+", help="one DecodeOptions JSON object per --out file (orthrus/options.py)")
+    ap.add_argument("--draft-path", help="assisted: the draft model (hub id or directory), same tokenizer")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -237,40 +190,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--max-error-share", type=float, default=0.0,
                     help="fail when more than this share of the prompts end in an error row (default 0)")
-    ap.add_argument("--message", default="empty", help="none | empty | system:<text> (default empty)")
-    ap.add_argument("--eos", choices=EOS_POLICIES, default="generation_config")
-    ap.add_argument("--last-block", choices=LAST_BLOCKS, default="full")
-    ap.add_argument("--prefill-logits", choices=PREFILL_LOGITS, default="last")
-    ap.add_argument("--no-deterministic", dest="deterministic", action="store_false",
-                    help="leave torch's determinism flags at their defaults")
-    ap.add_argument("--out", nargs="+", required=True, help="one file per (precision, attention) pair")
+    hand = ap.add_argument_group("options by hand (instead of --options; a flag left out takes the option's default)")
+    hand.add_argument("--decoder", choices=DECODERS)
+    hand.add_argument("--precision", nargs="+", choices=PRECISIONS)
+    hand.add_argument("--attention", nargs="+")
+    hand.add_argument("--max-new-tokens", type=int)
+    hand.add_argument("--block-size", type=int)
+    hand.add_argument("--message", help="none | empty | system:<text>")
+    hand.add_argument("--eos", choices=EOS_POLICIES)
+    hand.add_argument("--last-block", choices=LAST_BLOCKS)
+    hand.add_argument("--prefill-logits", choices=PREFILL_LOGITS)
+    hand.add_argument("--prompt-lookup-tokens", type=int)
+    hand.add_argument("--no-deterministic", dest="deterministic", action="store_false", default=None,
+                      help="leave torch's determinism flags at their defaults")
+    ap.add_argument("--out", nargs="+", required=True, help="one file per options object")
     args = ap.parse_args(argv)
-    pairs = list(itertools.product(args.precision, args.attention))
-    if len(args.out) != len(pairs):
-        ap.error(f"{len(pairs)} (precision, attention) pairs need as many --out files, got {len(args.out)}")
-    if (args.decoder == "assisted") != bool(args.draft_path):
-        ap.error("--draft-path goes with --decoder assisted, and only with it")
-    if args.prompt_lookup_tokens < 1:
-        ap.error(f"--prompt-lookup-tokens {args.prompt_lookup_tokens}: needs at least 1")
+    cells = cell_options(args)
+    if len(args.out) != len(cells):
+        ap.error(f"{len(cells)} decoding settings need as many --out files, got {len(args.out)}")
+    if any(o.decoder == "assisted" for o in cells) != bool(args.draft_path):
+        ap.error("--draft-path goes with the assisted decoder, and only with it")
     if not 0 <= args.shard < args.num_shards:
         ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
     torch.set_num_threads(args.threads)
-    check_message(args.message)
-    options = {"eos": args.eos, "last_block": args.last_block, "prefill_logits": args.prefill_logits}
     prompts = read_prompt_set(args.prompts).iloc[args.shard :: args.num_shards]
-    for (precision, attention), out in zip(pairs, args.out):
-        model, tokenizer = load(args.decoder, args.model_path, precision, attention, args.device, args.deterministic)
-        draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if args.draft_path else None
-        df = decode_prompts(model, tokenizer, prompts, args.decoder, args.model_name, precision, attention,
-                            args.max_new_tokens, progress=not args.no_progress, message=args.message,
-                            options=options, draft=draft, draft_name=args.draft_path,
-                            prompt_lookup_tokens=args.prompt_lookup_tokens)
+    for options, out in zip(cells, args.out):
+        model, tokenizer = load_model(args.model_path, options, args.device)
+        draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+        df = decode_prompts(model, tokenizer, prompts, options, args.model_name, progress=not args.no_progress,
+                            draft=draft, draft_name=args.draft_path)
         failed = df[df["finish_reason"] == "error"]
+        cell = f"{options.decoder}/{options.precision}/{options.attention}"
         if len(failed) > args.max_error_share * len(df):
             first = "; ".join(f"{r.prompt_id}: {r.error}" for r in failed.head(3).itertuples())
-            print(f"orthrus decode: {precision}/{attention}: {len(failed)} of {len(df)} prompts failed, more than "
+            print(f"orthrus decode: {cell}: {len(failed)} of {len(df)} prompts failed, more than "
                   f"--max-error-share {args.max_error_share}; first: {first}", file=sys.stderr)
             return 1
         write_parquet(out, df)
-        print(f"[decode] {precision}/{attention}: {len(df)} prompts ({len(failed)} errors) -> {out}", file=sys.stderr)
+        print(f"[decode] {cell}: {len(df)} prompts ({len(failed)} errors) -> {out}", file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@ from conftest import EOS, MASK, tiny_base, tiny_orthrus
 from scipy.stats import chi2_contingency
 
 import orthrus
+import orthrus.loading
 from orthrus.decoding import Sampler
 
 
@@ -90,7 +91,7 @@ def test_edge_cases():
         orthrus.generate(model, torch.ones(300, dtype=torch.long), max_new_tokens=4)
     with pytest.raises(ValueError, match="empty prompt"):
         orthrus.generate(model, torch.tensor([], dtype=torch.long))
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="decoder"):
         orthrus.generate(model, one, mode="beam")
 
 
@@ -160,8 +161,8 @@ def test_generate_rejects_bad_arguments_in_one_line(ids, kwargs, message):
 
 
 def test_tpf_authors_does_not_count_the_correction_token():
-    assert orthrus.decoding.tpf_authors([]) == 1.0
-    assert orthrus.decoding.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
+    assert orthrus.tpf.tpf_authors([]) == 1.0
+    assert orthrus.tpf.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     s = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[]).stats
     assert s["tpf_authors"] == pytest.approx((1 + sum(s["accepted"])) / (1 + len(s["accepted"])))
@@ -181,7 +182,7 @@ def test_tokens_per_forward_is_one_function_for_generate_and_the_tpf_table():
     import pandas as pd
 
     from orthrus.analysis.tpf import tpf_per_prompt
-    from orthrus.decoding import tokens_per_forward
+    from orthrus.tpf import tokens_per_forward
 
     t = tokens_per_forward(24, 1, 5, 5, [3, 4, 5, 6, 1])
     assert t == {"tpf_verify": 24 / 6, "tpf_all": 24 / 11, "tpf_authors": (1 + 19) / 6}
@@ -211,12 +212,12 @@ def test_eos_policies_config_vs_generation_config():
     second = next(t for t in free[3:] if t != EOS)
     model.config.eos_token_id = EOS
     model.generation_config.eos_token_id = [EOS, second]
-    assert orthrus.decoding.eos_ids(model, "config") == {EOS}
+    assert orthrus.loading.eos_ids(model, "config") == [EOS]
     by_gen = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30).tokens.tolist()
     by_cfg = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30, eos="config").tokens.tolist()
     assert by_gen == free[: free.index(second) + 1]
     assert by_cfg == (free[: free.index(EOS) + 1] if EOS in free else free) and len(by_cfg) > len(by_gen)
-    with pytest.raises(ValueError, match="eos policy"):
+    with pytest.raises(ValueError, match="option eos must be one of"):
         orthrus.generate(model, torch.tensor([9]), eos="tokenizer")
 
 

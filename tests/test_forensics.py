@@ -1,9 +1,16 @@
+from pathlib import Path
+
+import pytest
 import torch
+import yaml
 from conftest import tiny_orthrus
 
 import orthrus
 from orthrus.forensics import replay_verify, stepwise
+from orthrus.options import DecodeOptions
 from orthrus.stats import first_divergence
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_replay_reproduces_the_run_at_every_divergence():
@@ -11,18 +18,18 @@ def test_replay_reproduces_the_run_at_every_divergence():
     model = tiny_orthrus(0, 8, "noisy", attn="sdpa", noise=1e-2, peaked=1.0, dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(4)
     checked = 0
+    opts = DecodeOptions(decoder="orthrus", precision="bf16", attention="sdpa", max_new_tokens=40)
     for _ in range(150):
         prompt = torch.randint(2, 90, (6,), generator=g).tolist()
-        ar = orthrus.generate(model, torch.tensor(prompt), mode="ar", max_new_tokens=40, eos_token_id=[]).tokens.tolist()
-        out = orthrus.generate(model, torch.tensor(prompt), mode="orthrus", max_new_tokens=40, eos_token_id=[])
-        orth = out.tokens.tolist()
+        ar = orthrus.generate(model, torch.tensor(prompt), opts, mode="ar").tokens.tolist()
+        orth = orthrus.generate(model, torch.tensor(prompt), opts).tokens.tolist()
         t = first_divergence(ar, orth)
-        if t is None:
+        if t is None or t >= min(len(ar), len(orth)):
             continue
         step_logits, step_hidden = stepwise(model, prompt, ar[:t])
-        ver_logits, ver_hidden = replay_verify(model, prompt, orth, out.stats["accepted"], t, 40)
+        ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, opts, t)
         assert int(step_logits.argmax()) == ar[t]
-        assert int(ver_logits.argmax()) == orth[t]
+        assert int(ver_logits.argmax()) == orth[t] and replayed == orth[: t + 1]
         assert len(step_hidden) == len(ver_hidden) == model.config.num_hidden_layers + 1
         checked += 1
         if checked == 4:
@@ -33,11 +40,11 @@ def test_replay_reproduces_the_run_at_every_divergence():
 def test_replay_equals_stepwise_in_fp32_on_matching_run():
     model = tiny_orthrus(1, 4, "noisy", peaked=3.0)
     prompt = [5, 6, 7]
-    out = orthrus.generate(model, torch.tensor(prompt), mode="orthrus", max_new_tokens=20, eos_token_id=[])
-    toks = out.tokens.tolist()
-    for t in range(1, 20):
+    opts = DecodeOptions(max_new_tokens=20)
+    toks = orthrus.generate(model, torch.tensor(prompt), opts).tokens.tolist()
+    for t in range(1, len(toks)):
         a, _ = stepwise(model, prompt, toks[:t])
-        b, _ = replay_verify(model, prompt, toks, out.stats["accepted"], t, 20)
+        b, _, _, _ = replay_verify(model, prompt, opts, t)
         assert int(a.argmax()) == int(b.argmax()) == toks[t]
         assert torch.allclose(a, b, atol=1e-4)
 
@@ -64,14 +71,89 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
                    "--precision", "bf16", "--attention", "sdpa", "--prompts", str(tmp_path / "p.parquet"),
                    "--max-new-tokens", "12", "--no-progress", "--out", str(tmp_path / "ref.parquet")]) == 0
     ref = pd.read_parquet(tmp_path / "ref.parquet")
-    fake = ref.assign(decoder="prompt-lookup")
+    import json
+
+    env = json.loads(ref.env[0])
+    env["options"]["decoder"] = "prompt-lookup"  # the planted decoder's rows say what they are
+    fake = ref.assign(decoder="prompt-lookup", env=json.dumps(env))
     fake.at[0, "tokens"] = [*ref.tokens[0][:3], (int(ref.tokens[0][3]) + 1) % MASK, *ref.tokens[0][4:]]
     fake.to_parquet(tmp_path / "lookup.parquet")
     assert forensics(["--model-path", str(tmp_path / "teacher"), "--prompts", str(tmp_path / "p.parquet"),
                       "--decoded", str(tmp_path / "lookup.parquet"), "--reference", str(tmp_path / "ref.parquet"),
-                      "--max-new-tokens", "12", "--out", str(tmp_path / "fx.parquet")]) == 0
+                      "--out", str(tmp_path / "fx.parquet")]) == 0
     fx = pd.read_parquet(tmp_path / "fx.parquet")
     assert len(fx) == 1 and fx.decoder.iloc[0] == "prompt-lookup" and fx.position.iloc[0] == 3
     r = fx.iloc[0]
     assert r.margin_native >= 0 and r.margin_fp32 >= 0 and r.replay_consistent
     assert pd.isna(r.verify_margin) and pd.isna(r.first_layer_diverging) and len(r.max_abs_hidden_diff) == 0
+
+
+def _config_options():
+    """(name, options) of every decoding setting the default, smoke and paper configs run through
+    the Orthrus loop: decode's, and tpf's on top of it where a TPF run is enabled."""
+    out = []
+    for path in (ROOT / "config.yaml", ROOT / "tests/smoke/config.yaml", ROOT / "configs/paper.yaml"):
+        cfg = yaml.safe_load(path.read_text())
+        sections = {"decode": cfg["decode"]}
+        if cfg.get("tpf", {}).get("enabled"):
+            sections["tpf"] = {**cfg["decode"], **cfg["tpf"]}
+        for key, section in sections.items():
+            out.append((f"{path.parent.name}/{path.name}:{key}",
+                        DecodeOptions.from_config(section, "orthrus", "bf16", "sdpa")))
+    return out
+
+
+def _expected_blocks(options, K, accepted, n_tokens):
+    """The verify-block lengths a run with these accepted lengths took, from the schedule's
+    definition (an oracle written apart from the loop): the prefill, then each step's block."""
+    blocks, s, step = [], 1, 0
+    while s < n_tokens:
+        remaining = options.max_new_tokens - s
+        if remaining == 1 and options.last_block == "full":
+            blocks.append(1)  # a plain AR step
+            s += 1
+            continue
+        n_draft = min(K, remaining + 1) - 1 if options.last_block == "shorten" else min(K - 1, remaining - 1)
+        blocks.append(1 + n_draft)
+        s += accepted[step] + 1
+        step += 1
+    return blocks
+
+
+@pytest.mark.parametrize("name,options", _config_options(), ids=[n for n, _ in _config_options()])
+def test_the_replay_is_the_run_for_every_config_setting(name, options, tmp_path):
+    """For each config's options (a budget of 29 tokens, off the block grid, so that the last
+    blocks are cut): a bf16 sdpa run through the decode stage, replayed from the options its rows
+    record, emits the same tokens, takes the same blocks (against the schedule's oracle) and
+    accepts the same lengths; the prefill computes the logits the options say."""
+    import pandas as pd
+
+    from orthrus.forensics import row_options
+    from orthrus.trajectories import decode_prompts
+
+    options = options.replace(max_new_tokens=29)
+    model = tiny_orthrus(0, 8, "noisy", attn="sdpa", noise=1e-2, peaked=1.0, dtype=torch.bfloat16)
+
+    class Tok:  # prompts as token lists: the message format only adds a token of its own
+        def apply_chat_template(self, messages, **kw):
+            return " ".join(["3"] * (messages[0]["role"] == "system") + [messages[-1]["content"]])
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [int(x) for x in text.split()]}
+
+    g = torch.Generator().manual_seed(11)
+    prompts = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(4)], "domain": ["x"] * 4,
+                            "prompt": [" ".join(map(str, torch.randint(4, 90, (5,), generator=g).tolist())) for _ in range(4)]})
+    rows = decode_prompts(model, Tok(), prompts, options, "m", progress=False)
+    for r in rows.itertuples():
+        recorded = [int(t) for t in r.tokens]
+        opts = row_options(r)
+        assert opts == options
+        prompt = Tok()(Tok().apply_chat_template([{"role": "system"}] * (opts.message != "none")
+                                                  + [{"role": "user", "content": prompts.prompt[int(r.prompt_id[1:])]}]))["input_ids"]
+        _, _, replayed, forwards = replay_verify(model, prompt, opts, len(recorded) - 1)
+        assert replayed == recorded
+        verify = [f for f in forwards if f.kind != "prefill"]
+        assert [len(f.input_ids) for f in verify] == _expected_blocks(opts, model.block_size, list(r.accepted), len(recorded))
+        assert [f.emitted - 1 for f in verify if f.kind == "verify"] == list(r.accepted)
+        assert forwards[0].kind == "prefill" and len(forwards[0].input_ids) == len(prompt) == r.prompt_len

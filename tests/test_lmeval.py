@@ -180,8 +180,10 @@ def test_code_eval_guard(world, monkeypatch):
     tm = lmeval.task_manager([world["root"] / "unsafe", world["data"]], ["my_exec", "tiny_gec"])
     assert lmeval.unsafe_tasks(tm, ["my_exec", "tiny_gec"]) == ["my_exec"]
     assert lmeval.unsafe_tasks(None, ["humaneval_instruct", "gsm8k"]) == ["humaneval_instruct"]
-    assert lmeval.main(["run", "--model-path", str(world["model"]), "--tasks", "humaneval",
-                        "--out", str(world["root"] / "x.json")]) == 2
+    from orthrus.cli import main as orthrus_cli
+
+    assert orthrus_cli(["lm-eval", "run", "--model-path", str(world["model"]), "--tasks", "humaneval",
+                        "--out", str(world["root"] / "x.json")]) == 2  # one line, exit 2: a user error
     assert not (world["root"] / "x.json").exists()
 
 
@@ -255,7 +257,8 @@ def test_tables_and_figure(tmp_path):
     assert lmeval.main(["table", "--out", str(tmp_path / "empty" / "b.csv")]) == 0
     assert (tmp_path / "empty" / "b.png").exists()
     # two inputs for the same run are an error
-    assert lmeval.main(["table", "--inputs", str(paths[0]), str(paths[0]), "--out", str(tmp_path / "dup.csv")]) == 2
+    with pytest.raises(lmeval.BenchmarkError, match="several inputs"):
+        lmeval.main(["table", "--inputs", str(paths[0]), str(paths[0]), "--out", str(tmp_path / "dup.csv")])
 
 
 def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(world):
@@ -294,3 +297,69 @@ def test_tiny_translate_scored_by_chrf_as_lm_eval_scores_wmt(world):
     rows = {r["metric"]: r for r in result_rows({**rec, "model": "m"})}
     assert rows["chrf,none"]["primary"] and not rows["exact_match,none"]["primary"]
     assert 0 <= rows["chrf,none"]["value"] <= 100
+
+
+@pytest.mark.parametrize("eos", ["generation_config", "config"])
+def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
+    """One prompt, the paper's loop options (shorten, all, determinism off) and each eos policy:
+    the lm-eval model emits the decode stage's tokens. The model's generation config lists a
+    second EOS id that the trajectory reaches: `generation_config` stops there, `config` (the
+    released loop) decodes past it, and the answer text then holds the text after that id too
+    (special tokens are skipped when decoding; a task's stop strings still cut it)."""
+    from conftest import EOS, MASK, tiny_orthrus
+    from lm_eval.api.instance import Instance
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    import pandas as pd
+
+    from orthrus.decoding import generate
+    from orthrus.options import DecodeOptions
+    from orthrus.trajectories import decode_prompts
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
+    prompt = "w9 w9"
+    options = DecodeOptions(decoder="orthrus", precision="fp32", max_new_tokens=30, eos=eos, last_block="shorten",
+                            prefill_logits="all", deterministic=False)
+    ids = torch.tensor(fast(fast.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                     add_generation_prompt=True), add_special_tokens=False)["input_ids"])
+    free = generate(model, ids, options, eos_token_id=[]).tokens.tolist()
+    second = next(t for t in free[3:] if t != EOS)
+    model.config.eos_token_id = EOS
+    model.generation_config.eos_token_id = [EOS, second]
+    model.save_pretrained(tmp_path / "m")
+    fast.save_pretrained(tmp_path / "m")
+
+    prompts = pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": [prompt]})
+    row = decode_prompts(model, fast, prompts, options, "m", progress=False).iloc[0]
+    lm = lmeval.OrthrusLM(pretrained=str(tmp_path / "m"), options=options.to_json(), device="cpu")
+    context = lm.apply_chat_template([{"role": "user", "content": prompt}])
+    text = lm.generate_until([Instance("generate_until", {}, (context, {"until": [], "max_gen_toks": 30}), 0)])[0]
+    tokens = lm.generation_log[-1]["tokens"]
+    assert tokens == list(row.tokens) and lm.get_model_info()["options"] == options.record()
+    if eos == "generation_config":
+        assert tokens == free[: free.index(second) + 1]
+    else:
+        assert second in tokens[:-1] and len(tokens) > free.index(second) + 1
+        assert fast.decode(tokens[free.index(second) + 1:], skip_special_tokens=True) in text
+
+
+def test_stop_strings_end_decoding_with_the_same_tokens_up_to_the_stop(world):
+    """A stop string ends the loop as soon as the text holds it (fewer tokens, fewer forwards),
+    and the tokens emitted up to there are those of the full-length run."""
+    from lm_eval.api.instance import Instance
+
+    lm = lmeval.OrthrusLM(pretrained=str(world["model"]), decoding="orthrus", dtype="fp32", device="cpu")
+    text = lm.apply_chat_template([{"role": "user", "content": "Compute 1 + 2 + 3. Show the steps."}])
+    full = lm.generate_until([Instance("generate_until", {}, (text, {"until": [], "max_gen_toks": 40}), 0)])[0]
+    full_log = lm.generation_log[-1]
+    stop = full[len(full) // 3: len(full) // 3 + 3]
+    cut = lm.generate_until([Instance("generate_until", {}, (text, {"until": [stop], "max_gen_toks": 40}), 0)])[0]
+    cut_log = lm.generation_log[-1]
+    assert cut == full.split(stop)[0]
+    assert cut_log["n_tokens"] < full_log["n_tokens"] and cut_log["tokens"] == full_log["tokens"][: cut_log["n_tokens"]]
+    assert stop in lm.tok_decode(cut_log["tokens"])  # it stopped at the step that completed the stop string

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus import chat, prompts
+from orthrus import chat, prompt_set, prompts
 from orthrus.prompt_file import PromptFileError, load_eval_file
 
 # The authors' file, kept outside the repository (shared/data/zarya-orthrus/README.md).
@@ -110,9 +110,9 @@ def test_prompt_sets_from_the_file_pass_the_prompt_set_validator(tmp_path, capsy
     cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(src),
                       "eval_duplicates": "first"})
     assert main(["prompts", "--config", cfg, "--eval-out", str(ev), "--distill-out", str(di)]) == 0
-    assert list(prompts.read_prompt_set(ev)["prompt_id"]) == ["wmt ru-en-0", "wmt ru-en-1", "math-0", "math-1",
+    assert list(prompt_set.read_prompt_set(ev)["prompt_id"]) == ["wmt ru-en-0", "wmt ru-en-1", "math-0", "math-1",
                                                                "gec-en-0", "gec-en-1"]
-    prompts.read_prompt_set(di)
+    prompt_set.read_prompt_set(di)
     capsys.readouterr()
     bad = _write(tmp_path, {"qa": ["fine", "  "]}, "bad.json")
     cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(bad)})
@@ -128,5 +128,5 @@ def test_prompt_sets_from_the_file_pass_the_prompt_set_validator(tmp_path, capsy
 def test_an_empty_distillation_set_is_a_valid_prompt_set():
     """paper.yaml takes its corpus ready from the hub: `distill: []` gives an empty set, which
     the check before writing accepts (string columns, no rows)."""
-    empty = prompts.check_prompt_set(pd.DataFrame(columns=["prompt_id", "domain", "prompt"]), "distill")
+    empty = prompt_set.check_prompt_set(pd.DataFrame(columns=["prompt_id", "domain", "prompt"]), "distill")
     assert empty.empty and list(empty.columns) == ["prompt_id", "domain", "prompt"]

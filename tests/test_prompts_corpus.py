@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from orthrus import contracts, corpus, prompts
+from orthrus import contracts, corpus, prompt_set, prompts
 
 MICRO = {"steps": 2, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
          "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
@@ -232,7 +232,7 @@ def test_prompt_set_problems_name_file_row_and_column(tmp_path, name, table, mes
     path = tmp_path / "p.parquet"
     pq.write_table(table, path)
     with pytest.raises(InputError) as err:
-        prompts.read_prompt_set(path)
+        prompt_set.read_prompt_set(path)
     assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
 
 

@@ -6,6 +6,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
+from orthrus.options import DecodeOptions
 from orthrus.trajectories import main
 
 
@@ -82,19 +83,36 @@ def test_decode_cli_protocol_options_are_recorded_in_env(tmp_path):
                  "--prefill-logits", "all", "--no-deterministic", "--out", str(tmp_path / "authors.parquet")]) == 0
     assert main(["--decoder", "ar", *common, "--message", "none", "--out", str(tmp_path / "ar.parquet")]) == 0
     d, a, ar = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("default", "authors", "ar"))
+    opt_d, opt_a = (DecodeOptions.from_row(x.env.iloc[0], "orthrus", "fp32", "eager") for x in (d, a))
+    assert opt_d == DecodeOptions(max_new_tokens=9)  # the flags left out: the options' defaults
+    assert opt_a == DecodeOptions(max_new_tokens=9, message="none", eos="config", last_block="shorten",
+                                  prefill_logits="all", deterministic=False)
     env_d, env_a = json.loads(d.env.iloc[0]), json.loads(a.env.iloc[0])
-    assert env_d["message"] == "empty" and env_d["eos"] == "generation_config" and env_d["deterministic"]
-    assert env_a == env_a | {"message": "none", "eos": "config", "last_block": "shorten", "prefill_logits": "all",
-                             "deterministic": False, "max_new_tokens": 9}
+    assert env_d["deterministic"] and not env_a["deterministic"]  # torch's flags, recorded beside the options
+    assert env_a["loop"] == "orthrus.generate"
     assert a.prompt_len.iloc[0] == d.prompt_len.iloc[0] - 1 and a.domain.iloc[0] == "wmt ru-en"
     assert list(a.tokens.iloc[0]) == list(ar.tokens.iloc[0])
 
 
-def test_later_stages_render_the_prompt_with_the_rows_message_format():
-    from orthrus.trajectories import row_message
+def test_the_options_flags_and_the_options_json_decode_alike(tmp_path):
+    """`--options JSON` (what the workflow passes) and the flags build the same setting, and the
+    file records it; both at once is refused naming the flags."""
+    import pytest
 
-    assert row_message(json.dumps({"message": "none"})) == "none"
-    assert row_message(json.dumps({})) == row_message(None) == row_message("not json") == "empty"
+    save_models(tmp_path)
+    pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5 w6 w7"]}).to_parquet(tmp_path / "p.parquet")
+    common = ["--model-path", str(tmp_path / "orthrus"), "--model-name", "m", "--prompts", str(tmp_path / "p.parquet"),
+              "--no-progress"]
+    opts = DecodeOptions(decoder="orthrus", precision="bf16", attention="sdpa", max_new_tokens=10, last_block="shorten")
+    assert main([*common, "--options", opts.to_json(), "--out", str(tmp_path / "json.parquet")]) == 0
+    assert main([*common, "--decoder", "orthrus", "--precision", "bf16", "--attention", "sdpa", "--max-new-tokens", "10",
+                 "--last-block", "shorten", "--out", str(tmp_path / "flags.parquet")]) == 0
+    j, f = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("json", "flags"))
+    assert [list(t) for t in j.tokens] == [list(t) for t in f.tokens]
+    assert DecodeOptions.from_row(j.env.iloc[0], "orthrus", "bf16", "sdpa") == opts
+    assert DecodeOptions.from_row(f.env.iloc[0], "orthrus", "bf16", "sdpa") == opts
+    with pytest.raises(ValueError, match="--eos"):
+        main([*common, "--options", opts.to_json(), "--eos", "config", "--out", str(tmp_path / "x.parquet")])
 
 
 def _word_tokenizer(n=MASK):
@@ -137,7 +155,7 @@ def test_transformers_speculative_decoders_equal_ar_in_fp32(tmp_path):
     assert sum(map(sum, look.accepted)) > 0  # the repetitive prompts gave prompt lookup something to accept
     env_a, env_l = json.loads(asst.env.iloc[0]), json.loads(look.env.iloc[0])
     assert env_a["loop"] == "transformers.generate" and env_a["draft"] == str(tmp_path / "draft")
-    assert env_a["num_assistant_tokens"] == 20 and env_l["prompt_lookup_num_tokens"] == 4
+    assert env_a["num_assistant_tokens"] == 20 and env_l["options"]["prompt_lookup_tokens"] == 4
 
 
 def test_assisted_refuses_a_draft_with_another_tokenizer_naming_both(tmp_path):
@@ -178,5 +196,5 @@ def test_assisted_prompt_too_long_for_the_draft_is_an_error_row(tmp_path, capsys
     pd.DataFrame({"prompt_id": ["a", "a"], "domain": ["x", "x"], "prompt": ["w5", "w6"]}).to_parquet(tmp_path / "p.parquet")
     with pytest.raises(Exception, match="prompt_id"):
         main(args)
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="prompt_lookup_tokens"):
         main([*args[:-2], "--prompt-lookup-tokens", "0", "--out", str(tmp_path / "o.parquet")])

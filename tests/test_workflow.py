@@ -111,13 +111,33 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert re.search(r"^corpus_shard\s+64$", paper.stdout, re.M)
     shown = snakemake("-n", "-p", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path).stdout
     assert "--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train --message none" in shown
-    assert "--eos config --last-block shorten --prefill-logits all --no-deterministic" in shown
-    assert "--decoding ar-ref" in shown and "--max-gen-toks task --no-chat-template" in shown
-    assert "--max-new-tokens 256 --message none" in shown
-    assert "--draft-path Qwen/Qwen3-0.6B" in shown and "--decoder prompt-lookup" in shown
+    # every loop gets the whole options object: the released loop's settings for our loop, transformers'
+    # own for its decoders, tpf's budget and message on top of decode's for the TPF run
+    from orthrus.options import DecodeOptions
+
+    cmds = [c[c.index("orthrus "):] for c in shown.splitlines() if "orthrus decode" in c or "orthrus lm-eval run" in c]
+    opts = [(c.split()[1], DecodeOptions.from_json(j)) for c in cmds for j in re.findall(r"'(\{\"attention\"[^']*\})'", c)]
+    loop = [o for _, o in opts if o.decoder in ("orthrus", "ar")]
+    assert loop and all((o.eos, o.last_block, o.prefill_logits, o.deterministic) == ("config", "shorten", "all", False)
+                        for o in loop)
+    assert all(o.eos == "generation_config" and not o.deterministic for _, o in opts if o.decoder == "ar-ref")
+    assert {o.max_new_tokens for o in loop} == {128, 256} and any(o.message == "none" for o in loop)
+    assert ("lm-eval", DecodeOptions.from_config(yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["decode"],
+                                                 "ar-ref", "bf16", "eager")) in opts
+    assert "--max-gen-toks task --no-chat-template" in shown
+    assert "--draft-path Qwen/Qwen3-0.6B" in shown and any(o.decoder == "prompt-lookup" for _, o in opts)
 
 
 DECODED = re.compile(r"results/decode/([^/\s,]+)/([a-z-]+)-(bf16|fp16|fp32)-(eager|sdpa|flash_attention_2)\.parquet")
+
+
+def _cells(dry_run: str, model: str) -> set[tuple]:
+    """(decoder, precision, attention) of the options every `orthrus decode` of `model` is given."""
+    from orthrus.options import DecodeOptions
+
+    cmds = [c for c in dry_run.splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
+    return {(o.decoder, o.precision, o.attention) for c in cmds
+            for o in map(DecodeOptions.from_json, re.findall(r"'(\{\"attention\"[^']*\})'", c))}
 
 
 def _jobs(dry_run: str) -> dict[str, str]:
@@ -161,8 +181,8 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     assert len(shards) == len(want)
     assert {r for f, r in shards.items() if f.startswith("results/decode/smoke-kl/")} == {"decode_shard_model_smoke_kl"}
     assert {r for f, r in shards.items() if f.split("/")[2] in ("smoke-ce", "smoke-klb")} == {"decode_shard"}
-    assert ("--model-name smoke-kl --precision bf16 fp32 --attention sdpa " in res.stdout
-            and "--model-name smoke-klb --precision bf16 fp32 --attention eager sdpa " in res.stdout)
+    assert _cells(res.stdout, "smoke-kl") == {("orthrus", p, a) for p, a in sdpa} | {("ar", p, a) for p, a in sdpa}
+    assert _cells(res.stdout, "smoke-klb") == {(d, p, a) for d in ("orthrus", "ar") for p, a in full}
     for target in ("results/decode/smoke-kl/shards/orthrus-bf16-eager/1-of-1.parquet",
                    "results/decode/smoke-kl/shards/ar-fp32-eager/1-of-1.parquet"):
         miss = snakemake("-n", target, cwd=work)

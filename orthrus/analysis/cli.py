@@ -128,11 +128,7 @@ def main(argv=None) -> int:
                     help="margin (logits) below which a divergence counts as a near-tie")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
-    try:
-        tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
-    except AnalysisError as exc:
-        sys.stderr.write(f"orthrus analyze: error: {exc}\n")
-        return 2
+    tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
     for p in write_tables(tables, args.out_dir):
         print(p)
     return 0

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.contracts import CONFIG, FORENSICS_ROW_COLUMNS, REFERENCE_DECODER, TPF_RUN
-from orthrus.io import env_setting
+from orthrus.errors import InputError
+from orthrus.options import DecodeOptions
 
 # Columns read from each input (subsets of the contracts in orthrus/contracts.py).
 DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]
@@ -23,7 +24,7 @@ FORENSICS_REQUIRED = FORENSICS_ROW_COLUMNS
 ERROR_COLUMNS = CONFIG + ["domain"] + TPF_RUN
 
 
-class AnalysisError(ValueError):
+class AnalysisError(InputError):
     """Bad or missing input; the message names the file and the column."""
 
 
@@ -79,10 +80,22 @@ def _check_unique(df: pd.DataFrame, path, seen: dict[tuple, Path]) -> None:
 def _error_rows(df: pd.DataFrame, err: pd.Series) -> pd.DataFrame:
     """The ERROR_COLUMNS of the rows `err` selects."""
     e = df.loc[err, CONFIG + ["domain"]].copy()
-    env = df.loc[err, "env"] if "env" in df.columns else pd.Series(None, index=e.index, dtype=object)
-    e["message"] = [env_setting(x, "message", "empty") for x in env]
-    e["max_new_tokens"] = [run_tokens(env_setting(x, "max_new_tokens", None)) for x in env]
+    run = run_settings(df.loc[err])
+    e["message"] = run["message"]
+    e["max_new_tokens"] = [run_tokens(x) for x in run["max_new_tokens"]]
     return e
+
+
+def run_settings(df: pd.DataFrame) -> pd.DataFrame:
+    """The run settings of TPF_RUN (message, max_new_tokens) of each decoding row, from the
+    options its `env` records (`DecodeOptions.from_row`). A row that records no token budget
+    (written before the options were recorded) has none (None), not the default's."""
+    env = df["env"] if "env" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    opts = [DecodeOptions.from_row(e, d, p, a)
+            for e, d, p, a in zip(env, df["decoder"], df["precision"], df["attention"])]
+    budget = [o.max_new_tokens if isinstance(e, str) and ('"options"' in e or '"max_new_tokens"' in e) else None
+              for o, e in zip(opts, env)]
+    return pd.DataFrame({"message": [o.message for o in opts], "max_new_tokens": budget}, index=df.index)
 
 
 def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:

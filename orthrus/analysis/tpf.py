@@ -1,25 +1,24 @@
 """Tokens per forward of the speculative decoders (Table 2), from the counts each decoding row
-recorded; the formulas are `orthrus.decoding.tokens_per_forward`, shared with `generate`."""
+recorded; the formulas are `orthrus.tpf.tokens_per_forward`, shared with `generate`."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from orthrus.analysis.load import run_settings
 from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
-from orthrus.io import env_setting
 from orthrus.stats import t_ci, t_halfwidth
+from orthrus.tpf import tokens_per_forward
 
 TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
 
 
 def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
-    """`d` with each prompt's tokens per forward (orthrus.decoding.tokens_per_forward):
+    """`d` with each prompt's tokens per forward (orthrus.tpf.tokens_per_forward):
     `tpf_verify` (over the model's forwards: prefill + verify), `tpf_all` (over every forward,
     the proposer's too: Orthrus's diffusion passes, the draft model's) and `tpf_authors`
     (Orthrus only: the formula counts a separate prefill, which transformers' assisted loop
     merges into its first verification). NaN where a prompt ran no such forward."""
-    from orthrus.decoding import tokens_per_forward
-
     d = d.copy()
     acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
     pre, dif, ver = (pd.to_numeric(d[c], errors="coerce").to_numpy(float)
@@ -35,9 +34,9 @@ def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
     """Tokens per forward of each speculative decoder (tpf_per_prompt), per run setting, per
     domain and over all prompts ('all')."""
     d = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)])
-    env = d["env"] if "env" in d.columns else pd.Series(None, index=d.index, dtype=object)
-    d["message"] = [env_setting(e, "message", "empty") for e in env]
-    d["max_new_tokens"] = pd.array([env_setting(e, "max_new_tokens", None) for e in env], dtype="Int64")
+    run = run_settings(d)
+    d["message"] = run["message"]
+    d["max_new_tokens"] = pd.array(run["max_new_tokens"], dtype="Int64")
     rows = []
     keys = CONFIG + TPF_RUN
     for key, g in d.groupby(keys, sort=True, dropna=False):

@@ -9,6 +9,7 @@ import numpy as np
 
 from orthrus.distill.dist import log
 from orthrus.distill.settings import Settings, offset_weights
+from orthrus.errors import InputError, MissingInputError
 
 REQUIRED_COLUMNS = ("prompt_ids", "response_ids")
 
@@ -19,7 +20,7 @@ class Corpus:
     def __init__(self, files, s: Settings, verbose: bool = True):
         files = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
         if not files:
-            raise ValueError("no corpus files given")
+            raise InputError("no corpus files given")
         w = offset_weights(s.offset_weights, s.block_size)
         # an anchor a is usable iff a <= len - 2 - need: its block then has min_loss_tokens targets
         self.need = int(np.flatnonzero(w > 0)[s.min_loss_tokens - 1])
@@ -41,7 +42,7 @@ class Corpus:
                 f"{c['skipped_empty_response']} empty response, {c['skipped_short_response']} "
                 f"response too short for one block, {c['skipped_prompt_over_max_len']} prompt >= max_len")
         if not self.ids:
-            raise ValueError(f"no usable sequence in the corpus ({self.counts})")
+            raise InputError(f"no usable sequence in the corpus ({self.counts})")
 
     def _add(self, p: list, r: list, domain, error) -> None:
         """Keep one corpus row, or count why not."""
@@ -88,11 +89,11 @@ def _read_shard(f: str):
     import pyarrow.parquet as pq
 
     if not Path(f).is_file():
-        raise FileNotFoundError(f"corpus shard not found: {f}")
+        raise MissingInputError(f"corpus shard not found: {f}")
     cols = set(pq.read_schema(f).names)
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
-        raise ValueError(f"corpus shard {f} lacks column(s) {missing} (has {sorted(cols)})")
+        raise InputError(f"corpus shard {f} lacks column(s) {missing} (has {sorted(cols)})")
     table = pq.read_table(f, columns=[*REQUIRED_COLUMNS] + [c for c in ("domain", "error") if c in cols])
     data = table.to_pydict()
     domains = data.get("domain") or ["-"] * table.num_rows

@@ -14,7 +14,7 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     import pyarrow.parquet as pq
 
     from orthrus.chat import render_chat
-    from orthrus.prompts import read_prompt_set
+    from orthrus.prompt_set import read_prompt_set
 
     corpus = "prompt_ids" in pq.read_schema(path).names
     df = pd.read_parquet(path) if corpus else read_prompt_set(path)

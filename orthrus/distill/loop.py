@@ -18,6 +18,7 @@ from orthrus.distill.loss import step_module
 from orthrus.distill.outputs import LiveLog, write_outputs
 from orthrus.distill.settings import DEFAULTS, Settings, offset_weights, resolve_settings
 from orthrus.distill.student import load_student, make_optimizer
+from orthrus.errors import InputError, MissingInputError
 
 
 @dataclass
@@ -82,7 +83,7 @@ def setup(s: Settings, teacher, corpus_files, eval_prompts, device) -> Run:
 
     corpus = Corpus(corpus_files, s, verbose=True)
     if eval_prompts is not None and not Path(eval_prompts).is_file():
-        raise FileNotFoundError(f"eval prompts not found: {eval_prompts}")
+        raise MissingInputError(f"eval prompts not found: {eval_prompts}")
     torch.manual_seed(s.seed)
     teacher_dir = resolve_checkpoint(teacher)
     model, tok = load_student(teacher_dir, s, device)
@@ -95,7 +96,7 @@ def setup(s: Settings, teacher, corpus_files, eval_prompts, device) -> Run:
     G = s.batch_size * s.grad_accum * world
     batches = GlobalBatches(corpus, G, s)
     if batches.per_epoch == 0:
-        raise ValueError(f"the corpus has {len(corpus)} usable sequences, fewer than one global batch "
+        raise InputError(f"the corpus has {len(corpus)} usable sequences, fewer than one global batch "
                          f"(batch_size {s.batch_size} x grad_accum {s.grad_accum} x world {world} = {G})")
     total = int(s.max_steps) if s.max_steps is not None else batches.per_epoch * int(s.epochs)
     dist.log(f"{total} optimizer steps ({batches.per_epoch} per epoch, global batch {G} sequences)")
@@ -258,17 +259,17 @@ def cli_settings(config: str | None, model: str | None) -> dict:
     from orthrus.config import load_config
 
     if model and not config:
-        raise ValueError("--model needs --config FILE (a config with `models:`)")
+        raise InputError("--model needs --config FILE (a config with `models:`)")
     cfg = load_config(config)
     if not model:
         if "models" in cfg:
-            raise ValueError(f"{config}: a config with `models:`; name the variant with --model NAME")
+            raise InputError(f"{config}: a config with `models:`; name the variant with --model NAME")
         return cfg
     models = cfg.get("models")
     if not isinstance(models, dict):
-        raise ValueError(f"{config}: no `models:` mapping")
+        raise InputError(f"{config}: no `models:` mapping")
     if model not in models:
-        raise ValueError(f"{config}: no model {model!r} under `models:` (have {sorted(models)})")
+        raise InputError(f"{config}: no model {model!r} under `models:` (have {sorted(models)})")
     return dict(models[model] or {})
 
 
@@ -290,15 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    try:
-        from orthrus.config import apply_sets
+    from orthrus.config import apply_sets
 
-        settings = apply_sets(cli_settings(args.config, args.model), args.set)
-        train(settings, args.teacher, args.corpus, args.out, eval_prompts=args.eval_prompts,
-              threads=args.threads, progress=not args.no_progress)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"orthrus train: {e}", file=sys.stderr)
-        return 2
+    settings = apply_sets(cli_settings(args.config, args.model), args.set)
+    train(settings, args.teacher, args.corpus, args.out, eval_prompts=args.eval_prompts,
+          threads=args.threads, progress=not args.no_progress)
     return 0
 
 

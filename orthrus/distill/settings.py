@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from orthrus.errors import InputError
 
 OBJECTIVES = ("ce", "kl", "mix")
 SCHEDULES = ("cosine", "constant")
@@ -66,7 +67,7 @@ class Settings:
     def __post_init__(self):
         errors = problems(self)
         if errors:
-            raise ValueError("bad training settings: " + "; ".join(errors))
+            raise InputError("bad training settings: " + "; ".join(errors))
         # YAML may give integers; the optimizer and the fingerprint see floats
         object.__setattr__(self, "betas", [float(b) for b in self.betas])
 
@@ -95,7 +96,7 @@ def resolve_settings(settings: dict | Settings | None) -> Settings:
     settings = dict(settings or {})
     unknown = sorted(set(settings) - set(DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown training settings: {unknown}; known: {sorted(DEFAULTS)}")
+        raise InputError(f"unknown training settings: {unknown}; known: {sorted(DEFAULTS)}")
     return Settings(**settings)
 
 
@@ -162,12 +163,12 @@ def offset_weights(weights, K: int) -> np.ndarray:
     if weights is None:
         return np.array([1.0] * (K - 1) + [0.0])
     if not isinstance(weights, (list, tuple, np.ndarray)) or not all(_number(x) for x in weights):
-        raise ValueError(f"offset_weights must be null or a list of numbers, got {weights!r}")
+        raise InputError(f"offset_weights must be null or a list of numbers, got {weights!r}")
     w = [float(x) for x in weights]
     if len(w) == K - 1:
         w = w + [0.0]
     if len(w) != K:
-        raise ValueError(f"offset_weights needs K-1={K - 1} or K={K} values, got {len(w)}")
+        raise InputError(f"offset_weights needs K-1={K - 1} or K={K} values, got {len(w)}")
     if any(x < 0 or not math.isfinite(x) for x in w) or sum(w) <= 0:
-        raise ValueError(f"offset_weights must be finite, >= 0 and not all zero, got {weights!r}")
+        raise InputError(f"offset_weights must be finite, >= 0 and not all zero, got {weights!r}")
     return np.array(w)

@@ -95,11 +95,7 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(map(str, figure_files(args.out_dir))))
         return 0
-    try:
-        written = make_figures(args.tables, args.out_dir)
-    except FigureError as exc:
-        sys.stderr.write(f"orthrus figures: error: {exc}\n")
-        return 2
+    written = make_figures(args.tables, args.out_dir)
     for p in written:
         print(p)
     return 0

@@ -6,12 +6,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orthrus.errors import InputError
+
 _STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
                               "a_model", "a_decoder", "a_precision", "a_attention",
                               "b_model", "b_decoder", "b_precision", "b_attention")}
 
 
-class FigureError(ValueError):
+class FigureError(InputError):
     pass
 
 

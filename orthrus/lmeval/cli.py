@@ -8,11 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+from orthrus.contracts import PRECISIONS
 from orthrus.io import atomic_path, write_json
 from orthrus.lmeval.lm import DECODINGS
 from orthrus.lmeval.run import evaluate
 from orthrus.lmeval.tables import make_tables, result_rows
-from orthrus.lmeval.tasks import PRIMARY_METRICS, BenchmarkError
+from orthrus.lmeval.tasks import PRIMARY_METRICS
 
 
 def _gen_cap(v: str) -> int | None:
@@ -35,7 +36,7 @@ def cmd_prepare_data(args) -> int:
     tasks = _split(args.tasks) or list(tiny_tasks.TASKS)
     exclude = set()
     for p in args.exclude or []:
-        from orthrus.prompts import read_prompt_set
+        from orthrus.prompt_set import read_prompt_set
 
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
@@ -55,20 +56,16 @@ def cmd_prepare_data(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from orthrus.precision import configure
+    if args.threads:
+        import torch
 
-    configure(args.precision, deterministic=True, threads=args.threads)
-    try:
-        rec = evaluate(args.model_path, decoding=args.decoding, precision=args.precision, attention=args.attention,
-                       tasks=_split(args.tasks), include_paths=args.include_path or [], limit=args.limit,
-                       num_fewshot=args.num_fewshot, max_gen_toks=args.max_gen_toks,
-                       chat_template=args.chat_template, system_message=args.system_message, device=args.device,
-                       batch_size=args.batch_size, bootstrap_iters=args.bootstrap_iters,
-                       allow_code_eval=args.allow_code_eval, seed=args.seed,
-                       raw_tasks=_split(args.no_chat_template_tasks))
-    except BenchmarkError as exc:
-        sys.stderr.write(f"orthrus lm-eval run: error: {exc}\n")
-        return 2
+        torch.set_num_threads(args.threads)
+    rec = evaluate(args.model_path, options=args.options, decoding=args.decoding, precision=args.precision,
+                   attention=args.attention, tasks=_split(args.tasks), include_paths=args.include_path or [],
+                   limit=args.limit, num_fewshot=args.num_fewshot, max_gen_toks=args.max_gen_toks,
+                   chat_template=args.chat_template, device=args.device,
+                   batch_size=args.batch_size, bootstrap_iters=args.bootstrap_iters,
+                   allow_code_eval=args.allow_code_eval, seed=args.seed, raw_tasks=_split(args.no_chat_template_tasks))
     rec = {"model": args.model_name or Path(str(args.model_path).rstrip("/")).name, **rec}
     write_json(args.out, rec)
     for row in result_rows(rec):
@@ -79,11 +76,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_table(args) -> int:
-    try:
-        written = make_tables(args.inputs, args.out, args.agreement_out, args.figure, args.reference)
-    except BenchmarkError as exc:
-        sys.stderr.write(f"orthrus lm-eval table: error: {exc}\n")
-        return 2
+    written = make_tables(args.inputs, args.out, args.agreement_out, args.figure, args.reference)
     for p in written:
         print(p)
     return 0
@@ -119,9 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="evaluate one model x decoder x precision x attention")
     p.add_argument("--model-path", required=True)
     p.add_argument("--model-name", help="name in the tables (default: the path's last component)")
-    p.add_argument("--decoding", choices=DECODINGS, default="orthrus")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--attention", default="eager", help="eager | sdpa | flash_attention_2")
+    p.add_argument("--options", help="the run's DecodeOptions as JSON (orthrus/options.py), as the decode stage gets "
+                                     "them; --decoding, --precision and --attention replace its fields")
+    p.add_argument("--decoding", choices=DECODINGS)
+    p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--attention", help="eager | sdpa | flash_attention_2")
     p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     p.add_argument("--include-path", action="append", help="extra task directory (repeatable)")
     p.add_argument("--limit", type=float, help="documents per task (lm-eval --limit; <1 = fraction)")
@@ -133,7 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chat-template-tasks",
                    help="comma-separated tasks given plain completion prompts even with the chat template "
                         "(e.g. humaneval; or use humaneval_instruct with the chat template)")
-    p.add_argument("--system-message", default="")
     p.add_argument("--device", help="cpu | cuda (default: cuda if available)")
     p.add_argument("--batch-size", type=int, default=1, help="log-likelihood batch size (generation is always 1)")
     p.add_argument("--bootstrap-iters", type=int, default=100000)

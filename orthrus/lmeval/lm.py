@@ -13,6 +13,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
+from orthrus.chat import chat_messages
+from orthrus.options import DecodeOptions, OptionsError
+
 log = logging.getLogger("orthrus.lmeval")
 
 # ar-ref: lm-eval's own HFLM generation (transformers' generate, stop strings as stopping
@@ -20,66 +23,74 @@ log = logging.getLogger("orthrus.lmeval")
 DECODINGS = ("orthrus", "ar", "ar-ref")
 
 
-def load_model(pretrained, decoding: str = "orthrus", dtype="fp32", attn_implementation: str = "eager",
-               device: str | None = None):
-    """An Orthrus checkpoint (any decoding) or, for the AR decodings, also a plain Qwen3 one."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def load_model(pretrained, options: DecodeOptions, device: str | None = None):
+    """(model, resolved path) for `options` (`orthrus.loading.load_model`): an Orthrus checkpoint,
+    or for the AR decodings also a plain Qwen3 one; the CPU when CUDA is asked for but absent."""
+    from orthrus.loading import load_model as load
 
-    from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
-    from orthrus.precision import check_attention, parse_dtype
-
-    if decoding not in DECODINGS:
-        raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
-    check_attention(attn_implementation)
-    path = resolve_checkpoint(pretrained)
-    cfg = Qwen3Config.from_pretrained(path)
-    is_orthrus = getattr(cfg, "block_size", None) is not None and getattr(cfg, "mask_token_id", None) is not None
-    if is_orthrus:
-        model = OrthrusForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
-    elif decoding in ("ar", "ar-ref"):
-        model = Qwen3ForCausalLM.from_pretrained(path, dtype=parse_dtype(dtype), attn_implementation=attn_implementation,
-                                                 use_safetensors=True).eval()
-        check_finite(model, path)
-    else:
-        raise ValueError(f"{pretrained} is not an Orthrus checkpoint (no block_size/mask_token_id); "
-                         "only decoding=ar or ar-ref can evaluate a plain model")
+    if options.decoder not in DECODINGS:
+        raise OptionsError(f"decoding must be one of {DECODINGS}, got {options.decoder!r}")
     if device and str(device).startswith("cuda") and not torch.cuda.is_available():
         log.warning("device %s requested but CUDA is not available: using the CPU", device)
         device = "cpu"
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device), path
+    model, _ = load(pretrained, options, device)
+    return model, model.name_or_path
+
+
+def lm_options(options=None, decoding=None, dtype=None, attention=None, block_size=None, eos=None,
+               last_block=None, prefill_logits=None, deterministic=None, message=None) -> DecodeOptions:
+    """The run's `DecodeOptions`: `options` (an object, its JSON or None) with the lm-eval model
+    arguments that are given on top (they arrive as strings from `--model_args`)."""
+    base = DecodeOptions.from_json(options) if isinstance(options, str) else (options or DecodeOptions())
+    given = {"decoder": decoding, "precision": dtype, "attention": attention,
+             "block_size": int(block_size) if block_size not in (None, "") else None,
+             "eos": eos, "last_block": last_block, "prefill_logits": prefill_logits, "message": message,
+             "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes")}
+    if given["precision"] is not None and not isinstance(given["precision"], str):
+        from orthrus.precision import dtype_name
+
+        given["precision"] = dtype_name(given["precision"])
+    if isinstance(given["precision"], str):
+        given["precision"] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(given["precision"],
+                                                                                          given["precision"])
+    return base.replace(**{k: v for k, v in given.items() if v is not None})
 
 
 @register_model("orthrus")
 class OrthrusLM(HFLM):
     """lm-eval's `HFLM` whose generation runs `orthrus.generate` (see the `orthrus.lmeval` doc)."""
 
-    def __init__(self, pretrained, decoding: str = "orthrus", dtype=None, attn_implementation: str | None = None,
-                 attention: str | None = None, block_size: int | None = None, device: str | None = None,
-                 tokenizer=None, system_message: str = "", enable_thinking: bool = False,
-                 max_gen_toks: int = 256, seed: int = 1234, deterministic: bool = True, **kwargs):
-        from orthrus.precision import configure, parse_dtype
+    def __init__(self, pretrained, options=None, decoding: str | None = None, dtype=None,
+                 attn_implementation: str | None = None, attention: str | None = None, block_size=None,
+                 eos: str | None = None, last_block: str | None = None, prefill_logits: str | None = None,
+                 deterministic=None, message: str | None = None, device: str | None = None, tokenizer=None,
+                 enable_thinking: bool = False, max_gen_toks: int = 256, seed: int = 1234, **kwargs):
+        from orthrus.precision import configure, dtype_name
 
-        attn = attn_implementation or attention or "eager"
+        if not isinstance(pretrained, str) and dtype is None:
+            dtype = dtype_name(pretrained.dtype)  # a ready model (tests, notebooks) keeps its dtype
+        self.options = lm_options(options, decoding, dtype, attn_implementation or attention, block_size, eos,
+                                  last_block, prefill_logits, deterministic, message)
+        o = self.options
+        if o.decoder not in DECODINGS:
+            raise OptionsError(f"decoding must be one of {DECODINGS}, got {o.decoder!r}")
         if isinstance(pretrained, str):
-            torch_dtype = configure(dtype or "fp32", deterministic=bool(deterministic))
-            model, path = load_model(pretrained, decoding, torch_dtype, attn, device)
-        else:  # a ready model (tests, notebooks): kept in its dtype unless `dtype` is given
+            model, path = load_model(pretrained, o, device)
+        else:
+            from orthrus.precision import parse_dtype
+
             model, path = pretrained, getattr(pretrained, "name_or_path", None)
-            configure(dtype or model.dtype, deterministic=bool(deterministic))
-            if dtype is not None and model.dtype != parse_dtype(dtype):
-                model = model.to(parse_dtype(dtype))
-        if decoding not in DECODINGS:
-            raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
-        if decoding == "orthrus" and not hasattr(model, "diffusion_forward"):
-            raise ValueError("decoding=orthrus needs an Orthrus model")
+            configure(o.precision, deterministic=o.deterministic)
+            if model.dtype != parse_dtype(o.precision):
+                model = model.to(parse_dtype(o.precision))
+        if o.decoder == "orthrus" and not hasattr(model, "diffusion_forward"):
+            raise OptionsError("decoding=orthrus needs an Orthrus model")
         kwargs.pop("dtype", None)
         kwargs.pop("backend", None)
         super().__init__(pretrained=model, tokenizer=tokenizer or path, backend="causal",
                          enable_thinking=bool(enable_thinking), **kwargs)
-        self.decoding = decoding
-        self.block_size = int(block_size) if block_size else None
-        self.system_message = "" if system_message is None else str(system_message)
+        self.decoding = o.decoder
         self._default_max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
         self.pretrained_path = str(pretrained) if isinstance(pretrained, str) else path
@@ -97,8 +108,8 @@ class OrthrusLM(HFLM):
         prefix = ""
         if not add_generation_prompt and msgs and msgs[-1]["role"] == "assistant":
             prefix = msgs.pop()["content"]  # the task's gen_prefix: appended verbatim below
-        if not msgs or msgs[0]["role"] != "system":
-            msgs.insert(0, {"role": "system", "content": self.system_message})
+        if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.chat)
+            msgs = chat_messages(msgs[0]["content"], self.options.message) + msgs[1:] if msgs else msgs
         text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
                                                   **self.chat_template_args)
         self._chat_rendered = True
@@ -118,13 +129,6 @@ class OrthrusLM(HFLM):
 
     # ---- generation through our decoding loop ---------------------------------------------
 
-    def _eos_ids(self) -> list[int]:
-        gen = getattr(self.model.generation_config, "eos_token_id", None)
-        ids = [gen] if isinstance(gen, int) else list(gen or [])
-        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
-            ids.append(self.tokenizer.eos_token_id)
-        return ids
-
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
@@ -133,7 +137,6 @@ class OrthrusLM(HFLM):
 
         from orthrus.decoding import generate
 
-        eos_ids = self._eos_ids()
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         out = []
         for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc=f"generate_until ({self.decoding})"):
@@ -147,13 +150,14 @@ class OrthrusLM(HFLM):
             if max_ctx <= 0:
                 raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room for the prompt (max_length {self.max_length})")
             ids = ids[-max_ctx:]
-            extra = {}
+            # the decode stage's loop and options; only the budget (and a task's sampling) is the request's
+            options, generator = self.options.replace(max_new_tokens=max_gen_toks), None
             if sample:
-                extra = {"temperature": float(kwargs["temperature"]), "top_k": kwargs.get("top_k"),
-                         "top_p": kwargs.get("top_p"),
-                         "generator": torch.Generator(device=self.model.device).manual_seed(self.seed + len(self.generation_log))}
-            res = generate(self.model, torch.tensor(ids, dtype=torch.long), mode=self.decoding,
-                           max_new_tokens=max_gen_toks, eos_token_id=eos_ids, block_size=self.block_size, **extra)
+                options = options.replace(temperature=float(kwargs["temperature"]), top_k=kwargs.get("top_k"),
+                                          top_p=kwargs.get("top_p"))
+                generator = torch.Generator(device=self.model.device).manual_seed(self.seed + len(self.generation_log))
+            res = generate(self.model, torch.tensor(ids, dtype=torch.long), options, generator=generator,
+                           trace=self._stop_at(until))
             tokens = res.tokens.tolist()
             text = self.tok_decode(tokens)
             text = postprocess_generated_text(text, until, self.think_end_token if isinstance(self.think_end_token, str) else None)
@@ -169,10 +173,25 @@ class OrthrusLM(HFLM):
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
         return out
 
+    def _stop_at(self, until: list[str]):
+        """A loop trace that ends decoding once the text holds a stop string, as transformers'
+        stopping criteria do: the tokens up to there are the ones a full-length run emits
+        (decoding is causal), and the text is cut at the stop string afterwards either way."""
+        stops = [u for u in until if u]
+        if not stops:
+            return None
+
+        def trace(forward, tokens) -> bool:
+            text = self.tok_decode(tokens)
+            return any(u in text for u in stops)
+
+        return trace
+
     def get_model_info(self) -> dict:
         # HFLM's asks the hub for the model's commit: a network call, and meaningless for a path
         m = self.model
         return {"model_num_parameters": sum(p.numel() for p in m.parameters()), "model_dtype": str(m.dtype),
                 "model_path": self.pretrained_path, "decoding": self.decoding,
-                "block_size": self.block_size or getattr(m.config, "block_size", None)}
+                "block_size": self.options.block_size or getattr(m.config, "block_size", None),
+                "options": self.options.record()}
 

@@ -3,17 +3,20 @@ from __future__ import annotations
 
 import math
 
-from orthrus.lmeval.lm import OrthrusLM
+from orthrus.lmeval.lm import OrthrusLM, lm_options
+from orthrus.options import DecodeOptions
 from orthrus.lmeval.tasks import BenchmarkError, check_tasks
 
 # The parts of lm-eval's result kept in the record, merged over the run's task groups.
 _RESULT_KEYS = ("results", "n-samples", "higher_is_better", "versions", "configs", "samples")
 
 
-def evaluate(model_path, decoding="orthrus", precision="fp32", attention="eager", tasks=(), include_paths=(),
-             limit=None, num_fewshot=0, max_gen_toks=128, chat_template=True, system_message="", device=None,
-             batch_size=1, bootstrap_iters=100000, allow_code_eval=False, seed=0, raw_tasks=(), lm=None) -> dict:
-    """Run lm-eval on one model x decoder x precision x attention; return the record `run` writes.
+def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, precision=None, attention=None,
+             tasks=(), include_paths=(), limit=None, num_fewshot=0, max_gen_toks=128, chat_template=True,
+             device=None, batch_size=1, bootstrap_iters=100000, allow_code_eval=False, seed=0, raw_tasks=(),
+             lm=None) -> dict:
+    """Run lm-eval on one model with `options` (the decode stage's `DecodeOptions`; `decoding`,
+    `precision` and `attention` replace its fields when given); return the record `run` writes.
 
     `chat_template`: render prompts as the trajectory study does, except for the tasks in
     `raw_tasks` (plain completion prompts, e.g. lm-eval's `humaneval`). `max_gen_toks=None`:
@@ -23,10 +26,10 @@ def evaluate(model_path, decoding="orthrus", precision="fp32", attention="eager"
 
     tasks = list(tasks)
     tm, unsafe = check_tasks(tasks, include_paths, allow_code_eval)
+    options = lm_options(options, decoding, precision, attention)
     if lm is None:
-        lm = OrthrusLM(pretrained=str(model_path), decoding=decoding, dtype=precision, attn_implementation=attention,
-                       device=device, system_message=system_message, max_gen_toks=max_gen_toks or 256, batch_size=batch_size,
-                       seed=seed)
+        lm = OrthrusLM(pretrained=str(model_path), options=options, device=device, max_gen_toks=max_gen_toks or 256,
+                       batch_size=batch_size, seed=seed)
     raw = [t for t in tasks if t in set(raw_tasks or ())] if chat_template else list(tasks)
     # lm-eval applies the chat template to a whole run or not at all: one run per group
     groups = [(False, raw), (True, [t for t in tasks if t not in raw])]
@@ -48,20 +51,21 @@ def evaluate(model_path, decoding="orthrus", precision="fp32", attention="eager"
             res.setdefault(key, {}).update(part.get(key) or {})
     settings = {"limit": limit, "num_fewshot": num_fewshot, "max_gen_toks": max_gen_toks,
                 "chat_template": bool(chat_template), "no_chat_template_tasks": raw,
-                "system_message": system_message,
+                "options": lm.options.record(),
                 "batch_size": batch_size, "bootstrap_iters": bootstrap_iters, "seed": seed,
                 "include_paths": [str(p) for p in include_paths or ()]}
-    return _record(lm, res, model_path, decoding, precision, attention, tasks, settings)
+    return _record(lm, res, model_path, tasks, settings)
 
 
-def _record(lm, res: dict, model_path, decoding, precision, attention, tasks, settings) -> dict:
+def _record(lm, res: dict, model_path, tasks, settings) -> dict:
     """The run's JSON record (without `model`, which the command line adds)."""
     import lm_eval
 
-    from orthrus.precision import dtype_name, numerical_env, parse_dtype
+    from orthrus.precision import numerical_env
 
+    o = lm.options
     return {
-        "decoder": decoding, "precision": dtype_name(parse_dtype(precision)), "attention": attention,
+        "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
         "model_path": str(model_path), "tasks": tasks, "settings": settings,
         "results": _jsonable(res.get("results", {})),
         "n_samples": _jsonable(res.get("n-samples", {})),

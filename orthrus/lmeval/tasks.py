@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from orthrus.errors import InputError
 
-class BenchmarkError(RuntimeError):
+
+class BenchmarkError(InputError):
     """A benchmark run or table that cannot be made; the CLI prints it and exits with 2."""
 
 

@@ -26,6 +26,7 @@ import math
 import random
 import sys
 import time
+from orthrus.errors import InputError
 
 DEFAULTS: dict = {
     "seed": 0,
@@ -166,7 +167,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
     cfg = {**DEFAULTS, **(cfg or {})}
     unknown = set(cfg) - set(DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown teacher settings: {sorted(unknown)}")
+        raise InputError(f"unknown teacher settings: {sorted(unknown)}")
     torch.set_num_threads(int(cfg["threads"]))
     t0 = time.perf_counter()
     if tokenizer:

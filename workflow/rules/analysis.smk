@@ -8,8 +8,8 @@ rule perplexity:
     params:
         teacher=teacher_path(),
         precision=config["analysis"]["ppl_precision"],
-        attention=flag("attention", config["analysis"].get("ppl_attention", "eager"), "eager"),
-        device=config["decode"].get("device", "cpu"),
+        attention=config["analysis"]["ppl_attention"],
+        device=DEVICE,
     log:
         f"{R}/logs/perplexity.log",
     benchmark:
@@ -24,7 +24,7 @@ rule perplexity:
         ENV
     shell:
         "orthrus perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
-        " --precision {params.precision:q} {params.attention:q} --device {params.device:q} --threads {threads:q}"
+        " --precision {params.precision:q} --attention {params.attention:q} --device {params.device:q} --threads {threads:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -40,8 +40,7 @@ rule forensics:
         f"{R}/forensics/{{model}}.parquet",
     params:
         model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
-        max_new=config["decode"]["max_new_tokens"],
-        device=config["decode"].get("device", "cpu"),
+        device=DEVICE,
     log:
         f"{R}/logs/forensics/{{model}}.log",
     benchmark:
@@ -56,7 +55,7 @@ rule forensics:
         ENV
     shell:
         "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
-        " --reference {input.ref:q} --max-new-tokens {params.max_new:q} --device {params.device:q}"
+        " --reference {input.ref:q} --device {params.device:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 

@@ -4,7 +4,7 @@ rule benchmark_tasks:
     output:
         directory(f"{R}/benchmarks/tasks"),
     params:
-        n=BENCH.get("n_docs", 40),
+        n=BENCH["n_docs"],
         seed=config["seed"],
     log:
         f"{R}/logs/benchmarks/tasks.log",
@@ -22,7 +22,7 @@ rule benchmark_tasks:
 rule lm_eval:
     input:
         bench_model_input,
-        tasks=rules.benchmark_tasks.output if BENCH.get("tiny_tasks", True) else [],
+        tasks=rules.benchmark_tasks.output if BENCH["tiny_tasks"] else [],
     output:
         f"{R}/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.json",
     params:
@@ -30,12 +30,14 @@ rule lm_eval:
         tasks=bench_tasks(),
         # optional flags as lists of arguments, each quoted on its own
         include=lambda w, input: ["--include-path", input.tasks] if input.tasks else [],
-        limit=["--limit", BENCH["limit"]] if BENCH.get("limit") else [],
-        code=["--allow-code-eval"] if BENCH.get("allow_code_eval") else [],
+        limit=["--limit", BENCH["limit"]] if BENCH["limit"] else [],
+        code=["--allow-code-eval"] if BENCH["allow_code_eval"] else [],
         # null: each task's own generation length, as the authors ran lm-eval
-        max_gen=BENCH.get("max_gen_toks", 128) or "task",
-        chat=[] if BENCH.get("chat_template", True) else ["--no-chat-template"],
-        device=config["decode"].get("device", "cpu"),
+        max_gen=BENCH["max_gen_toks"] or "task",
+        chat=[] if BENCH["chat_template"] else ["--no-chat-template"],
+        # the decode stage's loop options, so Table 7 runs the loop the trajectory study ran
+        options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
+        device=DEVICE,
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
     benchmark:
@@ -50,7 +52,7 @@ rule lm_eval:
         ENV
     shell:
         "orthrus lm-eval run --model-path {params.model:q} --model-name {wildcards.model:q}"
-        " --decoding {wildcards.decoder:q} --precision {wildcards.precision:q} --attention {wildcards.attention:q}"
+        " --options {params.options:q}"
         " --tasks {params.tasks:q} {params.include:q} {params.limit:q} {params.code:q} --max-gen-toks {params.max_gen:q}"
         " {params.chat:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 

@@ -7,9 +7,10 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 from config_check import check_config
 
-# the artefact names and vocabularies, from the package's one pure-Python contracts module
+# the artefact names and vocabularies, and the decoding options, from the package's pure-Python modules
 sys.path.insert(0, workflow.basedir)
 from orthrus import contracts
+from orthrus.options import DecodeOptions
 
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
@@ -25,8 +26,10 @@ scattergather:
 ENV = "../../envs/orthrus.yaml"
 R = "results"
 TEACHER = config["teacher"]["name"]
-# Per-stage job resources (mem_mb, runtime, gpus, slurm_extra), defaults from the schema.
+# Per-stage job resources (mem_mb, runtime, gpus, slurm_extra), defaults from the schema. The config
+# check filled every schema default in, so the rules index the config directly: no second defaults.
 RES = config["resources"]
+DEVICE = config["decode"]["device"]
 
 
 def launcher(gpus):
@@ -62,7 +65,7 @@ def teacher_input(wildcards=None):
 # model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it
 # (config_check.py requires teacher.draft for assisted and rejects a hub draft beside the tiny teacher).
 TEACHER_DECODERS = config["decode"]["decoders"]
-DRAFT = config["teacher"].get("draft")
+DRAFT = config["teacher"]["draft"]
 
 
 def draft_path():
@@ -76,14 +79,9 @@ def draft_input(wildcards):
     return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
 
 
-def speculative_args(wildcards):
-    """`orthrus decode` flags of transformers' speculative decoders (an argument list, each quoted
-    by `:q`)."""
-    if wildcards.decoder == "assisted":
-        return ["--draft-path", draft_path()]
-    if wildcards.decoder == "prompt-lookup":
-        return flag("prompt-lookup-tokens", config["decode"]["prompt_lookup_tokens"], 10)
-    return []
+def draft_args(wildcards):
+    """`--draft-path` for the assisted decoder (an argument list, each quoted by `:q`)."""
+    return ["--draft-path", draft_path()] if wildcards.decoder == "assisted" else []
 
 
 def scatter_index(item):
@@ -92,7 +90,7 @@ def scatter_index(item):
     return int(i) - 1, int(n)
 
 
-CORPUS_SOURCE = config["corpus"].get("source", "generate")
+CORPUS_SOURCE = config["corpus"]["source"]
 
 
 def corpus_source_args(wildcards, input):
@@ -102,28 +100,25 @@ def corpus_source_args(wildcards, input):
     if CORPUS_SOURCE == "generate":
         return ["--prompts", input.prompts]
     c = config["corpus"]
-    files = [str(f) for f in c.get("data_files") or []]
-    return ["--dataset", c["dataset"], "--dataset-split", c.get("split", "train")] + (["--data-files", *files] if files else [])
+    files = [str(f) for f in c["data_files"] or []]
+    return ["--dataset", c["dataset"], "--dataset-split", c["split"]] + (["--data-files", *files] if files else [])
 
 
-# Protocol options and their CLI defaults: only the ones set otherwise become flags, so a config
-# that leaves them at their defaults runs the very commands it ran before they existed.
-DECODE_DEFAULTS = {"message": "empty", "eos": "generation_config", "last_block": "full", "prefill_logits": "last"}
+def cell_options(section, decoder, precision, attention):
+    """One decoding cell's whole setting as `DecodeOptions` JSON, built from the validated config
+    (`section`: `decode`, or `decode` updated by `tpf`) by the one function that does it."""
+    return DecodeOptions.from_config(section, decoder, precision, attention).to_json()
 
 
-def decode_options(section):
-    """The decoding protocol options of a config section as `orthrus decode` arguments (a list,
-    each quoted by `:q`)."""
-    args = []
-    for k, default in DECODE_DEFAULTS.items():
-        args += flag(k.replace("_", "-"), section.get(k, default), default)
-    return args + ([] if section.get("deterministic", True) else ["--no-deterministic"])
+def grid_options(precisions, attentions):
+    """A params function: the options of every (precision, attention) cell of a decoding job, in
+    its output order (an argument list, each quoted by `:q`). A factory, so that each rule the
+    decode.smk loop generates keeps its own grid (a lambda there would see the loop's last one)."""
 
+    def options(wildcards):
+        return [cell_options(config["decode"], wildcards.decoder, p, a) for p in precisions for a in attentions]
 
-def flag(name, value, default):
-    """`["--name", value]` when value differs from the CLI default, else nothing (an argument
-    list, each quoted by `:q`)."""
-    return [] if value == default else [f"--{name}", str(value)]
+    return options
 
 
 def corpus_shards():
@@ -132,7 +127,7 @@ def corpus_shards():
 
 def final_outputs():
     outputs = study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
-    if config.get("benchmarks", {}).get("enabled", True):
+    if config["benchmarks"]["enabled"]:
         outputs += [f"{R}/tables/benchmarks.csv"]
     return outputs
 
@@ -146,15 +141,15 @@ wildcard_constraints:
 
 PRECISIONS = config["decode"]["precisions"]
 ATTENTIONS = config["decode"]["attentions"]
-TRAINED = list(config.get("models", {}))
-EXTERNAL = config.get("external_models", {})
+TRAINED = list(config["models"])
+EXTERNAL = config["external_models"]
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # decoders that run on an Orthrus model: its Orthrus loop and (decode.own_ar_view) its own AR view
-MODEL_DECODERS = ["orthrus"] + (["ar"] if config["decode"].get("own_ar_view", True) else [])
+MODEL_DECODERS = ["orthrus"] + (["ar"] if config["decode"]["own_ar_view"] else [])
 # decode.grids: a narrower (precision, attention) grid for some of transformers' speculative decoders
 # (a key of decode.decoders), or for an Orthrus model's loop and AR view (a key of models or
 # external_models); config_check.py rejects any other key. The ar-ref reference keeps the full grid.
-_GRIDS = config["decode"].get("grids") or {}
+_GRIDS = config["decode"]["grids"]
 GRIDS = {d: g for d, g in _GRIDS.items() if d in TEACHER_DECODERS and d not in ORTHRUS_MODELS}
 MODEL_GRIDS = {m: g for m, g in _GRIDS.items() if m in ORTHRUS_MODELS}
 
@@ -248,12 +243,12 @@ def decode_files():
     return files
 
 
-TPF = config.get("tpf", {})
+TPF = config["tpf"]
 
 
 def tpf_files():
     """The separate Table 2 run (tpf.enabled): every Orthrus model at the TPF settings."""
-    if not TPF.get("enabled", False):
+    if not TPF["enabled"]:
         return []
     return expand(f"{R}/tpf/{{m}}/orthrus-{{p}}-{{a}}.parquet", m=ORTHRUS_MODELS, p=TPF["precisions"],
                   a=TPF["attentions"])
@@ -280,20 +275,19 @@ def study_outputs():
     return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS)
 
 
-BENCH = config.get("benchmarks", {})
+BENCH = config["benchmarks"]
 
 
 def bench_tasks():
-    return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate" if BENCH.get("tiny_tasks", True) else ",".join(BENCH.get("tasks", []))
+    return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate" if BENCH["tiny_tasks"] else ",".join(BENCH["tasks"])
 
 
 def bench_files():
     """The teacher through its AR view, every Orthrus model through its consensus loop."""
     # the teacher through our AR loop, or (ar_baseline: hf) through lm-eval's own HF generate
-    baseline = "ar-ref" if BENCH.get("ar_baseline", "ours") == "hf" else "ar"
+    baseline = "ar-ref" if BENCH["ar_baseline"] == "hf" else "ar"
     runs = [(TEACHER, baseline)] + [(m, "orthrus") for m in ORTHRUS_MODELS]
-    return [f"{R}/benchmarks/{m}/{d}-{p}-{BENCH.get('attention', 'eager')}.json"
-            for m, d in runs for p in BENCH.get("precisions", ["bf16", "fp32"])]
+    return [f"{R}/benchmarks/{m}/{d}-{p}-{BENCH['attention']}.json" for m, d in runs for p in BENCH["precisions"]]
 
 
 def bench_model_input(wildcards):

@@ -2,13 +2,13 @@ rule train_teacher:
     output:
         directory(f"{R}/teacher"),
     params:
-        cfg=lambda w: settings(config["teacher"].get("tiny", {})),
+        cfg=lambda w: settings(config["teacher"]["tiny"]),
         seed=config["seed"],
     log:
         f"{R}/logs/train_teacher.log",
     benchmark:
         f"{R}/timing/train_teacher.tsv"
-    threads: config["teacher"].get("threads", 2)
+    threads: config["teacher"]["threads"]
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
         runtime=RES["teacher"]["runtime"],
@@ -29,14 +29,14 @@ rule train_draft:
     output:
         directory(f"{R}/draft"),
     params:
-        cfg=lambda w: settings((DRAFT or {}).get("tiny", {})),
+        cfg=lambda w: settings(DRAFT["tiny"]),
         seed=config["seed"],
         tokenizer=teacher_path(),
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
         f"{R}/timing/train_draft.tsv"
-    threads: (DRAFT or {}).get("threads", 1)
+    threads: DRAFT["threads"]
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
         runtime=RES["teacher"]["runtime"],
@@ -83,7 +83,7 @@ rule corpus_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
         source=corpus_source_args,
-        message=flag("message", config["corpus"].get("message", "empty"), "empty"),
+
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",
     benchmark:
@@ -98,7 +98,7 @@ rule corpus_shard:
     conda:
         ENV
     shell:
-        "orthrus corpus --teacher {params.teacher:q} {params.source:q} {params.message:q}"
+        "orthrus corpus --teacher {params.teacher:q} {params.source:q} --message {params.c[message]:q}"
         " --shard {params.shard:q} --num-shards {params.n:q} --batch-size {params.c[batch_size]:q}"
         " --max-new-tokens {params.c[max_new_tokens]:q} --dtype {params.c[precision]:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

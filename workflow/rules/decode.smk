@@ -25,12 +25,11 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             model=model_arg,
             shard=lambda w: scatter_index(w.scatteritem)[0],
             n=lambda w: scatter_index(w.scatteritem)[1],
-            max_new=config["decode"]["max_new_tokens"],
-            device=config["decode"].get("device", "cpu"),
+            device=DEVICE,
             max_error_share=config["decode"]["max_error_share"],
-            # protocol options away from their defaults, as an argument list (each quoted by :q)
-            options=decode_options(config["decode"]),
-            speculative=speculative_args,
+            # each output's whole decoding setting, as DecodeOptions JSON (an argument list, each quoted by :q)
+            options=grid_options(_precisions, _attentions),
+            draft=draft_args,
         log:
             f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
         benchmark:
@@ -45,10 +44,9 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
         conda:
             ENV
         shell:
-            "orthrus decode --decoder {wildcards.decoder:q} --model-path {params.model:q} --model-name {wildcards.model:q}"
-            " --precision {params.precisions:q} --attention {params.attentions:q} --prompts {input.prompts:q}"
-            " --max-new-tokens {params.max_new:q} --shard {params.shard:q} --num-shards {params.n:q} {params.options:q}"
-            " {params.speculative:q} --device {params.device:q} --max-error-share {params.max_error_share:q}"
+            "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
+            " --options {params.options:q} {params.draft:q} --shard {params.shard:q} --num-shards {params.n:q}"
+            " --device {params.device:q} --max-error-share {params.max_error_share:q}"
             " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -79,10 +77,10 @@ rule tpf_decode:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
     params:
         model=lambda w: model_path(w.model),
-        max_new=TPF.get("max_new_tokens", 256),
-        device=config["decode"].get("device", "cpu"),
+        device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],
-        options=decode_options({**config["decode"], **TPF}),
+        # the decode section's options with tpf's on top (its own max_new_tokens and message)
+        options=lambda w: cell_options({**config["decode"], **TPF}, "orthrus", w.precision, w.attention),
     log:
         f"{R}/logs/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.log",
     benchmark:
@@ -96,7 +94,6 @@ rule tpf_decode:
     conda:
         ENV
     shell:
-        "orthrus decode --decoder orthrus --model-path {params.model:q} --model-name {wildcards.model:q}"
-        " --precision {wildcards.precision:q} --attention {wildcards.attention:q} --prompts {input.prompts:q}"
-        " --max-new-tokens {params.max_new:q} {params.options:q} --device {params.device:q}"
-        " --max-error-share {params.max_error_share:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
+        " --options {params.options:q} --device {params.device:q} --max-error-share {params.max_error_share:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,99 @@
+"""Helpers every stage that touches a model shares, written once: is it a hub id, which ids end a
+trajectory, and loading a model (and an assisted decoder's draft) at a run's options.
+
+Never runs checkpoint code, never unpickles. Light to import: torch and transformers are
+imported where a model is loaded.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from orthrus.contracts import HF_DECODERS
+from orthrus.errors import InputError
+from orthrus.options import EOS_POLICIES, DecodeOptions, OptionsError
+
+# `owner/name` on the Hugging Face hub
+HUB_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+def is_hub_id(value) -> bool:
+    """`owner/name`, and not a local path: no existing directory `owner/`, no leading `.`, `/` or `~`."""
+    value = str(value)
+    return bool(HUB_ID.match(value)) and not Path(os.path.expanduser(value.split("/")[0])).is_dir()
+
+
+def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]:
+    """The ids that end a trajectory, in order: every id of `generation_config.eos_token_id` (what
+    transformers' generate stops on; Qwen3 lists two) or only `config.eos_token_id` (what the
+    released Orthrus loop stops on); then, when `tokenizer` is given, its EOS id if neither lists
+    it (the corpus and a plain model whose generation config sets none)."""
+    if policy not in EOS_POLICIES:
+        raise OptionsError(f"eos policy must be one of {EOS_POLICIES}, got {policy!r}")
+    src = model.generation_config if policy == "generation_config" else model.config
+    eos = getattr(src, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
+    """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
+    the plain causal LM for transformers' decoders, the Orthrus checkpoint for our loop (`ar` also
+    takes a plain Qwen3, e.g. the teacher through our AR loop)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
+    from orthrus.precision import check_attention, configure
+
+    path = resolve_checkpoint(path, revision=revision)
+    dtype = configure(options.precision, deterministic=options.deterministic)
+    check_attention(options.attention)
+    kw = {"dtype": dtype, "attn_implementation": options.attention}
+    if options.decoder in HF_DECODERS:
+        model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **kw)
+        check_finite(model, path)
+    elif is_orthrus_checkpoint(path):
+        model = OrthrusForCausalLM.from_pretrained(path, **kw)
+    elif options.decoder == "ar":
+        model = Qwen3ForCausalLM.from_pretrained(path, use_safetensors=True, **kw)
+        check_finite(model, path)
+    else:
+        raise InputError(f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
+                         f"decoder {options.decoder} needs one")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.to(device).eval(), tokenizer
+
+
+def is_orthrus_checkpoint(path) -> bool:
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config.from_pretrained(path)
+    return getattr(cfg, "block_size", None) is not None and getattr(cfg, "mask_token_id", None) is not None
+
+
+def load_draft(path: str, model, tokenizer, model_path: str):
+    """The draft model of `assisted`, in the model's dtype, attention and device; refused,
+    naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orthrus.modeling import check_finite, resolve_checkpoint
+
+    path_ = resolve_checkpoint(path)
+    check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
+    draft = AutoModelForCausalLM.from_pretrained(path_, dtype=model.dtype, use_safetensors=True,
+                                                 attn_implementation=model.config._attn_implementation)
+    check_finite(draft, path_)
+    return draft.to(model.device).eval()
+
+
+def check_same_tokenizer(tok, draft_tok, model_path: str, draft_path: str) -> None:
+    def spec(t):
+        return t.get_vocab(), t.eos_token_id, t.pad_token_id
+
+    if spec(tok) != spec(draft_tok):
+        raise InputError(f"the draft model {draft_path} does not share the tokenizer of the model {model_path} "
+                         f"({len(draft_tok)} vs {len(tok)} tokens, eos {draft_tok.eos_token_id} vs {tok.eos_token_id}); "
+                         "assisted decoding needs one token space")
