@@ -19,6 +19,7 @@ COMMANDS = {
     "lm-eval": "orthrus.lmeval",
     "summary": "orthrus.summary",
     "compare-tables": "orthrus.compare",
+    "rehearsal-standins": "orthrus.rehearsal",
 }
 
 

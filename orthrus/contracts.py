@@ -27,6 +27,19 @@ SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
 # decoders compared against the reference trajectory
 COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup")
 CONFIG = ["model", "decoder", "precision", "attention"]
+# A name that becomes a path component and a wildcard (teacher, model, grid names): letters,
+# digits, `_`, `.` and `-`, never first a `.` or `-` (so never `.`, `..`, a hidden file or an
+# option). NAME_PATTERN is the config schema's (anchored; `(?![\s\S])` is the end of the string
+# in Python and ECMA regexes alike: `$` would accept a trailing newline).
+NAME = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
+NAME_PATTERN = f"^{NAME}(?![\\s\\S])"
+
+
+def runs_model_code(task: str) -> bool:
+    """Whether an lm-eval task (by name) executes model-written code: HumanEval and its variants.
+    The workflow leaves such tasks out unless `benchmarks.allow_code_eval` opts in; `orthrus
+    lm-eval run` also checks the tasks' own `unsafe_code` flag."""
+    return "humaneval" in task
 
 # ---- intermediate files
 PROMPT_COLUMNS = ["prompt_id", "domain", "prompt"]
@@ -127,7 +140,7 @@ ARTEFACTS = {
     "Prompt sets": Artefact(
         "results/prompts/{eval,distill}.parquet", "orthrus prompts", PROMPT_COLUMNS,
         "`prompt` is the raw user text; whoever tokenizes applies the chat template "
-        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.prompts.read_prompt_set` (UTF-8, no "
+        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.prompt_set.read_prompt_set` (UTF-8, no "
         "null or empty value, unique ids; errors name file, row id and column)."),
     "Teacher corpus shard": Artefact(
         "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)", "orthrus corpus", CORPUS_COLUMNS,

@@ -34,10 +34,11 @@ from orthrus.checkpoint import record_digest
 from orthrus.contracts import CORPUS_COLUMNS
 from orthrus.io import write_parquet
 from orthrus.precision import DTYPES, parse_dtype
-from orthrus.loading import eos_ids, is_hub_id
+from orthrus.loading import eos_ids, is_hub_id, split_revision
 from orthrus.options import DecodeOptions, check_message
 from orthrus.prompt_set import length_error, read_prompt_set
 from orthrus.errors import InputError, MissingInputError
+
 
 def resolve_teacher(teacher: str) -> str:
     """Return `teacher` if it is an existing directory or a hub id (`orthrus.loading.is_hub_id`);
@@ -54,7 +55,8 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
 
     from orthrus.modeling import check_finite, check_model_files
 
-    src = resolve_teacher(teacher)
+    src, pinned = split_revision(teacher)
+    src, revision = resolve_teacher(src), revision or pinned
     if Path(src).is_dir():
         check_model_files(src)
     kwargs = {"revision": revision} if revision else {}
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--attention", choices=["eager", "sdpa"], default=None,
                     help="attention kernel (default: transformers' choice)")
-    ap.add_argument("--revision", default=None, help="hub revision of the teacher")
+    ap.add_argument("--revision", default=None, help="hub revision of the teacher (or give it as ID@REV)")
+    ap.add_argument("--expected-rows", type=int, help="--dataset: the split's record count, checked when it is read")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     check_message(args.message)
@@ -183,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from orthrus.hf_corpus import build_hf_shard
 
-        tok = AutoTokenizer.from_pretrained(resolve_teacher(args.teacher), revision=args.revision)
+        teacher, pinned = split_revision(args.teacher)
+        tok = AutoTokenizer.from_pretrained(resolve_teacher(teacher), revision=args.revision or pinned)
         df = build_hf_shard(args.dataset, tok, args.shard, args.num_shards, split=args.dataset_split,
-                            data_files=args.data_files or None, message=args.message)
+                            data_files=args.data_files or None, message=args.message, expected_rows=args.expected_rows)
     else:
         df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
                          batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,

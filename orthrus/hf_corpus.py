@@ -36,11 +36,21 @@ class CorpusLayoutError(InputError):
     """The dataset does not have the fields the corpus needs."""
 
 
-def load_split(dataset: str, split: str = "train", data_files=None, revision: str | None = None):
+def load_split(dataset: str, split: str = "train", data_files=None, revision: str | None = None,
+               expected_rows: int | None = None):
     import datasets
 
+    from orthrus.loading import split_revision
+
+    dataset, pinned = split_revision(dataset)
+    revision = revision or pinned
     kwargs = {k: v for k, v in (("data_files", data_files), ("revision", revision)) if v is not None}
     ds = datasets.load_dataset(dataset, split=split, **kwargs)
+    if expected_rows is not None and len(ds) != expected_rows:
+        raise CorpusLayoutError(
+            f"dataset {dataset!r} split {split!r}: {len(ds)} records, expected {expected_rows} (corpus.expected_rows); "
+            "a different revision, or files read twice (a dataset with sharded copies beside its full file: "
+            "name the files with corpus.data_files)")
     missing = [f for f in REQUIRED_FIELDS if f not in ds.column_names]
     if missing:
         raise CorpusLayoutError(f"dataset {dataset!r} split {split!r}: missing field(s) {missing} "
@@ -49,14 +59,15 @@ def load_split(dataset: str, split: str = "train", data_files=None, revision: st
 
 
 def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: str = "train",
-                   data_files=None, revision: str | None = None, message: str = "none") -> pd.DataFrame:
+                   data_files=None, revision: str | None = None, message: str = "none",
+                   expected_rows: int | None = None) -> pd.DataFrame:
     """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
     from orthrus.contracts import CORPUS_COLUMNS
     from orthrus.chat import render_chat
 
     if num_shards < 1 or not 0 <= shard < num_shards:
         raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
-    ds = load_split(dataset, split, data_files, revision)
+    ds = load_split(dataset, split, data_files, revision, expected_rows)
     part = ds.shard(num_shards=num_shards, index=shard, contiguous=False)  # rows shard, shard+N, ...
     eos = tokenizer.eos_token
     if eos is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -20,6 +21,10 @@ def atomic_path(path: str | os.PathLike):
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # a write of this same output that was killed left its temporary sibling: one job writes an
+    # output at a time, so it is garbage now
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     target = tmp / path.name
     try:

@@ -24,6 +24,22 @@ def is_hub_id(value) -> bool:
     return bool(HUB_ID.match(value)) and not Path(os.path.expanduser(value.split("/")[0])).is_dir()
 
 
+def split_revision(value) -> tuple[str, str | None]:
+    """`owner/name@REV` -> (`owner/name`, REV): a hub id pinned to a commit, tag or branch, as the
+    workflow writes it from the config's `revisions` (anything else: (value, None))."""
+    value = str(value)
+    head, sep, rev = value.rpartition("@")
+    if sep and rev and is_hub_id(head):
+        return head, rev
+    return value, None
+
+
+def snapshot_commit(path) -> str | None:
+    """The commit of a hub snapshot directory (`.../snapshots/<commit>`), None for a local model."""
+    p = Path(path)
+    return p.name if p.parent.name == "snapshots" else None
+
+
 def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]:
     """The ids that end a trajectory, in order: every id of `generation_config.eos_token_id` (what
     transformers' generate stops on; Qwen3 lists two) or only `config.eos_token_id` (what the

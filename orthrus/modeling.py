@@ -237,10 +237,12 @@ def check_weights(path, cls, config) -> None:
 
 
 def resolve_checkpoint(path_or_id, allow_pickle: bool = False, revision: str | None = None) -> str:
-    """A local directory, or a hub snapshot (at `revision`) holding only configs, tokenizers and
-    safetensors; its files checked (`check_model_files`)."""
-    from .loading import is_hub_id
+    """A local directory, or a hub snapshot (at `revision`, or the `@REV` of `owner/name@REV`)
+    holding only configs, tokenizers and safetensors; its files checked (`check_model_files`)."""
+    from .loading import is_hub_id, split_revision
 
+    path_or_id, pinned = split_revision(path_or_id)
+    revision = revision or pinned
     path = Path(os.path.expanduser(str(path_or_id)))
     if not path.is_dir():
         if not is_hub_id(path_or_id):

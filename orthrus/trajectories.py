@@ -45,7 +45,7 @@ from .chat import render_chat
 from .contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS
 from .decoding import generate
 from .io import write_parquet
-from .loading import eos_ids, load_draft, load_model
+from .loading import eos_ids, load_draft, load_model, snapshot_commit
 from .options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 from .precision import numerical_env
 from .prompt_set import length_error, read_prompt_set
@@ -120,7 +120,8 @@ def speculative_settings(options: DecodeOptions, model, draft, draft_name: str |
         keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
         defaults = GenerationConfig._get_default_generation_params()
         given = draft.generation_config
-        return {"draft": draft_name, "draft_parameters": sum(p.numel() for p in draft.parameters())} | {
+        return {"draft": draft_name, "draft_commit": snapshot_commit(draft.name_or_path),
+                "draft_parameters": sum(p.numel() for p in draft.parameters())} | {
             k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
     if options.decoder == "prompt-lookup":
         # transformers' PromptLookupCandidateGenerator takes `max_matching_ngram_size or 2`
@@ -132,7 +133,10 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, options: DecodeOptio
                    progress: bool = True, draft=None, draft_name: str | None = None) -> pd.DataFrame:
     """One row per prompt of `options`' trajectory (docs/DESIGN.md, "Decoding result")."""
     loop = "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate"
-    run = {"loop": loop, "options": options.record()} | speculative_settings(options, model, draft, draft_name)
+    # provenance: the model as read (a hub snapshot's commit, pinned by the config's `revisions` or not)
+    run = ({"loop": loop, "options": options.record(), "model_path": str(model.name_or_path),
+            "model_commit": snapshot_commit(model.name_or_path)}
+           | speculative_settings(options, model, draft, draft_name))
     env = json.dumps(numerical_env(model) | run, sort_keys=True)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings

@@ -57,6 +57,16 @@ def _both(*mutations):
 
 HF = {"name": "teacher", "source": "hf"}
 # (case, mutation of the smoke config or raw YAML text, the key path the error must name)
+def _named(section, name, value=None):
+    """Add an entry called `name` under the dotted `section` (a copy of smoke-ce by default)."""
+    def mutate(cfg):
+        node = cfg
+        for p in section.split("."):
+            node = node.setdefault(p, {})
+        node[name] = copy.deepcopy(cfg["models"]["smoke-ce"]) if value is None else value
+    return mutate
+
+
 BAD = [
     ("model typo", _set("models.smoke-ce.lerning_rate", 0.1), "models.smoke-ce.lerning_rate"),
     ("model lr word", _set("models.smoke-ce.lr", "fast"), "models.smoke-ce.lr"),
@@ -69,6 +79,21 @@ BAD = [
     ("model kl_weight", _set("models.smoke-ce.kl_weight", 2), "models.smoke-ce.kl_weight"),
     ("model not a mapping", _set("models.smoke-ce", [1, 2]), "models.smoke-ce"),
     ("model bad name", _set("models.bad name!", {}), "models"),
+    # names become paths and wildcards: `..` would make a failed job's cleanup remove results/
+    ("model named ..", _named("models", ".."), "models"),
+    ("model named .", _named("models", "."), "models"),
+    ("model named like an option", _named("models", "--help"), "models"),
+    ("model name with a trailing newline", _named("models", "kl\n"), "models"),
+    ("model name a number", _named("models", 1), "models"),
+    ("model name null", _named("models", None), "models"),
+    ("external model named ..", _named("external_models", "..", "hub/id"), "external_models"),
+    ("grid named ..", _named("decode.grids", "..", {"attentions": ["sdpa"]}), "decode.grids"),
+    ("teacher named ..", _set("teacher.name", ".."), "teacher.name"),
+    # NaN passes every range check of the schema; infinities are no sizes either
+    ("near_tie nan", _set("analysis.near_tie", float("nan")), "analysis.near_tie"),
+    ("near_tie inf", _set("analysis.near_tie", float("inf")), "analysis.near_tie"),
+    ("max_error_share nan", _set("decode.max_error_share", float("nan")), "decode.max_error_share"),
+    ("model lr nan", _set("models.smoke-ce.lr", float("nan")), "models.smoke-ce.lr"),
     ("model offset weights", _set("models.smoke-ce.offset_weights", [1, 1]), "models.smoke-ce.offset_weights"),
     ("model named like teacher", _set("models.teacher", {}), "models.teacher"),
     ("external named like model", _set("external_models.smoke-ce", "org/model"), "external_models.smoke-ce"),

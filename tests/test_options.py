@@ -136,3 +136,67 @@ def test_every_user_error_is_one_line_and_exit_2(tmp_path, capsys):
                  str(tmp_path / "p.parquet"), "--decoder", "ar", "--precision", "fp32", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "model path does not exist" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_pinned_hub_id_reaches_the_hub_at_its_revision_and_the_commit_is_recorded(tmp_path, monkeypatch):
+    """`owner/name@REV` (what the rules pass for `revisions`) downloads that revision; the snapshot's
+    commit is what a decoding row records. Local paths and an `@` in them stay as they are."""
+    import huggingface_hub
+
+    from orthrus.loading import snapshot_commit, split_revision
+    from orthrus.modeling import resolve_checkpoint
+
+    assert split_revision("Qwen/Qwen3-1.7B@0123abc") == ("Qwen/Qwen3-1.7B", "0123abc")
+    assert split_revision("Qwen/Qwen3-1.7B") == ("Qwen/Qwen3-1.7B", None)
+    assert split_revision("./dir@v1") == ("./dir@v1", None)
+    snap = tmp_path / "models--Qwen--Qwen3-1.7B" / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap / "model.safetensors").write_bytes(b"")
+    asked = {}
+
+    def fake_download(repo_id, allow_patterns=None, revision=None):
+        asked.update(repo_id=repo_id, revision=revision, patterns=allow_patterns)
+        return str(snap)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    with pytest.raises(Exception):  # the empty weight file is refused, after the download was asked for
+        resolve_checkpoint("Qwen/Qwen3-1.7B@0123abc")
+    assert asked["repo_id"] == "Qwen/Qwen3-1.7B" and asked["revision"] == "0123abc"
+    assert not any(p.endswith((".py", ".bin")) for p in asked["patterns"])
+    assert snapshot_commit(snap) == "0123abc" and snapshot_commit(tmp_path) is None
+
+
+def test_revisions_pin_every_hub_artefact_of_the_paper_dag(tmp_path):
+    """`revisions` reach the loaders of every stage as ID@REV; a pin for an id the config does not load
+    is refused naming it."""
+    paper = yaml.safe_load((ROOT / "configs/paper.yaml").read_text())
+    paper["revisions"] = {"Qwen/Qwen3-1.7B": "aaa111", "Qwen/Qwen3-0.6B": "bbb222",
+                          "ai-forever/ZaryaOrthrusDataset-1.7B": "ccc333", "chiennv/Orthrus-Qwen3-1.7B": "ddd444"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(paper))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n", "-p"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout
+    assert "--model-path Qwen/Qwen3-1.7B@aaa111" in out and "--draft-path Qwen/Qwen3-0.6B@bbb222" in out
+    assert "--dataset ai-forever/ZaryaOrthrusDataset-1.7B@ccc333" in out and "--teacher Qwen/Qwen3-1.7B@aaa111" in out
+    assert "--model-path chiennv/Orthrus-Qwen3-1.7B@ddd444" in out
+    assert "--model-path ai-forever/ZaryaOrthrus-1.7B " in out  # not pinned: as given
+    paper["revisions"] = {"Qwen/Qwen3-8B": "x"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(paper))
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0 and "revisions.Qwen/Qwen3-8B: not a hub id this config loads" in res.stdout + res.stderr
+
+
+def test_a_killed_atomic_write_leaves_nothing_a_rerun_keeps(tmp_path):
+    """The hidden temporary sibling of a write that was killed (SIGKILL skips every cleanup) is
+    removed by the next write of the same output, and only that output's."""
+    from orthrus.io import atomic_path
+
+    (tmp_path / ".model.abc123.tmp" / "model").mkdir(parents=True)  # what a killed save leaves
+    (tmp_path / ".other.abc123.tmp").mkdir()
+    with atomic_path(tmp_path / "model") as tmp:
+        tmp.mkdir()
+        (tmp / "config.json").write_text("{}")
+    assert (tmp_path / "model" / "config.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.abc123.tmp", "model"]

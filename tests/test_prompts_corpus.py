@@ -299,10 +299,20 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"instruction": "x", "output": "y"}) + "\n")
-    assert corpus.main(["--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(bad),
+    from orthrus.cli import main as orthrus_cli
+
+    assert orthrus_cli(["corpus", "--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(bad),
                         "--out", str(tmp_path / "bad.parquet")]) == 2
     assert "missing field(s) ['prompt', 'response']" in capsys.readouterr().err
     assert not (tmp_path / "bad.parquet").exists()
+    # the pinned record count: read the split, count it, fail naming the dataset and both counts
+    args = ["corpus", "--teacher", str(root / "teacher"), "--dataset", "json", "--data-files", str(data),
+            "--message", "none", "--out", str(tmp_path / "n.parquet")]
+    assert orthrus_cli([*args, "--expected-rows", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset 'json' split 'train': 7 records, expected 8 (corpus.expected_rows)" in err and "Traceback" not in err
+    assert not (tmp_path / "n.parquet").exists()
+    assert orthrus_cli([*args, "--expected-rows", "7"]) == 0
 
 
 def test_hf_corpus_records_without_prompt_or_response_are_error_rows(setup, tmp_path):

@@ -201,6 +201,11 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
 
 
 def test_cli_rejects_unknown_keys_and_missing_model(tmp_path, teacher, corpus, capsys):
+    from orthrus.cli import main as orthrus_cli
+
+    def main(argv):  # as `orthrus train` runs: a user error is one line and exit 2
+        return orthrus_cli(["train", *argv])
+
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("models:\n  a:\n    block_size: 4\n    typo_key: 3\n")
     args = ["--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg), "--out", str(tmp_path / "o")]

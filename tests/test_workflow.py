@@ -295,3 +295,58 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     shown = snakemake("-n", "-p", "results/decode/teacher/assisted-fp32-eager.parquet", cwd=workdir_with(work, cfg))
     assert shown.returncode == 0, (shown.stdout + shown.stderr)[-2000:]
     assert f"--draft-path {shlex.quote(str(nasty))} " in shown.stdout
+
+
+def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
+    """Without the code-execution opt-in the paper's HumanEval is left out, said in one line,
+    and GSM8K and IFEval still run; with the opt-in all three; a task list of only code tasks is
+    refused naming the key."""
+    paper = yaml.safe_load((ROOT / "configs/paper.yaml").read_text())
+    assert paper["benchmarks"]["allow_code_eval"] is False
+    for d in ("safe", "opted", "only"):
+        (tmp_path / d).mkdir()
+    safe = snakemake("-n", "-p", cwd=workdir_with(tmp_path / "safe", paper))
+    assert safe.returncode == 0, safe.stderr[-2000:]
+    assert "benchmarks: humaneval left out: it runs model-written code" in safe.stderr
+    runs = [c for c in safe.stdout.splitlines() if "orthrus lm-eval run" in c]
+    assert runs and all("--tasks gsm8k,ifeval " in c and "--allow-code-eval" not in c for c in runs)
+    opted = snakemake("-n", "-p", cwd=workdir_with(tmp_path / "opted", {**paper, "benchmarks": {**paper["benchmarks"],
+                                                                                              "allow_code_eval": True}}))
+    runs = [c for c in opted.stdout.splitlines() if "orthrus lm-eval run" in c]
+    assert runs and all("--tasks gsm8k,humaneval,ifeval " in c and "--allow-code-eval" in c for c in runs)
+    assert "left out" not in opted.stderr
+    only = snakemake("-n", cwd=workdir_with(tmp_path / "only", {**paper, "benchmarks": {**paper["benchmarks"],
+                                                                                      "tasks": ["humaneval"]}}))
+    assert only.returncode != 0 and "benchmarks.tasks: every task runs model-written code" in only.stdout + only.stderr
+
+
+def test_a_kernel_that_is_not_installed_fails_before_any_job(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash_attn is installed here: the missing-kernel refusal cannot be shown")
+    cfg = default_config()
+    cfg["analysis"]["ppl_attention"] = "flash_attention_2"
+    cfg["decode"]["attentions"] = ["eager", "flash_attention_2"]
+    res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and not (tmp_path / "results").exists()
+    assert "decode.attentions: flash_attention_2 needs the flash_attn package" in out
+    assert "analysis.ppl_attention: flash_attention_2 needs the flash_attn package" in out
+
+
+def test_the_cluster_profile_keeps_going_and_gives_each_rule_its_threads(tmp_path):
+    """`--profile profiles/slurm` with the paper config: every job keeps the config's 8 threads
+    (the workflow profile, which Snakemake applies on top, caps nothing), and the effective
+    settings keep going past a failed job."""
+    shown = snakemake("-n", "-p", "--profile", str(ROOT / "profiles/slurm"), "--configfile",
+                      str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    threads = re.findall(r"--threads (\d+)", shown.stdout)
+    assert threads and set(threads) == {"8"}
+    assert "torchrun --standalone --nproc_per_node 8" in shown.stdout
+    local = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
+    cluster = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    effective = {**cluster, **local}  # the workflow profile wins where both set a key
+    assert effective["keep-going"] is True and effective["cores"] >= 8
+    assert "cores" not in local and "keep-going" not in local

@@ -61,9 +61,11 @@ from orthrus.io import write_parquet, write_table
 
 
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
-            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=()) -> dict[str, pd.DataFrame]:
+            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=(), declared: bool = False) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
-    decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only."""
+    decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only.
+    `declared`: the prompts are the tiny world's, so its declared uncertainty per domain applies
+    (the authors' domains share some names but not the claims)."""
     decode, errors = load_decode(decode_paths)
     tpf_decode, tpf_errors = decode, errors
     if tpf_paths:
@@ -87,7 +89,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "ppl_logit.csv": ppl_logit(traj),
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
-        "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie),
+        "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
         "decoders.csv": decoders_table(overall, decode),
     }
     for name, df in tables.items():
@@ -122,13 +124,16 @@ def main(argv=None) -> int:
                     help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]")
     ap.add_argument("--forensics", default=None, metavar="PARQUET",
                     help="divergence forensics rows (orthrus forensics)")
+    ap.add_argument("--world-domains", action="store_true",
+                    help="the prompts are the tiny world's: fill uncertainty_by_domain.csv's `declared` column")
     ap.add_argument("--tpf-decode", nargs="*", default=[], metavar="PARQUET",
                     help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
     ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
                     help="margin (logits) below which a divergence counts as a near-tie")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
-    tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode)
+    tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode,
+                     args.world_domains)
     for p in write_tables(tables, args.out_dir):
         print(p)
     return 0

@@ -37,11 +37,11 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
     return out
 
 
-def _uncertainty_row(dom: str, g: pd.DataFrame, near_tie: float) -> dict:
+def _uncertainty_row(dom: str, g: pd.DataFrame, near_tie: float, declared: bool) -> dict:
     from orthrus.world.domains import UNCERTAINTY
 
     margins = np.concatenate([np.asarray(m, dtype=float) for m in g["margins"]] or [np.zeros(0)])
-    return {"domain": dom, "declared": UNCERTAINTY.get(dom, ""), "n_prompts": len(g),
+    return {"domain": dom, "declared": UNCERTAINTY.get(dom, "") if declared else "", "n_prompts": len(g),
             "n_steps": int(margins.size), "mean_entropy": float(g["entropy"].mean()),
             "near_tie_share": float((margins < near_tie).mean()) if margins.size else math.nan,
             # a trajectory can part at any of its near-ties: their count, not their share, sets the odds
@@ -49,9 +49,11 @@ def _uncertainty_row(dom: str, g: pd.DataFrame, near_tie: float) -> dict:
             "near_tie_threshold": float(near_tie)}
 
 
-def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
+def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEFAULT_NEAR_TIE,
+                          declared: bool = False) -> pd.DataFrame:
     """Per domain (and 'all'): the teacher's entropy and near-tie share along one greedy path per
-    prompt, the highest-precision reference trajectory (fp32 where decoded; first attention)."""
+    prompt, the highest-precision reference trajectory (fp32 where decoded; first attention).
+    `declared` fills in the tiny world's claim per domain (its prompts only)."""
     empty = pd.DataFrame(columns=UNCERTAINTY_COLUMNS)
     if ppl_path is None:
         return empty
@@ -67,6 +69,6 @@ def uncertainty_by_domain(ppl_path, reference: str | None, near_tie: float = DEF
     att = sorted(df["attention"].astype(str).unique())[:1]
     df = df[df["attention"].astype(str).isin(att)]
     parts = [(d, g) for d, g in df.groupby("domain", sort=True)] + [("all", df)]
-    rows = [_uncertainty_row(dom, g, near_tie) | {"scored_precision": best, "scored_attention": att[0] if att else ""}
+    rows = [_uncertainty_row(dom, g, near_tie, declared) | {"scored_precision": best, "scored_attention": att[0] if att else ""}
             for dom, g in parts]
     return pd.DataFrame(rows, columns=UNCERTAINTY_COLUMNS)

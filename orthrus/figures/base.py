@@ -26,6 +26,16 @@ def _plt():
     return plt
 
 
+def _legend(ax, n_series: int, fontsize: int = 8) -> None:
+    """The legend inside the axes for a few series; for many (paper scale: 18-22 series of models x
+    decoders x precisions) outside, right of the panel, so it covers no data."""
+    if n_series <= 6:
+        ax.legend(fontsize=fontsize)
+    else:
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  ncol=1 + n_series // 24)
+
+
 def _empty(ax, msg: str) -> None:
     ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.3",
             wrap=True)

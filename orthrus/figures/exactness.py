@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import PRECISION_RANK, SPECULATIVE
-from orthrus.figures.base import _empty, _errbar, _plt
+from orthrus.figures.base import _empty, _legend, _errbar, _plt
 
 
 def fig_match_by_domain(mbd: pd.DataFrame):
@@ -33,7 +33,7 @@ def fig_match_by_domain(mbd: pd.DataFrame):
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("exact match rate (Wilson 95% CI)")
         ax.set_title(f"Speculative decoders vs AR reference, attention={att}")
-        ax.legend(fontsize=8)
+        _legend(ax, len(series))
     fig.tight_layout()
     return fig
 

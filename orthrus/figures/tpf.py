@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orthrus.figures.base import _empty, _plt
+from orthrus.figures.base import _empty, _legend, _plt
 
 
 def fig_tpf_by_domain(tpf: pd.DataFrame):
@@ -32,6 +32,6 @@ def fig_tpf_by_domain(tpf: pd.DataFrame):
                         label=" ".join(str(k) for k in key if not pd.isna(k)))
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylabel(f"{col} (95% t CI)")
-        ax.legend(fontsize=8)
+        _legend(ax, len(series))
     fig.tight_layout()
     return fig

@@ -5,29 +5,38 @@ The model (`--model orthrus`) is lm-eval's Hugging Face model class (`HFLM`) wit
 - loading: `OrthrusForCausalLM.from_pretrained(pretrained, dtype=..., attn_implementation=...)`,
   handed to `HFLM` as a ready model; with `decoding=ar` a plain Qwen3 checkpoint (the teacher)
   is accepted too and decoded by the same AR loop;
-- generation (`generate_until`): `orthrus.generate(model, ids, mode=decoding)`, one request at a
-  time (batch size 1), greedy unless the task asks to sample. Generation stops at EOS or at
-  `max_gen_toks`; the task's `until` stop strings are applied to the decoded text afterwards.
-  That is the same text as stopping early (decoding is causal: later tokens never change
-  earlier ones), and the token stream stays the trajectory study's (no re-prefill);
+- generation (`generate_until`): `orthrus.generate(model, ids, options)` with the run's
+  `DecodeOptions` (the decode stage's: eos policy, last block, prefill logits, determinism, block
+  size; `--options` JSON from the workflow), only the token budget (`max_gen_toks`) and a task's
+  sampling taken from the request; one request at a time (batch size 1). Generation stops at
+  the options' EOS ids, at `max_gen_toks`, or as soon as the decoded text holds one of the task's
+  `until` stop strings (a loop trace, as transformers' stopping criteria do); the text is then
+  cut at the stop string. The tokens up to the stop are those of a full-length run (decoding is
+  causal), and the token stream stays the trajectory study's (no re-prefill). With `eos:
+  config` the loop stops on `config.eos_token_id` only, as the released loop does: where the
+  generation config lists a second id (Qwen3's `<|endoftext|>` beside `<|im_end|>`), decoding
+  goes on past it and the answer text holds what follows it (special tokens are skipped when the
+  text is decoded), up to a stop string or `max_gen_toks`;
 - log-likelihood requests: `HFLM`'s own code, i.e. the model's normal forward = the AR view;
 - chat rendering (when lm-eval applies a chat template, `--apply_chat_template`, the default of
-  `orthrus lm-eval run`): exactly `orthrus.chat.render_chat`: an empty system message
-  (`system_message=` to change it), the user turn, the assistant turn opened, thinking
+  `orthrus lm-eval run`): exactly `orthrus.chat.render_chat` with the options' message format
+  (default: an empty system message), the user turn, the assistant turn opened, thinking
   disabled; a task's assistant prefix (`gen_prefix`) is appended verbatim after that. Contexts
   rendered this way are tokenized without added special tokens, as `render_chat` does.
 
-Model arguments (`--model_args`): `pretrained=DIR|HUB_ID`, `decoding=orthrus|ar`,
-`decoding=ar-ref` (lm-eval's own HFLM generation), `dtype=bf16|fp16|fp32` (or bfloat16/float16/float32; default fp32), `attn_implementation=eager|sdpa|...`
-(alias `attention`), `block_size=K` (default: the checkpoint's), `device=cpu|cuda`,
-`system_message=`, `enable_thinking=False`, `max_gen_toks=N` (default when a task sets none),
-`seed=N` (sampling only), `deterministic=True`, and `HFLM`'s `batch_size` (log-likelihood only).
+Model arguments (`--model_args`): `pretrained=DIR|HUB_ID`, `options` (a `DecodeOptions` or its JSON:
+from Python or `orthrus lm-eval run --options`, since `--model_args` splits on commas), and on top of it `decoding=orthrus|ar`, `decoding=ar-ref` (lm-eval's own HFLM generation),
+`dtype=bf16|fp16|fp32` (or bfloat16/float16/float32), `attn_implementation=eager|sdpa|...` (alias
+`attention`), `block_size=K` (default: the checkpoint's), `eos=`, `last_block=`,
+`prefill_logits=`, `deterministic=`, `message=`; `device=cpu|cuda`, `enable_thinking=False`,
+`max_gen_toks=N` (default when a task sets none), `seed=N` (sampling only), and `HFLM`'s
+`batch_size` (log-likelihood only).
 
 Command line (`orthrus lm-eval <sub>` or `python -m orthrus.lmeval <sub>`):
 
     prepare-data --out DIR [--n 40] [--seed 0] [--tasks tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate]
                  [--exclude PROMPTS.parquet ...]
-    run   --model-path DIR --decoding orthrus|ar --precision bf16|fp16|fp32 --attention eager|sdpa
+    run   --model-path DIR [--options JSON] [--decoding orthrus|ar|ar-ref] [--precision P] [--attention A]
           --tasks T1,T2 [--include-path DIR ...] [--limit N] [--max-gen-toks 128|task]
           [--num-fewshot 0] [--no-chat-template] [--no-chat-template-tasks T,...]
           [--model-name NAME] [--device cpu|cuda]

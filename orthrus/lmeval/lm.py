@@ -14,6 +14,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
 from orthrus.chat import chat_messages
+from orthrus.loading import snapshot_commit
 from orthrus.options import DecodeOptions, OptionsError
 
 log = logging.getLogger("orthrus.lmeval")
@@ -191,7 +192,8 @@ class OrthrusLM(HFLM):
         # HFLM's asks the hub for the model's commit: a network call, and meaningless for a path
         m = self.model
         return {"model_num_parameters": sum(p.numel() for p in m.parameters()), "model_dtype": str(m.dtype),
-                "model_path": self.pretrained_path, "decoding": self.decoding,
+                "model_path": self.pretrained_path, "model_commit": snapshot_commit(m.name_or_path),
+                "decoding": self.decoding,
                 "block_size": self.options.block_size or getattr(m.config, "block_size", None),
                 "options": self.options.record()}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from orthrus.contracts import runs_model_code
 from orthrus.errors import InputError
 
 
@@ -72,12 +73,12 @@ def unsafe_tasks(tm, names) -> list[str]:
 
     `tm=None` checks the names only (no task index needed)."""
     if tm is None:
-        return [n for n in names if "humaneval" in n]
+        return [n for n in names if runs_model_code(n)]
     bad = []
     for name in expand_tasks(tm, names):
         entry = tm.task_index.get(name)
         cfg = (entry.cfg or {}) if entry is not None else {}
-        if cfg.get("unsafe_code") or "humaneval" in name:
+        if cfg.get("unsafe_code") or runs_model_code(name):
             bad.append(name)
     return bad
 

@@ -92,6 +92,8 @@ rule analyze:
         near_tie=config["analysis"]["near_tie"],
         # an argument list, each quoted by :q; empty without a separate TPF run
         tpf=lambda w, input: ["--tpf-decode", *input.tpf] if input.tpf else [],
+        # the tiny world's declared uncertainty per domain describes its own prompts only
+        world=["--world-domains"] if config["prompts"]["source"] == "tiny" else [],
     log:
         f"{R}/logs/analyze.log",
     resources:
@@ -101,7 +103,7 @@ rule analyze:
         ENV
     shell:
         "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
-        " --forensics {input.forensics:q} {params.tpf:q} --near-tie {params.near_tie:q} --out-dir {params.out:q}"
+        " --forensics {input.forensics:q} {params.tpf:q} {params.world:q} --near-tie {params.near_tie:q} --out-dir {params.out:q}"
         " > {log:q} 2>&1"
 
 

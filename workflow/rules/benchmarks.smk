@@ -29,7 +29,8 @@ rule lm_eval:
         model=bench_model_arg,
         tasks=bench_tasks(),
         # optional flags as lists of arguments, each quoted on its own
-        include=lambda w, input: ["--include-path", input.tasks] if input.tasks else [],
+        include=lambda w, input: [a for d in ([input.tasks] if input.tasks else []) + BENCH["include_paths"]
+                                  for a in ("--include-path", d)],
         limit=["--limit", BENCH["limit"]] if BENCH["limit"] else [],
         code=["--allow-code-eval"] if BENCH["allow_code_eval"] else [],
         # null: each task's own generation length, as the authors ran lm-eval

@@ -42,9 +42,17 @@ def settings(section):
     return json.dumps(section, sort_keys=True)
 
 
+REVISIONS = config["revisions"]
+
+
+def pinned(path):
+    """A hub id as `ID@REV` where `revisions` pins it (the loaders split it again), else as given."""
+    return f"{path}@{REVISIONS[path]}" if path in REVISIONS else path
+
+
 def teacher_path():
     """The tiny teacher is built by the pipeline; an hf teacher is a hub id or directory."""
-    return f"{R}/teacher" if config["teacher"]["source"] == "tiny" else config["teacher"]["path"]
+    return f"{R}/teacher" if config["teacher"]["source"] == "tiny" else pinned(config["teacher"]["path"])
 
 
 def model_files(path):
@@ -69,7 +77,7 @@ DRAFT = config["teacher"]["draft"]
 
 
 def draft_path():
-    return f"{R}/draft" if DRAFT["source"] == "tiny" else DRAFT["path"]
+    return f"{R}/draft" if DRAFT["source"] == "tiny" else pinned(DRAFT["path"])
 
 
 def draft_input(wildcards):
@@ -101,7 +109,8 @@ def corpus_source_args(wildcards, input):
         return ["--prompts", input.prompts]
     c = config["corpus"]
     files = [str(f) for f in c["data_files"] or []]
-    return ["--dataset", c["dataset"], "--dataset-split", c["split"]] + (["--data-files", *files] if files else [])
+    return (["--dataset", pinned(c["dataset"]), "--dataset-split", c["split"]] + (["--data-files", *files] if files else [])
+            + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else []))
 
 
 def cell_options(section, decoder, precision, attention):
@@ -136,7 +145,7 @@ wildcard_constraints:
     decoder="|".join(contracts.DECODERS),
     precision="|".join(contracts.PRECISIONS),
     attention="|".join(contracts.ATTENTIONS),
-    model="[A-Za-z0-9_.-]+",
+    model=contracts.NAME,
 
 
 PRECISIONS = config["decode"]["precisions"]
@@ -185,10 +194,9 @@ def _rule_name(base, used):
 def _not_models(names):
     """A `model` wildcard constraint for any model name except `names` (whole names: excluding
     kl-k8 keeps kl-k8b)."""
-    name = "[A-Za-z0-9_.-]"
     if not names:
-        return f"{name}+"
-    return f"(?!(?:{'|'.join(map(re.escape, names))})(?!{name})){name}+"
+        return contracts.NAME
+    return f"(?!(?:{'|'.join(map(re.escape, names))})(?![A-Za-z0-9_.-])){contracts.NAME}"
 
 
 def decode_groups():
@@ -214,7 +222,7 @@ FIGURES = list(contracts.FIGURES)
 
 def model_path(name):
     """Trained variants live under results/models; external checkpoints are paths or hub ids."""
-    return EXTERNAL[name] if name in EXTERNAL else f"{R}/models/{name}"
+    return pinned(EXTERNAL[name]) if name in EXTERNAL else f"{R}/models/{name}"
 
 
 # decoders that run the teacher through transformers' generate()
@@ -278,8 +286,20 @@ def study_outputs():
 BENCH = config["benchmarks"]
 
 
+# Tasks that run model-written code are left out unless benchmarks.allow_code_eval opts in: the
+# others (GSM8K, IFEval) still run under the safe default, and the skip is said once, here.
+CODE_TASKS_LEFT_OUT = [] if BENCH["allow_code_eval"] or BENCH["tiny_tasks"] else [
+    t for t in BENCH["tasks"] if contracts.runs_model_code(t)]
+if CODE_TASKS_LEFT_OUT and BENCH["enabled"]:
+    print(f"benchmarks: {', '.join(CODE_TASKS_LEFT_OUT)} left out: it runs model-written code; set "
+          "benchmarks.allow_code_eval: true (and HF_ALLOW_CODE_EVAL=1 in the jobs' environment) to run it",
+          file=sys.stderr)
+
+
 def bench_tasks():
-    return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate" if BENCH["tiny_tasks"] else ",".join(BENCH["tasks"])
+    if BENCH["tiny_tasks"]:
+        return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate"
+    return ",".join(t for t in BENCH["tasks"] if t not in CODE_TASKS_LEFT_OUT)
 
 
 def bench_files():

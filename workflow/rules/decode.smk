@@ -87,10 +87,10 @@ rule tpf_decode:
         f"{R}/timing/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.tsv"
     threads: config["threads"]
     resources:
-        mem_mb=RES["decode"]["mem_mb"],
-        runtime=RES["decode"]["runtime"],
-        gpu=RES["decode"]["gpus"],
-        slurm_extra=RES["decode"]["slurm_extra"],
+        mem_mb=RES["tpf"]["mem_mb"],
+        runtime=RES["tpf"]["runtime"],
+        gpu=RES["tpf"]["gpus"],
+        slurm_extra=RES["tpf"]["slurm_extra"],
     conda:
         ENV
     shell:

@@ -116,6 +116,40 @@ def schema_problems(config: dict, schema: dict) -> list[str]:
 # --------------------------------------------------------------------------- cross-key rules
 
 
+def _revision_problems(cfg: dict) -> list[str]:
+    """Each key of `revisions` is a hub id the config loads (a pin that applies nowhere is a typo)."""
+    teacher = cfg.get("teacher") or {}
+    loaded = {teacher.get("path"), (teacher.get("draft") or {}).get("path"), (cfg.get("corpus") or {}).get("dataset"),
+              *(cfg.get("external_models") or {}).values()}
+    return [f"revisions.{key}: not a hub id this config loads (teacher.path, teacher.draft.path, "
+            "external_models, corpus.dataset)" for key in (cfg.get("revisions") or {}) if key not in loaded]
+
+
+def _kernel_problems(cfg: dict) -> list[str]:
+    """A requested attention kernel that this installation cannot run, named with its key before
+    any job starts: flash_attention_2 needs the flash_attn package (and a CUDA device)."""
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        return []
+    uses = []
+    def get(section, key):
+        return (cfg.get(section) or {}).get(key)
+
+    for key, section in (("decode.attentions", get("decode", "attentions")), ("tpf.attentions", get("tpf", "attentions"))):
+        if "flash_attention_2" in (section or []):
+            uses.append(key)
+    for name, grid in (get("decode", "grids") or {}).items():
+        if "flash_attention_2" in ((grid or {}).get("attentions") or []):
+            uses.append(f"decode.grids.{name}.attentions")
+    for key, value in (("analysis.ppl_attention", get("analysis", "ppl_attention")),
+                       ("benchmarks.attention", get("benchmarks", "attention"))):
+        if value == "flash_attention_2":
+            uses.append(key)
+    return [f"{k}: flash_attention_2 needs the flash_attn package, which is not installed "
+            "(pip install flash-attn on a CUDA machine, or choose eager / sdpa)" for k in uses]
+
+
 def _path_problem(key: str, value: str) -> str | None:
     """None when `value` is an existing model directory or looks like a hub id; else the problem."""
     local = Path(os.path.expanduser(value))
@@ -170,6 +204,12 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     bench = cfg.get("benchmarks") or {}
     if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
         problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
+    elif (bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("allow_code_eval")
+          and all("humaneval" in t for t in bench["tasks"])):
+        problems.append("benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
+                        "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
+    problems += _kernel_problems(cfg)
+    problems += _revision_problems(cfg)
     prompts = cfg.get("prompts") or {}
     eval_file = prompts.get("eval_file")
     if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
@@ -257,11 +297,36 @@ def _eval_file_problem(value: str) -> str | None:
     return None
 
 
+def name_key_problems(config: dict) -> list[str]:
+    """Names of models, external models and grids become paths and wildcards: strings only (YAML
+    reads `1:` or `~:` as a number or null, which the schema's name pattern does not see)."""
+    sections = {"models": config.get("models"), "external_models": config.get("external_models"),
+                "decode.grids": (config.get("decode") or {}).get("grids")}
+    return [f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
+            for where, section in sections.items() if isinstance(section, dict)
+            for key in section if not isinstance(key, str)]
+
+
+def nonfinite_problems(node, path="") -> list[str]:
+    """Every NaN or infinity in the config, named by its key: the schema's `minimum`/`maximum`
+    compare false with NaN, so a range check alone lets `.nan` through."""
+    import math
+
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"{path or '(top level)'}: {node!r} is not a finite number"]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in nonfinite_problems(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in nonfinite_problems(v, f"{path}[{i}]")]
+    return []
+
+
 def check_config(config: dict, schema_path, files=()) -> dict:
     """Fill defaults into `config` (in place) and raise ConfigError naming every problem."""
     problems = [p for f in files if Path(f).is_file() for p in duplicate_keys(f)]
     schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
     fill_defaults(config, schema)
+    problems += name_key_problems(config) + nonfinite_problems(config)
     problems += schema_problems(config, schema)
     if not problems:  # cross-key rules assume the types are right
         problems += cross_key_problems(config, schema)
