@@ -136,7 +136,8 @@ def test_missing_path_is_named():
 def test_bad_model_files_are_named_in_one_line(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from orthrus.trajectories import load
+    from orthrus.loading import load_model
+    from orthrus.options import DecodeOptions
 
     tiny_orthrus(0, 8).save_pretrained(tmp_path / "m")
     weights = tmp_path / "m" / "model.safetensors"
@@ -152,7 +153,7 @@ def test_bad_model_files_are_named_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="weight model.layers.1.mlp.up_proj.weight holds non-finite values"):
         OrthrusForCausalLM.from_pretrained(tmp_path / "m")
     with pytest.raises(ValueError, match="non-finite"):  # the plain-model loader of the reference decoder too
-        load("ar-ref", tmp_path / "m", "fp32", "eager")
+        load_model(tmp_path / "m", DecodeOptions(decoder="ar-ref"))
     (tmp_path / "m" / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match="no config.json"):
         OrthrusForCausalLM.from_pretrained(tmp_path / "m")

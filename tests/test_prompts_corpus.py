@@ -187,9 +187,11 @@ def test_missing_teacher_named(tmp_path, capsys, monkeypatch):
     missing = tmp_path / "no" / "such" / "teacher"
     pd.DataFrame({"prompt_id": ["a"], "domain": ["qa"], "prompt": ["hi"]}).to_parquet(
         tmp_path / "p.parquet")
-    rc = corpus.main(["--teacher", str(missing), "--prompts", str(tmp_path / "p.parquet"),
+    from orthrus.cli import main as orthrus_cli
+
+    rc = orthrus_cli(["corpus", "--teacher", str(missing), "--prompts", str(tmp_path / "p.parquet"),
                       "--out", str(tmp_path / "o.parquet"), "--no-progress"])
-    assert rc != 0 and str(missing) in capsys.readouterr().err
+    assert rc == 2 and str(missing) in capsys.readouterr().err
     assert not (tmp_path / "o.parquet").exists()
     with pytest.raises(FileNotFoundError, match="./rel/teacher"):
         corpus.resolve_teacher("./rel/teacher")

@@ -198,3 +198,35 @@ def test_assisted_prompt_too_long_for_the_draft_is_an_error_row(tmp_path, capsys
         main(args)
     with pytest.raises(ValueError, match="prompt_lookup_tokens"):
         main([*args[:-2], "--prompt-lookup-tokens", "0", "--out", str(tmp_path / "o.parquet")])
+
+
+def test_decoding_prints_no_deprecation_warning(tmp_path):
+    """Every decoder through the decode stage, with Python warnings and transformers' own logger
+    watched: nothing deprecated (transformers announces removals there before they break)."""
+    import logging
+    import warnings
+
+    import transformers
+
+    from orthrus.trajectories import decode_prompts
+    from orthrus.loading import load_model
+
+    save_models(tmp_path)
+    prompts = pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5 w6 w7"]})
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = transformers.utils.logging.get_logger("transformers")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for decoder, path in (("ar-ref", "teacher"), ("prompt-lookup", "teacher"), ("orthrus", "orthrus"),
+                                  ("ar", "orthrus")):
+                opts = DecodeOptions(decoder=decoder, precision="bf16", attention="sdpa", max_new_tokens=8)
+                model, tok = load_model(tmp_path / path, opts)
+                decode_prompts(model, tok, prompts, opts, path, progress=False)
+    finally:
+        logger.removeHandler(handler)
+    said = [str(w.message) for w in caught] + [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert not [m for m in said if "deprecat" in m.lower() or "past_key_values" in m], said

@@ -73,7 +73,7 @@ def teacher_input(wildcards=None):
 # model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it
 # (config_check.py requires teacher.draft for assisted and rejects a hub draft beside the tiny teacher).
 TEACHER_DECODERS = config["decode"]["decoders"]
-DRAFT = config["teacher"]["draft"]
+DRAFT = config["teacher"].get("draft")  # optional: only the assisted decoder needs one
 
 
 def draft_path():

@@ -29,14 +29,14 @@ rule train_draft:
     output:
         directory(f"{R}/draft"),
     params:
-        cfg=lambda w: settings(DRAFT["tiny"]),
+        cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
         seed=config["seed"],
         tokenizer=teacher_path(),
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
         f"{R}/timing/train_draft.tsv"
-    threads: DRAFT["threads"]
+    threads: DRAFT["threads"] if DRAFT else 1
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
         runtime=RES["teacher"]["runtime"],
