@@ -128,12 +128,13 @@ class _Run:
     trace: object = None
     hidden: bool = False
     first: int = 0  # generated tokens before the current step
+    pending: Forward | None = None  # the last forward, until the trace sees it with its emitted count
 
     def forward(self, kind: str, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         logits, hidden = ar_forward(self.model, ids, self.cache, last_only, self.hidden and self.trace is not None)
         if self.trace is not None:
             rows = slice(-1, None) if kind == "prefill" else slice(None)
-            self._pending = Forward(kind, self.first, ids.tolist(), logits[rows],
+            self.pending = Forward(kind, self.first, ids.tolist(), logits[rows],
                                     [h[rows] for h in hidden] if hidden is not None else None, 0)
         return logits
 
@@ -141,8 +142,8 @@ class _Run:
         """Hand the last forward to the trace; True when the trace asks the loop to stop."""
         if self.trace is None:
             return False
-        self._pending.emitted = emitted
-        return bool(self.trace(self._pending, tokens))
+        self.pending.emitted = emitted
+        return bool(self.trace(self.pending, tokens))
 
 
 @torch.inference_mode()
@@ -169,9 +170,10 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     if eos_token_id is None:
         eos = set(eos_ids(model, opts.eos))
     else:
-        eos = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
-        if not all(isinstance(e, int) and not isinstance(e, bool) for e in eos):
+        given = [eos_token_id] if not isinstance(eos_token_id, (list, tuple, set)) else list(eos_token_id)
+        if not all(isinstance(e, int) and not isinstance(e, bool) for e in given):
             raise OptionsError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+        eos = set(given)
     sampler = Sampler(opts.temperature, opts.top_k, opts.top_p, generator)
 
     stats = {"mode": mode, "block_size": K, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}

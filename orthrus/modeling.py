@@ -85,8 +85,10 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         row starts as the mean embedding. `tokenizer` is updated in place; when `base` is a path
         and no tokenizer is given, it is loaded from there (then reach it as `model.tokenizer`).
         """
-        if block_size < 2:
-            raise ValueError(f"block_size must be >= 2 (one anchor plus at least one proposal), got {block_size}")
+        if not _is_int(block_size) or block_size < 2:
+            raise ModelError(f"block_size must be an integer >= 2 (one anchor plus at least one proposal), got {block_size!r}")
+        if mask_token_id is not None and not _is_int(mask_token_id):
+            raise ModelError(f"mask_token_id must be None (add a mask token) or an integer id, got {mask_token_id!r}")
         if not isinstance(base, nn.Module):
             path = resolve_checkpoint(base)
             if tokenizer is None and mask_token_id is None:
@@ -140,6 +142,8 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         """
         from .precision import parse_dtype
 
+        if not isinstance(allow_pickle, bool):  # "no" would be truthy: pickles allowed by accident
+            raise ModelError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         path = resolve_checkpoint(path_or_id, allow_pickle=allow_pickle)
         config = Qwen3Config.from_pretrained(path)
         for key in ("block_size", "mask_token_id"):
@@ -205,6 +209,10 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, is_causal=False)
         return attn.o_proj_diff(out.reshape(*hidden.shape[:-1], -1).contiguous())
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def check_weights(path, cls, config) -> None:

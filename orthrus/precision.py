@@ -64,6 +64,8 @@ def numerical_env(model=None, dtype: torch.dtype | None = None, attention: str |
     import transformers
 
     device = "cpu"
+    if dtype is not None:
+        dtype = parse_dtype(dtype)  # "bf16" as well as torch.bfloat16
     if model is not None:
         p = next(model.parameters())
         device, dtype = str(p.device), dtype or p.dtype

@@ -34,11 +34,33 @@ class PromptFileError(InputError):
     `orthrus prompts` prints it without a traceback)."""
 
 
+# the authors' file is 0.4 MB; a URL that streams more (file:///dev/zero) is not a prompt file
+MAX_BYTES = 256 * 2**20
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _DuplicateKey(k)
+        seen[k] = v
+    return seen
+
+
 def read_source(src: str, sha256: str | None = None) -> bytes:
     """The bytes of a local path or a URL, checked against `sha256` when given."""
     if "://" in src:
-        with urllib.request.urlopen(src, timeout=120) as r:  # noqa: S310 - URL from the config
-            data = r.read()
+        try:
+            with urllib.request.urlopen(src, timeout=120) as r:  # noqa: S310 - URL from the config
+                data = r.read(MAX_BYTES + 1)
+        except (OSError, ValueError) as e:  # URLError, HTTPError, a timeout, an unknown scheme
+            raise PromptFileError(f"prompt file {src}: cannot fetch it ({getattr(e, 'reason', None) or e})") from None
+        if len(data) > MAX_BYTES:
+            raise PromptFileError(f"prompt file {src}: larger than {MAX_BYTES // 2**20} MiB; not a prompt file")
     else:
         try:
             data = Path(src).read_bytes()
@@ -53,9 +75,11 @@ def read_source(src: str, sha256: str | None = None) -> bytes:
 def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]:
     """Validated `{domain: [prompt, ...]}` from JSON bytes."""
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PromptFileError(f"prompt file {src}: not UTF-8 JSON ({e})") from e
+    except _DuplicateKey as e:  # json keeps the last value silently: a domain's prompts would vanish
+        raise PromptFileError(f"prompt file {src}: the key {e.args[0]!r} is given twice") from None
     if not isinstance(obj, dict) or not obj:
         raise PromptFileError(f"prompt file {src}: expected a non-empty JSON object "
                               f"{{domain: [prompt, ...]}}, got {type(obj).__name__}")

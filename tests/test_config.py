@@ -338,3 +338,16 @@ def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
     cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5}}
     cc.check_config(cfg, SCHEMA)
     assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5}  # the draft's settings stay as written
+
+
+def test_integer_valued_floats_are_integers_everywhere(tmp_path):
+    """`corpus.shards: 2.0` (YAML for 2) is taken as 2 by every later reader (a scatter count, an
+    argparse int), not refused deep inside a rule; 2.5 is refused naming the key."""
+    text = _config_text(lambda c: (c["corpus"].__setitem__("shards", 2.0), c["decode"].__setitem__("max_new_tokens", 16.0),
+                                   c["models"]["smoke-ce"].__setitem__("block_size", 4.0)))
+    cfg = yaml.safe_load(text)
+    cc.check_config(cfg, SCHEMA, [])
+    assert cfg["corpus"]["shards"] == 2 and type(cfg["corpus"]["shards"]) is int
+    assert type(cfg["decode"]["max_new_tokens"]) is int and type(cfg["models"]["smoke-ce"]["block_size"]) is int
+    problems = _check(_config_text(_set("corpus.shards", 2.5)), tmp_path)
+    assert any(p.startswith("corpus.shards:") for p in problems), problems

@@ -241,3 +241,16 @@ def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random
         assert torch.equal(ar, full.tokens) and torch.equal(ar, short.tokens) and len(short.tokens) == budget
     with pytest.raises(ValueError, match="last_block"):
         orthrus.generate(model, random_prompts(1)[0], last_block="trim")
+
+
+def test_generate_names_a_missing_model_a_plain_model_and_a_float_eos():
+    from orthrus.options import OptionsError
+
+    ids = torch.tensor([5, 6])
+    with pytest.raises(OptionsError, match="model must be a loaded causal LM"):
+        orthrus.generate(None, ids)
+    with pytest.raises(OptionsError, match="decoder orthrus needs an Orthrus model"):
+        orthrus.generate(tiny_base(0), ids)
+    assert len(orthrus.generate(tiny_base(0), ids, mode="ar", max_new_tokens=3).tokens) <= 3  # its AR loop runs
+    with pytest.raises(OptionsError, match="eos_token_id must be an int or a list of ints"):
+        orthrus.generate(tiny_orthrus(0, 4), ids, eos_token_id=3.5)

@@ -161,3 +161,18 @@ def test_bad_model_files_are_named_in_one_line(tmp_path):
     (tmp_path / "m" / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match=r"no \*.safetensors weights"):
         OrthrusForCausalLM.from_pretrained(tmp_path / "m")
+
+
+def test_library_arguments_are_checked_in_one_line(tmp_path):
+    """Arguments that Python would take silently (a truthy string, a float id, a bool id) are refused."""
+    from orthrus.errors import InputError
+    from orthrus.precision import numerical_env
+
+    with pytest.raises(InputError, match="block_size must be an integer >= 2"):
+        OrthrusForCausalLM.from_base(tiny_orthrus(0, 4), block_size=4.7, mask_token_id=MASK)
+    with pytest.raises(InputError, match="mask_token_id must be None"):
+        OrthrusForCausalLM.from_base(tiny_orthrus(0, 4), block_size=4, mask_token_id=True)
+    tiny_orthrus(0, 4).save_pretrained(tmp_path / "m")
+    with pytest.raises(InputError, match="allow_pickle must be True or False"):
+        OrthrusForCausalLM.from_pretrained(tmp_path / "m", allow_pickle="no")
+    assert numerical_env(dtype="bf16")["dtype"] == "bf16"

@@ -130,3 +130,25 @@ def test_an_empty_distillation_set_is_a_valid_prompt_set():
     the check before writing accepts (string columns, no rows)."""
     empty = prompt_set.check_prompt_set(pd.DataFrame(columns=["prompt_id", "domain", "prompt"]), "distill")
     assert empty.empty and list(empty.columns) == ["prompt_id", "domain", "prompt"]
+
+
+def test_duplicate_keys_url_errors_and_endless_sources_are_one_line(tmp_path):
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"math": ["a"], "qa": ["b"], "math": ["c"]}')
+    with pytest.raises(PromptFileError, match="the key 'math' is given twice"):
+        load_eval_file(str(dup))
+    for url in ("http://127.0.0.1:9/none.json", "nosuchscheme://x/y.json"):
+        with pytest.raises(PromptFileError, match="cannot fetch it") as err:
+            load_eval_file(url)
+        assert "\n" not in str(err.value)
+    from orthrus import prompt_file
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 64)
+    old = prompt_file.MAX_BYTES
+    prompt_file.MAX_BYTES = 16
+    try:
+        with pytest.raises(PromptFileError, match="larger than"):
+            load_eval_file(big.as_uri())
+    finally:
+        prompt_file.MAX_BYTES = old

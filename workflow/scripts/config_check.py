@@ -71,6 +71,24 @@ def load_yaml(path) -> dict:
 # --------------------------------------------------------------------------- schema
 
 
+def coerce_integers(instance, schema: dict):
+    """`instance` with every integer-valued float at an integer-typed key made an int (YAML's `2.0`,
+    which the schema accepts as an integer but a rule or an argparse `type=int` would not)."""
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "integer" in types and isinstance(instance, float) and instance.is_integer():
+        return int(instance)
+    if isinstance(instance, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                instance[key] = coerce_integers(value, sub)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        instance[:] = [coerce_integers(v, schema["items"]) for v in instance]
+    return instance
+
+
 def fill_defaults(instance, schema: dict) -> None:
     """Set every missing key that has a schema default (recursively through `properties`)."""
     if not isinstance(instance, dict) or schema.get("x-fill-defaults") is False:
@@ -326,6 +344,7 @@ def check_config(config: dict, schema_path, files=()) -> dict:
     problems = [p for f in files if Path(f).is_file() for p in duplicate_keys(f)]
     schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
     fill_defaults(config, schema)
+    coerce_integers(config, schema)
     problems += name_key_problems(config) + nonfinite_problems(config)
     problems += schema_problems(config, schema)
     if not problems:  # cross-key rules assume the types are right
