@@ -53,7 +53,7 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
     """(model, tokenizer) through the Auto classes, safetensors only, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.modeling import check_finite, check_model_files
+    from orthrus.modeling import check_model_files, load_complete
 
     src, pinned = split_revision(teacher)
     src, revision = resolve_teacher(src), revision or pinned
@@ -64,16 +64,14 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
         if attention:
             kwargs["attn_implementation"] = attention
-        model = AutoModelForCausalLM.from_pretrained(
-            src, dtype=parse_dtype(dtype), use_safetensors=True, trust_remote_code=False,
-            **kwargs)
+        model = load_complete(AutoModelForCausalLM, src, dtype=parse_dtype(dtype), use_safetensors=True,
+                              trust_remote_code=False, **kwargs)
     except (OSError, ValueError) as e:
         if Path(src).is_dir():
             raise
         raise MissingInputError(
             f"teacher {teacher!r} is neither a local directory nor a loadable hub id: {e}"
         ) from e
-    check_finite(model, teacher)
     model.eval()
     return model, tok
 

@@ -59,9 +59,9 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
     the plain causal LM for transformers' decoders, the Orthrus checkpoint for our loop (`ar` also
     takes a plain Qwen3, e.g. the teacher through our AR loop)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
-    from orthrus.modeling import OrthrusForCausalLM, check_finite, resolve_checkpoint
+    from orthrus.modeling import OrthrusForCausalLM, load_complete, resolve_checkpoint
     from orthrus.precision import check_attention, configure
 
     path = resolve_checkpoint(path, revision=revision)
@@ -69,13 +69,11 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     check_attention(options.attention)
     kw = {"dtype": dtype, "attn_implementation": options.attention}
     if options.decoder in HF_DECODERS:
-        model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **kw)
-        check_finite(model, path)
+        model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
     elif options.decoder == "ar":
-        model = Qwen3ForCausalLM.from_pretrained(path, use_safetensors=True, **kw)
-        check_finite(model, path)
+        model = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **kw)
     else:
         raise InputError(f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
                          f"decoder {options.decoder} needs one")
@@ -95,13 +93,12 @@ def load_draft(path: str, model, tokenizer, model_path: str):
     naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.modeling import check_finite, resolve_checkpoint
+    from orthrus.modeling import load_complete, resolve_checkpoint
 
     path_ = resolve_checkpoint(path)
     check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
-    draft = AutoModelForCausalLM.from_pretrained(path_, dtype=model.dtype, use_safetensors=True,
-                                                 attn_implementation=model.config._attn_implementation)
-    check_finite(draft, path_)
+    draft = load_complete(AutoModelForCausalLM, path_, dtype=model.dtype, use_safetensors=True,
+                          attn_implementation=model.config._attn_implementation)
     return draft.to(model.device).eval()
 
 

@@ -95,8 +95,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
                 from transformers import AutoTokenizer
 
                 tokenizer = AutoTokenizer.from_pretrained(path)
-            base = Qwen3ForCausalLM.from_pretrained(path, use_safetensors=True, **load_kwargs)
-            check_finite(base, path)
+            base = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **load_kwargs)
         config = Qwen3Config.from_dict(base.config.to_dict())
         config.block_size = int(block_size)
         config._attn_implementation = base.config._attn_implementation
@@ -284,6 +283,38 @@ def check_model_files(path, allow_pickle: bool = False) -> None:
                 pass
         except SafetensorError as e:  # a cut-off download or copy: the header promises more than the file holds
             raise ModelError(f"{f}: truncated or corrupt safetensors file ({e})") from None
+
+
+def load_complete(cls, path, **kwargs):
+    """`cls.from_pretrained(path, **kwargs)` refusing, with the tensors named, a checkpoint that lacks
+    weights of the architecture (transformers would initialise them at random: a teacher of noise),
+    holds others or holds them in other shapes or as integers; then `check_finite`."""
+    bad = _non_float_tensors(path) if Path(path).is_dir() else []
+    if bad:
+        raise ModelError(f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}")
+    model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    problems = {kind: sorted(info.get(key) or []) for kind, key in
+                (("missing", "missing_keys"), ("unexpected", "unexpected_keys"), ("misshaped", "mismatched_keys"))}
+    # an Orthrus checkpoint read as its plain AR view: the diffusion weights are extra, not wrong
+    problems["unexpected"] = [k for k in problems["unexpected"] if not OrthrusForCausalLM.is_diffusion_parameter(str(k))]
+    if any(problems.values()):
+        detail = "; ".join(f"{kind}: {', '.join(map(str, keys[:8]))}" + (f" (+{len(keys) - 8})" if len(keys) > 8 else "")
+                           for kind, keys in problems.items() if keys)
+        raise ModelError(f"{path}: the weights do not match {type(model).__name__} ({detail})")
+    check_finite(model, path)
+    return model
+
+
+def _non_float_tensors(path) -> list[str]:
+    """Tensors of the checkpoint's safetensors files stored as integers or bools (transformers casts
+    them to the load dtype without a word); headers only."""
+    from safetensors import safe_open
+
+    bad = []
+    for f in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(f, framework="pt") as handle:
+            bad += [k for k in handle.keys() if not handle.get_slice(k).get_dtype().startswith(("F", "BF"))]
+    return sorted(bad)
 
 
 def check_finite(model, source) -> None:

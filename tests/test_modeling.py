@@ -176,3 +176,32 @@ def test_library_arguments_are_checked_in_one_line(tmp_path):
     with pytest.raises(InputError, match="allow_pickle must be True or False"):
         OrthrusForCausalLM.from_pretrained(tmp_path / "m", allow_pickle="no")
     assert numerical_env(dtype="bf16")["dtype"] == "bf16"
+
+
+def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
+    """transformers initialises a missing weight at random and says so in a log line only: the
+    teacher of the reference decoder, the corpus, the lm-eval baseline and `from_base` would be
+    noise. Every loader names the tensor instead."""
+    from safetensors.torch import load_file, save_file
+
+    from orthrus.corpus import load_teacher
+    from orthrus.errors import InputError
+    from orthrus.loading import load_model
+    from orthrus.options import DecodeOptions
+
+    tiny_base(0).save_pretrained(tmp_path / "t")
+    weights = tmp_path / "t" / "model.safetensors"
+    state = load_file(weights)
+    state.pop("model.layers.1.mlp.up_proj.weight")
+    save_file(state, str(weights), metadata={"format": "pt"})
+    for load in (lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar-ref")),
+                 lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar")),
+                 lambda: OrthrusForCausalLM.from_base(str(tmp_path / "t"), block_size=4, mask_token_id=MASK)):
+        with pytest.raises(InputError, match=r"missing: model\.layers\.1\.mlp\.up_proj\.weight"):
+            load()
+    with pytest.raises(InputError, match="missing: model.layers.1.mlp.up_proj.weight"):
+        load_teacher(str(tmp_path / "t"))
+    state["model.layers.1.mlp.up_proj.weight"] = torch.zeros(64, 32, dtype=torch.int32)
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(InputError, match="not floating point|misshaped"):
+        load_model(tmp_path / "t", DecodeOptions(decoder="ar-ref"))
