@@ -94,6 +94,15 @@ BAD = [
     ("near_tie inf", _set("analysis.near_tie", float("inf")), "analysis.near_tie"),
     ("max_error_share nan", _set("decode.max_error_share", float("nan")), "decode.max_error_share"),
     ("model lr nan", _set("models.smoke-ce.lr", float("nan")), "models.smoke-ce.lr"),
+    # sizes a laptop and a cluster both refuse (docs/CONFIG.md states each maximum)
+    ("eval prompts a billion", _set("prompts.eval_per_domain", 10**9), "prompts.eval_per_domain"),
+    ("corpus shards 1e5", _set("corpus.shards", 100000), "corpus.shards"),
+    ("decode tokens a million", _set("decode.max_new_tokens", 10**6), "decode.max_new_tokens"),
+    ("teacher 1000 layers", _set("teacher.tiny.num_layers", 1000), "teacher.tiny.num_layers"),
+    ("min_chars above max_chars", _set("prompts.min_chars", 5000), "prompts.min_chars"),
+    ("every domain weighs 0", _set("teacher.tiny.domain_weights", dict.fromkeys(
+        ["code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru", "poetry-en", "poetry-ru", "qa", "qa-ru",
+         "wmt-ru-en"], 0)), "teacher.tiny.domain_weights"),
     ("model offset weights", _set("models.smoke-ce.offset_weights", [1, 1]), "models.smoke-ce.offset_weights"),
     ("model named like teacher", _set("models.teacher", {}), "models.teacher"),
     ("external named like model", _set("external_models.smoke-ce", "org/model"), "external_models.smoke-ce"),

@@ -228,6 +228,14 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
                         "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
     problems += _kernel_problems(cfg)
     problems += _revision_problems(cfg)
+    prompts_cfg = cfg.get("prompts") or {}
+    if prompts_cfg.get("min_chars", 0) > prompts_cfg.get("max_chars", float("inf")):
+        problems.append(f"prompts.min_chars: {prompts_cfg['min_chars']} exceeds prompts.max_chars "
+                        f"({prompts_cfg['max_chars']}): every prompt would be dropped")
+    weights = ((cfg.get("teacher") or {}).get("tiny") or {}).get("domain_weights")
+    domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
+    if weights and set(weights) >= set(domains) and not any(w > 0 for w in weights.values()):
+        problems.append("teacher.tiny.domain_weights: every domain weighs 0: nothing to train on")
     prompts = cfg.get("prompts") or {}
     eval_file = prompts.get("eval_file")
     if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
