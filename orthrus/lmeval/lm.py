@@ -48,13 +48,10 @@ def lm_options(options=None, decoding=None, dtype=None, attention=None, block_si
              "block_size": int(block_size) if block_size not in (None, "") else None,
              "eos": eos, "last_block": last_block, "prefill_logits": prefill_logits, "message": message,
              "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes")}
-    if given["precision"] is not None and not isinstance(given["precision"], str):
-        from orthrus.precision import dtype_name
+    if given["precision"] is not None:  # bf16, bfloat16 or torch.bfloat16 alike
+        from orthrus.precision import dtype_name, parse_dtype
 
-        given["precision"] = dtype_name(given["precision"])
-    if isinstance(given["precision"], str):
-        given["precision"] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(given["precision"],
-                                                                                          given["precision"])
+        given["precision"] = dtype_name(parse_dtype(given["precision"]))
     return base.replace(**{k: v for k, v in given.items() if v is not None})
 
 
