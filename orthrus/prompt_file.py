@@ -62,8 +62,13 @@ def read_source(src: str, sha256: str | None = None) -> bytes:
         if len(data) > MAX_BYTES:
             raise PromptFileError(f"prompt file {src}: larger than {MAX_BYTES // 2**20} MiB; not a prompt file")
     else:
+        path = Path(src)
+        if path.exists() and not path.is_file():  # a named pipe or a device would block or never end
+            raise PromptFileError(f"prompt file {src}: not a regular file")
+        if path.is_file() and path.stat().st_size > MAX_BYTES:
+            raise PromptFileError(f"prompt file {src}: larger than {MAX_BYTES // 2**20} MiB; not a prompt file")
         try:
-            data = Path(src).read_bytes()
+            data = path.read_bytes()
         except OSError as e:
             raise PromptFileError(f"prompt file {src}: cannot read it ({e.strerror or e})") from e
     digest = hashlib.sha256(data).hexdigest()

@@ -141,6 +141,11 @@ def test_duplicate_keys_url_errors_and_endless_sources_are_one_line(tmp_path):
         with pytest.raises(PromptFileError, match="cannot fetch it") as err:
             load_eval_file(url)
         assert "\n" not in str(err.value)
+    import os
+
+    os.mkfifo(tmp_path / "pipe.json")
+    with pytest.raises(PromptFileError, match="not a regular file"):
+        load_eval_file(str(tmp_path / "pipe.json"))
     from orthrus import prompt_file
 
     big = tmp_path / "big.json"
