@@ -122,10 +122,6 @@ class DecodeOptions:
                 raise OptionsError(f"decoder {self.decoder} runs transformers' greedy generate: {', '.join(changed)} "
                                    "apply to this package's loop (ar, orthrus) only")
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
     def replace(self, **changes) -> "DecodeOptions":
         return dataclasses.replace(self, **changes)
 
