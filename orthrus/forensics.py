@@ -71,19 +71,20 @@ def stepwise(model, prompt: list[int], prefix: list[int]):
 def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int):
     """The loop run with `options`, replayed until generated token `t`: (logits and per-layer
     hidden states of the AR-view row that produced it, the tokens the replay emitted up to it,
-    the replay's forwards as `orthrus.decoding.Forward` records)."""
-    forwards = []
+    the replay's blocks as (kind, tokens read, tokens emitted) per forward)."""
+    blocks, last = [], None
 
     def trace(forward, tokens):
-        forwards.append(forward)
+        nonlocal last
+        blocks.append((forward.kind, len(forward.input_ids), forward.emitted))
+        last = forward  # only the last forward's logits and hidden states are kept
         return forward.first + forward.emitted > t
 
     out = generate(model, torch.tensor(prompt), options, trace=trace, hidden_states=True)
-    last = forwards[-1]
     i = t - last.first
     if not 0 <= i < len(last.logits):
         raise RuntimeError(f"the replay ended after {len(out.tokens)} tokens, before token {t}")
-    return last.logits[i], [h[i] for h in last.hidden], out.tokens.tolist()[: t + 1], forwards
+    return last.logits[i], [h[i] for h in last.hidden], out.tokens.tolist()[: t + 1], blocks
 
 
 def row_options(row) -> DecodeOptions:

@@ -48,6 +48,15 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def env_record(env) -> dict:
+    """A decoding row's `env` as a dict ({} where it is missing or not a JSON object)."""
+    try:
+        record = json.loads(env) if isinstance(env, str) else {}
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """The decoding setting of one run (see the module docstring).
@@ -156,11 +165,7 @@ class DecodeOptions:
         columns (which must agree with the record). Rows written before the options object
         existed kept their protocol settings beside the numerics: those are read, the rest take
         their defaults."""
-        try:
-            record = json.loads(env) if isinstance(env, str) else {}
-        except json.JSONDecodeError:
-            record = {}
-        record = record if isinstance(record, dict) else {}
+        record = env_record(env)
         cell = {"decoder": decoder, "precision": precision, "attention": attention}
         if "options" not in record:
             legacy = ("message", "max_new_tokens") + (LOOP_ONLY if decoder in LOOP_DECODERS else ())

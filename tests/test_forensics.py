@@ -151,9 +151,9 @@ def test_the_replay_is_the_run_for_every_config_setting(name, options, tmp_path)
         assert opts == options
         prompt = Tok()(Tok().apply_chat_template([{"role": "system"}] * (opts.message != "none")
                                                   + [{"role": "user", "content": prompts.prompt[int(r.prompt_id[1:])]}]))["input_ids"]
-        _, _, replayed, forwards = replay_verify(model, prompt, opts, len(recorded) - 1)
+        _, _, replayed, blocks = replay_verify(model, prompt, opts, len(recorded) - 1)
         assert replayed == recorded
-        verify = [f for f in forwards if f.kind != "prefill"]
-        assert [len(f.input_ids) for f in verify] == _expected_blocks(opts, model.block_size, list(r.accepted), len(recorded))
-        assert [f.emitted - 1 for f in verify if f.kind == "verify"] == list(r.accepted)
-        assert forwards[0].kind == "prefill" and len(forwards[0].input_ids) == len(prompt) == r.prompt_len
+        steps = [(kind, n, emitted) for kind, n, emitted in blocks if kind != "prefill"]
+        assert [n for _, n, _ in steps] == _expected_blocks(opts, model.block_size, list(r.accepted), len(recorded))
+        assert [emitted - 1 for kind, _, emitted in steps if kind == "verify"] == list(r.accepted)
+        assert blocks[0][0] == "prefill" and blocks[0][1] == len(prompt) == r.prompt_len

@@ -13,7 +13,7 @@ import pandas as pd
 
 from orthrus.contracts import CONFIG, FORENSICS_ROW_COLUMNS, REFERENCE_DECODER, TPF_RUN
 from orthrus.errors import InputError
-from orthrus.options import DecodeOptions
+from orthrus.options import DecodeOptions, env_record
 
 # Columns read from each input (subsets of the contracts in orthrus/contracts.py).
 DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]
@@ -88,14 +88,17 @@ def _error_rows(df: pd.DataFrame, err: pd.Series) -> pd.DataFrame:
 
 def run_settings(df: pd.DataFrame) -> pd.DataFrame:
     """The run settings of TPF_RUN (message, max_new_tokens) of each decoding row, from the
-    options its `env` records (`DecodeOptions.from_row`). A row that records no token budget
-    (written before the options were recorded) has none (None), not the default's."""
+    options its `env` records (`DecodeOptions.from_row`, once per distinct record: a file's rows
+    share one). A row that records no token budget (written before the options were recorded) has
+    none (None), not the default's."""
     env = df["env"] if "env" in df.columns else pd.Series(None, index=df.index, dtype=object)
-    opts = [DecodeOptions.from_row(e, d, p, a)
-            for e, d, p, a in zip(env, df["decoder"], df["precision"], df["attention"])]
-    budget = [o.max_new_tokens if isinstance(e, str) and ('"options"' in e or '"max_new_tokens"' in e) else None
-              for o, e in zip(opts, env)]
-    return pd.DataFrame({"message": [o.message for o in opts], "max_new_tokens": budget}, index=df.index)
+    keys = list(zip(env, df["decoder"], df["precision"], df["attention"]))
+    settings = {}
+    for key in dict.fromkeys(keys):
+        o = DecodeOptions.from_row(*key)
+        record = env_record(key[0])
+        settings[key] = (o.message, o.max_new_tokens if "options" in record or "max_new_tokens" in record else None)
+    return pd.DataFrame([settings[k] for k in keys], columns=["message", "max_new_tokens"], index=df.index)
 
 
 def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
