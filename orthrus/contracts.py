@@ -18,14 +18,26 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
 # ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
-# model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders
-DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup")
+# model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders;
+# then the audit's controls (CONTROLS)
+DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy")
 REFERENCE_DECODER = "ar-ref"
 # decoders that run a plain causal LM through transformers' generate()
-HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup")
+HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup", "ar-batched")
+# the decoders under audit
 SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
+# Controls that separate numerics from bugs (decode.controls): `oracle`, the consensus loop on the
+# teacher whose drafts are the reference's own tokens (the verify shape's numerics alone);
+# `ar-batched`, the reference through transformers' generate in left-padded batches (the noise a
+# serving engine shows without speculation); `orthrus-lossy`, a planted bug the audit must catch
+# (Orthrus accepting a draft token that is among the AR view's top 2).
+CONTROLS = ("oracle", "ar-batched", "orthrus-lossy")
+# controls that run on the teacher (orthrus-lossy runs on each Orthrus model)
+TEACHER_CONTROLS = ("oracle", "ar-batched")
 # decoders compared against the reference trajectory
-COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup")
+COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS
+# why a first divergence happened (orthrus.verdict)
+VERDICTS = ("tie", "rounding", "structural")
 CONFIG = ["model", "decoder", "precision", "attention"]
 # A name that becomes a path component and a wildcard (teacher, model, grid names): letters,
 # digits, `_`, `.` and `-`, never first a `.` or `-` (so never `.`, `..`, a hidden file or an
@@ -51,7 +63,8 @@ PPL_COLUMNS = ["model", "precision", "attention", "prompt_id", "domain", "ppl", 
                "scorer_precision"]
 FORENSICS_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "ref_token", "orthrus_token", "margin_native",
                               "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff",
-                              "replay_consistent"]
+                              "replay_consistent", "ref_logit_ref", "ref_logit_dec", "verify_logit_ref",
+                              "verify_logit_dec", "verify_argmax", "gap_ulps", "verdict", "verdict_note"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
@@ -69,12 +82,16 @@ TPF_COLUMNS = CONFIG + TPF_RUN + ["domain", "n", "tpf_verify", "tpf_verify_ci", 
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
 PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept"]
-DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify"]
+# the per-divergence verdict counts (orthrus.verdict), in the forensics summary and decoders.csv
+VERDICT_COUNTS = ["n_tie", "n_rounding", "n_structural", "n_no_verdict"]
+DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
+                    "oracle_match_rate", "batch_match_rate"] + VERDICT_COUNTS + ["audit"]
 FORENSICS_SUMMARY_COLUMNS = CONFIG + ["n_divergences", "median_margin_native", "median_margin_fp32",
-                                      "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer"]
+                                      "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer",
+                                      "max_gap_ulps"] + VERDICT_COUNTS
 # the forensics rows the tables use (a subset of FORENSICS_COLUMNS)
 FORENSICS_ROW_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "margin_native", "margin_fp32",
-                                  "first_layer_diverging"]
+                                  "first_layer_diverging", "gap_ulps", "verdict", "verdict_note"]
 UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
                        "near_ties_per_prompt", "near_tie_threshold", "scored_precision", "scored_attention"]
 # file -> columns; every `orthrus analyze` run writes exactly these files
@@ -119,7 +136,8 @@ FIGURES = {
     "margin_at_divergence": "AR top-1/top-2 margin at the first divergence (forensics)",
     "pairwise_match": "heat map of match rates between all decoding results",
     "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
-    "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup per precision",
+    "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup and the controls per precision, "
+                "with the oracle's match rate and the batch noise floor",
 }
 BENCHMARK_FIGURE = "benchmarks"
 FIGURE_FORMATS = ("png", "pdf")
@@ -169,8 +187,11 @@ ARTEFACTS = {
     "Forensics file": Artefact(
         "results/forensics/{model}.parquet", "orthrus forensics", FORENSICS_COLUMNS,
         "One row per diverging trajectory, at its first divergence: the reference's margin in the decoding "
-        "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, and whether "
-        "replaying the prefix reproduces the divergence."),
+        "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, whether "
+        "replaying the run reproduces the divergence, the logits of the reference's token (`_ref`) and the "
+        "decoder's (`_dec`) in the reference's step and the decoder's own pass, whether the decoder's token is its "
+        "own pass's argmax, the reference's gap between the two in ulps of the precision, and the `verdict` "
+        "(tie, rounding, structural; `orthrus.verdict`) with a note saying why (or why none could be given)."),
     "Benchmark record": Artefact(
         "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json", "orthrus lm-eval run", [],
         "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "

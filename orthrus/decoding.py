@@ -93,15 +93,19 @@ def diffusion_proposals(model, x: torch.Tensor, cache, block_size: int) -> torch
     return model.diffusion_forward(block, positions, cache)[0, :-1]
 
 
-def consensus(draft: torch.Tensor, draft_logits: torch.Tensor, verify_logits: torch.Tensor, sampler: Sampler):
+def consensus(draft: torch.Tensor, draft_logits: torch.Tensor | None, verify_logits: torch.Tensor, sampler: Sampler,
+              accept_top: int = 1):
     """Accepted draft length n and the next token (AR correction or bonus) for one step.
 
     `verify_logits[i]` is the AR view's prediction for the token after draft position i-1
-    (row 0 follows the anchor), so there is one more verify row than draft tokens.
+    (row 0 follows the anchor), so there is one more verify row than draft tokens. Greedy
+    accepts a draft token that is the AR view's argmax; `accept_top` 2 (the planted bug of the
+    `orthrus-lossy` control) accepts one among its top 2.
     """
     if sampler.greedy:
         target = verify_logits.argmax(-1)
-        n = int((draft == target[:-1]).long().cumprod(0).sum())
+        top = torch.topk(verify_logits[:-1], accept_top, dim=-1).indices if accept_top > 1 else target[:-1, None]
+        n = int((draft[:, None] == top).any(-1).long().cumprod(0).sum())
         return n, target[n]
     p = sampler.probs(verify_logits)
     q = sampler.probs(draft_logits)
@@ -127,6 +131,8 @@ class _Run:
     stats: dict
     trace: object = None
     hidden: bool = False
+    accept_top: int = 1  # 2: the orthrus-lossy control's planted bug
+    oracle: list[int] | None = None  # the oracle control's drafts: the reference trajectory
     first: int = 0  # generated tokens before the current step
     pending: Forward | None = None  # the last forward, until the trace sees it with its emitted count
 
@@ -149,10 +155,14 @@ class _Run:
 @torch.inference_mode()
 def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = None, *,
              eos_token_id: int | list[int] | None = None, generator: torch.Generator | None = None,
-             trace=None, hidden_states: bool = False, **changes) -> GenerateOutput:
+             trace=None, hidden_states: bool = False, oracle: list[int] | None = None,
+             **changes) -> GenerateOutput:
     """Decode one prompt as `options` say (a `DecodeOptions`; keyword `changes` replace its
     fields, `mode` standing for `decoder`): the AR view (`ar`) or the Orthrus consensus loop
-    (`orthrus`), greedy unless the options sample (with `generator`).
+    (`orthrus`), greedy unless the options sample (with `generator`); or a control of the audit
+    (`orthrus.contracts.CONTROLS`): `orthrus-lossy`, the loop with a planted bug, and `oracle`,
+    the consensus loop on a plain causal LM whose drafts are `oracle`, the reference trajectory
+    of the prompt (the verify shape without the drafter).
 
     An explicit `eos_token_id` replaces the ids of `options.eos`. `trace(forward, tokens)`, when
     given, is called after every forward of the AR view with a `Forward` (and, with
@@ -164,9 +174,9 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     opts = (options or DecodeOptions()).replace(**changes)
     if opts.decoder not in LOOP_DECODERS:
         raise OptionsError(f"orthrus.generate runs the decoders {', '.join(LOOP_DECODERS)}, got {opts.decoder!r}")
-    ids = _check_args(model, input_ids, opts)
+    ids = _check_args(model, input_ids, opts, oracle)
     mode = opts.decoder
-    K = (opts.block_size or model.block_size) if mode == "orthrus" else 1
+    K = 1 if mode == "ar" else opts.block_size or model.block_size
     if eos_token_id is None:
         eos = set(eos_ids(model, opts.eos))
     else:
@@ -181,12 +191,13 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     t0 = time.perf_counter()
     if opts.max_new_tokens > 0:
         run = _Run(model, DynamicCache(config=model.config), K, sampler, opts.last_block == "shorten", stats,
-                   trace, hidden_states)
+                   trace, hidden_states, accept_top=2 if mode == "orthrus-lossy" else 1,
+                   oracle=[int(t) for t in oracle] if oracle is not None else None)
         x = sampler.pick(run.forward("prefill", ids, last_only=opts.prefill_logits == "last")[-1])
         stats["n_prefill"] = 1
         tokens.append(int(x))
         stop = run.traced(1, tokens)
-        step = _orthrus_step if mode == "orthrus" else _ar_step
+        step = {"ar": _ar_step, "oracle": _oracle_step}.get(mode, _orthrus_step)
         while not stop and len(tokens) < opts.max_new_tokens and tokens[-1] not in eos:
             remaining = opts.max_new_tokens - len(tokens)
             run.first = len(tokens)
@@ -205,13 +216,19 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
 
 
-def _check_args(model, input_ids, opts: DecodeOptions) -> torch.Tensor:
+def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
     """The prompt as 1-D ids on the model's device; an error saying in one line what is wrong
     (the options checked themselves when they were built)."""
     if model is None or not hasattr(model, "config"):
         raise OptionsError(f"model must be a loaded causal LM, got {type(model).__name__}")
-    if opts.decoder == "orthrus" and not hasattr(model, "diffusion_forward"):
-        raise OptionsError(f"decoder orthrus needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}")
+    if opts.decoder in ("orthrus", "orthrus-lossy") and not hasattr(model, "diffusion_forward"):
+        raise OptionsError(f"decoder {opts.decoder} needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}")
+    if (opts.decoder == "oracle") != (oracle is not None):
+        raise OptionsError("the oracle decoder takes the reference trajectory (oracle=[token ids]), and only it")
+    if oracle is not None and (isinstance(oracle, (str, bytes)) or not all(_is_token(t) for t in oracle)):
+        raise OptionsError("oracle must be a list of token ids (the reference trajectory)")
+    if opts.decoder == "oracle" and not (opts.block_size or hasattr(model, "block_size")):
+        raise OptionsError("the oracle decoder needs block_size (the K of the verify blocks it stands in for)")
     if (not isinstance(input_ids, torch.Tensor) or input_ids.dtype == torch.bool or input_ids.is_floating_point()
             or input_ids.is_complex()):
         raise OptionsError(f"input_ids must be an integer tensor of token ids, got {getattr(input_ids, 'dtype', type(input_ids))}")
@@ -227,6 +244,11 @@ def _check_args(model, input_ids, opts: DecodeOptions) -> torch.Tensor:
     if ids.numel() + opts.max_new_tokens > limit:
         raise OptionsError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({opts.max_new_tokens}) exceeds the model's {limit} positions")
     return ids
+
+
+def _is_token(t) -> bool:
+    return (isinstance(t, int) and not isinstance(t, bool)) or (isinstance(t, torch.Tensor) and t.numel() == 1
+                                                                 and not t.is_floating_point())
 
 
 def _ar_step(run: _Run, x, remaining) -> torch.Tensor:
@@ -248,12 +270,29 @@ def _orthrus_step(run: _Run, x, remaining) -> torch.Tensor:
     else:
         draft_logits = diffusion_proposals(run.model, x, run.cache, run.K)[: remaining - 1]
     draft = run.sampler.pick(draft_logits)
+    run.stats["n_diffusion"] += 1
+    return _verify(run, x, draft, draft_logits)
+
+
+def _verify(run: _Run, x, draft, draft_logits) -> torch.Tensor:
+    """One verify forward over [x, draft]: the accepted proposals and the next token."""
     verify_logits = run.forward("verify", torch.cat([x.reshape(1), draft]))
-    n, nxt = consensus(draft, draft_logits, verify_logits, run.sampler)
+    n, nxt = consensus(draft, draft_logits, verify_logits, run.sampler, run.accept_top)
     rejected = len(draft) - n
     if rejected:
         run.cache.crop(-rejected)  # the cache keeps the anchor and the accepted proposals only
-    run.stats["n_diffusion"] += 1
     run.stats["n_verify"] += 1
     run.stats["accepted"].append(n)
     return torch.cat([draft[:n], nxt.reshape(1)])
+
+
+def _oracle_step(run: _Run, x, remaining) -> torch.Tensor:
+    """The consensus step with the reference's own next tokens as the draft: the blocks of
+    `_orthrus_step`, no drafter. Past the reference's end (after a divergence) the draft repeats
+    its last token, so every block keeps its shape."""
+    if remaining == 1 and not run.shorten:
+        return _ar_step(run, x, remaining)
+    n_draft = min(run.K - 1, remaining if run.shorten else remaining - 1)
+    ref = run.oracle[run.first: run.first + n_draft] or run.oracle[-1:] or [int(x)]
+    draft = torch.tensor(ref + ref[-1:] * (n_draft - len(ref)), dtype=torch.long, device=x.device)
+    return _verify(run, x, draft, None)

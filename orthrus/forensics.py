@@ -10,16 +10,19 @@ one-token-per-forward step. This module recomputes both at that position:
   same model, options and kernel give the same proposals, blocks and cache, so the replay is
   the run (`replay_consistent` says whether it reproduced every token up to t).
 
-It records the reference's top-1/top-2 margin in its own precision and in fp32, and the
-largest hidden-state difference between the two computations after every layer.
+It records the reference's top-1/top-2 margin in its own precision and in fp32, the largest
+hidden-state difference between the two computations after every layer, and a verdict
+(`orthrus.verdict`: tie, rounding or structural) from the logits of the two tokens in the
+reference's step and in the decoder's own pass.
 
-transformers' speculative decoders (`assisted`, `prompt-lookup`) run on the teacher itself; for
-them the model is the teacher and only the margins are recorded (reference margin in its own
-precision and in fp32, margin of the same step-by-step row): the block replay needs each
-verify block's length, which transformers' loop does not expose (its draft lengths vary with
-the draft's confidence or the n-gram found), so `verify_margin`, `first_layer_diverging` and
-the hidden-state differences are Orthrus-only and empty for them. Column `orthrus_token` holds
-the compared decoder's token.
+The controls (`orthrus.contracts.CONTROLS`) are replayed like the loop: `orthrus-lossy` is the
+loop, `oracle` the loop with the reference's tokens as drafts. transformers' decoders (`assisted`,
+`prompt-lookup`, the `ar-batched` control) run on the teacher; for them the model is the teacher,
+the decoder's pass is replayed by generate itself with `output_logits` (the logits it returns for
+each emitted token are its verify rows), and `ar-batched` in the batch the decode stage formed
+(rebuilt from the shard the row records). Their draft lengths and hidden states are not exposed,
+so `first_layer_diverging` and the hidden-state differences are our loop's only. Column
+`orthrus_token` holds the compared decoder's token.
 
 `orthrus forensics --model-path DIR --prompts eval.parquet --decoded DEC.parquet... --reference
  REF.parquet... --out F`: decoded and reference files pair up in order; each pair is one (decoder,
@@ -41,10 +44,12 @@ from .chat import render_chat
 from .contracts import FORENSICS_COLUMNS
 from .decoding import generate
 from .io import write_parquet
-from .loading import load_model
-from .options import DecodeOptions
-from .prompt_set import read_prompt_set
+from .loading import load_draft, load_model
+from .options import LOOP_DECODERS, DecodeOptions, env_record
+from .prompt_set import length_error, read_prompt_set
 from .stats import first_divergence
+from .trajectories import batched_generate, batches, hf_generate
+from .verdict import gap_ulps, verdict
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -68,10 +73,11 @@ def stepwise(model, prompt: list[int], prefix: list[int]):
     return logits[-1], [h[-1] for h in hidden]
 
 
-def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int):
-    """The loop run with `options`, replayed until generated token `t`: (logits and per-layer
-    hidden states of the AR-view row that produced it, the tokens the replay emitted up to it,
-    the replay's blocks as (kind, tokens read, tokens emitted) per forward)."""
+def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int, oracle: list[int] | None = None):
+    """The loop run with `options` (the oracle's with its drafts `oracle`), replayed until
+    generated token `t`: (logits and per-layer hidden states of the AR-view row that produced
+    it, the tokens the replay emitted up to it, the replay's blocks as (kind, tokens read, tokens
+    emitted) per forward)."""
     blocks, last = [], None
 
     def trace(forward, tokens):
@@ -80,11 +86,26 @@ def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int):
         last = forward  # only the last forward's logits and hidden states are kept
         return forward.first + forward.emitted > t
 
-    out = generate(model, torch.tensor(prompt), options, trace=trace, hidden_states=True)
+    out = generate(model, torch.tensor(prompt), options, trace=trace, hidden_states=True, oracle=oracle)
     i = t - last.first
     if not 0 <= i < len(last.logits):
         raise RuntimeError(f"the replay ended after {len(out.tokens)} tokens, before token {t}")
     return last.logits[i], [h[i] for h in last.hidden], out.tokens.tolist()[: t + 1], blocks
+
+
+def replay_generate(model, prompt: list[int], options: DecodeOptions, t: int, draft=None, batch=None):
+    """transformers' decoders replayed with the logits generate returns (`output_logits`): (the
+    logits row of generated token `t`, the tokens the replay emitted up to it). `batch` is the
+    ar-batched control's batch as (the prompts' ids, this prompt's index in it)."""
+    if options.decoder == "ar-batched":
+        prompts, i = batch
+        rows, logits = batched_generate(model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True)
+        row, logits = rows[i], [x[i] for x in logits]
+    else:
+        row, logits = hf_generate(model, torch.tensor(prompt, device=model.device), options, draft, logits=True)
+    if t >= len(logits):
+        raise RuntimeError(f"the replay ended after {len(logits)} tokens, before token {t}")
+    return logits[t], row["tokens"][: t + 1]
 
 
 def row_options(row) -> DecodeOptions:
@@ -104,8 +125,23 @@ def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
             yield o, r_tokens, o_tokens, t
 
 
-def analyse(model, model32, tokenizer, prompts, cases) -> list[dict]:
-    """One row per case; the block replay for Orthrus rows only (see the module docstring)."""
+def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict, prompt_id: str, positions: int):
+    """The ar-batched control's batch of `prompt_id`, rebuilt as the decode stage built it
+    (`orthrus.trajectories.batches` over the prompts of the row's shard that fit): (the prompts'
+    ids, its index in the batch)."""
+    shard = prompts.iloc[env.get("shard", 0):: env.get("num_shards", 1)]
+    todo = [(pid, render_chat(tokenizer, p, options.message)) for pid, p in zip(shard["prompt_id"], shard["prompt"])]
+    todo = [(pid, ids) for pid, ids in todo if length_error(len(ids), options.max_new_tokens, positions) is None]
+    for batch in batches(todo, options.batch_size):
+        ids = [pid for pid, _ in batch]
+        if prompt_id in ids:
+            return [p for _, p in batch], ids.index(prompt_id)
+    raise RuntimeError(f"prompt {prompt_id} is not in any batch of its shard")
+
+
+def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 4.0, draft=None) -> list[dict]:
+    """One row per case, with its verdict; the block replay and hidden states for our loop's
+    decoders only (see the module docstring)."""
     text = prompts.set_index("prompt_id")["prompt"]
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
@@ -119,16 +155,37 @@ def analyse(model, model32, tokenizer, prompts, cases) -> list[dict]:
                "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": None,
                "first_layer_diverging": None, "max_abs_hidden_diff": [],
                "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
-        if o.decoder == "orthrus":
-            ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t)
+        if o.decoder in LOOP_DECODERS:
+            ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t,
+                                                                r_tokens if o.decoder == "oracle" else None)
             diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
-            row |= {"verify_margin": margin(ver_logits), "max_abs_hidden_diff": diffs,
-                    "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
-                    # the replay reproduces the run when the step-by-step row picks the reference's token
-                    # and the loop re-emits the run's tokens up to and including the divergence
-                    "replay_consistent": row["replay_consistent"] and replayed == o_tokens[: t + 1]}
-        rows.append(row)
+            row |= {"max_abs_hidden_diff": diffs, "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None)}
+        else:
+            batch = (batch_of(prompts, tokenizer, options, env_record(o.env), o.prompt_id, model.config.max_position_embeddings)
+                     if o.decoder == "ar-batched" else None)
+            ver_logits, replayed = replay_generate(model, prompt, options, t, draft, batch)
+        # the replay reproduces the run when the step-by-step row picks the reference's token and
+        # the decoder re-emits the run's tokens up to and including the divergence
+        consistent = row["replay_consistent"] and replayed == o_tokens[: t + 1]
+        rows.append(row | {"verify_margin": margin(ver_logits), "replay_consistent": consistent}
+                    | judge(step_logits, ver_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, consistent))
     return rows
+
+
+def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, max_ulps: float, consistent: bool) -> dict:
+    """The verdict columns of one divergence (`orthrus.verdict`): the four logits, whether the
+    decoder's token is its own pass's argmax, the reference's gap in ulps, the verdict."""
+    step, ver = step_logits.float(), ver_logits.float()
+    logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token]),
+              "verify_logit_ref": float(ver[ref_token]), "verify_logit_dec": float(ver[token])}
+    argmax = bool(ver[token] >= ver.max())
+    gap = gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision)
+    if consistent:
+        v, note = verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], logits["verify_logit_dec"], float(ver.max()),
+                          precision, max_ulps)
+    else:
+        v, note = None, "the replay does not reproduce the run (see replay_consistent)"
+    return logits | {"verify_argmax": argmax, "gap_ulps": gap, "verdict": v, "verdict_note": note}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
+    ap.add_argument("--rounding-ulps", type=float, default=4.0,
+                    help="the largest reference margin, in ulps, that a `rounding` verdict accepts (orthrus/verdict.py)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
@@ -156,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         options = row_options(cases[0][0])  # the model as the run loaded it; transformers' decoders: the teacher
         model, tokenizer = load_model(args.model_path, options, args.device)
         model32, _ = load_model(args.model_path, options.replace(precision="fp32"), args.device)
-        rows += analyse(model, model32, tokenizer, prompts, cases)
+        draft_path = env_record(cases[0][0].env).get("draft")
+        draft = load_draft(draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+        rows += analyse(model, model32, tokenizer, prompts, cases, args.rounding_ulps, draft)
     df = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
     write_parquet(args.out, df)
     print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)

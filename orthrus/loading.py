@@ -57,8 +57,8 @@ def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]
 
 def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
     """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
-    the plain causal LM for transformers' decoders, the Orthrus checkpoint for our loop (`ar` also
-    takes a plain Qwen3, e.g. the teacher through our AR loop)."""
+    the plain causal LM for transformers' decoders, the Orthrus checkpoint for our loop (`ar` and
+    the `oracle` control also take a plain Qwen3, e.g. the teacher through our loop)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
     from orthrus.modeling import OrthrusForCausalLM, load_complete, resolve_checkpoint
@@ -72,7 +72,7 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
         model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
-    elif options.decoder == "ar":
+    elif options.decoder in ("ar", "oracle"):
         model = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **kw)
     else:
         raise InputError(f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "

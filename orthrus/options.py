@@ -26,7 +26,7 @@ EOS_POLICIES = ("generation_config", "config")
 LAST_BLOCKS = ("full", "shorten")
 PREFILL_LOGITS = ("last", "all")
 # this package's own loop (orthrus.decoding.generate): the options below marked "loop" apply to it only
-LOOP_DECODERS = ("ar", "orthrus")
+LOOP_DECODERS = ("ar", "orthrus", "oracle", "orthrus-lossy")
 LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits")
 # How a prompt becomes chat messages: "empty" (an empty system message, then the user turn: the
 # follow-up paper's trajectory study), "none" (the user turn alone: the authors' TPF script and
@@ -61,10 +61,11 @@ def env_record(env) -> dict:
 class DecodeOptions:
     """The decoding setting of one run (see the module docstring).
 
-    decoder: ar-ref | ar | orthrus | assisted | prompt-lookup (`orthrus.contracts.DECODERS`).
+    decoder: ar-ref | ar | orthrus | assisted | prompt-lookup, or a control of the audit: oracle |
+      ar-batched | orthrus-lossy (`orthrus.contracts.DECODERS`, `CONTROLS`).
     precision, attention: the dtype and attention kernel the model is loaded with.
     max_new_tokens: the token budget of a trajectory.
-    block_size (loop): K of the Orthrus loop; None takes the checkpoint's.
+    block_size (loop): K of the Orthrus loop (and of the oracle's blocks); None takes the checkpoint's.
     message: none | empty | system:<text>, how a prompt becomes chat messages.
     eos (loop): `generation_config` stops on every id of the model's generation config (what
       transformers' generate does; Qwen3 lists two), `config` on `config.eos_token_id` only (the
@@ -78,6 +79,7 @@ class DecodeOptions:
       defaults, as the authors' scripts did.
     prompt_lookup_tokens (prompt-lookup only): transformers' prompt_lookup_num_tokens.
     temperature, top_k, top_p (our loop only): 0 is greedy; otherwise speculative sampling.
+    batch_size (ar-batched only, >= 2): prompts per left-padded transformers generate() call.
 
     transformers' decoders (`ar-ref`, `assisted`, `prompt-lookup`) stop and prefill as
     transformers does: their loop-only options must stay at their defaults, so that what a row
@@ -98,6 +100,7 @@ class DecodeOptions:
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
+    batch_size: int = 1
 
     def __post_init__(self):
         for name, allowed in (("decoder", DECODERS), ("precision", PRECISIONS), ("attention", ATTENTIONS),
@@ -124,6 +127,12 @@ class DecodeOptions:
         if self.decoder != "prompt-lookup" and self.prompt_lookup_tokens != DecodeOptions.prompt_lookup_tokens:
             raise OptionsError(f"decoding option prompt_lookup_tokens applies to the prompt-lookup decoder only, "
                                f"not {self.decoder}")
+        batched = self.decoder == "ar-batched"
+        if not _is_int(self.batch_size) or self.batch_size < (2 if batched else 1) or (self.batch_size > 1 and not batched):
+            raise OptionsError(f"decoding option batch_size is the ar-batched control's (an integer >= 2); every "
+                               f"other decoder decodes one prompt at a time: got {self.batch_size!r} for {self.decoder}")
+        if self.decoder in ("oracle", "orthrus-lossy") and self.temperature != 0:
+            raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
         if self.decoder in HF_DECODERS:
             changed = [f.name for f in fields(self) if f.name in LOOP_ONLY + ("temperature", "top_k", "top_p")
                        and getattr(self, f.name) != f.default]
@@ -182,12 +191,17 @@ class DecodeOptions:
         """The options of one decoding cell from a validated config section (`decode`, or
         `decode` updated by `tpf`): its keys that are fields, with `changes` on top. For
         transformers' decoders the loop-only keys are left out (they do not apply there), and
-        `prompt_lookup_tokens` is kept only for prompt-lookup."""
+        `prompt_lookup_tokens` is kept only for prompt-lookup, `batch_size` only for ar-batched; the
+        oracle's block size is the section's `oracle_block_size`."""
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in section.items() if k in names}
         if decoder in HF_DECODERS:
             given = {k: v for k, v in given.items() if k not in LOOP_ONLY}
         if decoder != "prompt-lookup":
             given.pop("prompt_lookup_tokens", None)
+        if decoder != "ar-batched":
+            given.pop("batch_size", None)
+        if decoder == "oracle":
+            given["block_size"] = section.get("oracle_block_size")
         return cls(**(given | {"decoder": decoder, "precision": precision, "attention": attention} | changes))
 

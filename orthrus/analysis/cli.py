@@ -24,11 +24,12 @@ was not given are written with their header only):
 - `ppl_by_match.csv`       reference-response perplexity of matching vs diverging prompts
 - `ppl_logit.csv`          logit P(match) ~ log PPL + length + C(domain), coefficient of log PPL,
                            and the fitted curve against PPL that `orthrus figures` draws
-- `forensics.csv`          margins / layers at the first divergence, per configuration
+- `forensics.csv`          margins / layers / verdicts at the first divergence, per configuration
 - `forensics_rows.parquet` the forensics rows themselves (used by `orthrus figures`)
 - `decoders.csv`           how lossless is each decoder: match rate (Wilson 95% CI) and mean tokens
-                           per forward of orthrus, assisted and prompt-lookup side by side, per
-                           precision and attention
+                           per forward of orthrus, assisted, prompt-lookup and the controls side by
+                           side, per precision and attention, with the oracle's match rate, the
+                           batched reference's, the verdicts of the first divergences and the audit
 - `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
                            mean next-token entropy and the share of steps whose top-1/top-2
                            margin is below the near-tie threshold (from the perplexity file)
@@ -90,7 +91,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
-        "decoders.csv": decoders_table(overall, decode),
+        "decoders.csv": decoders_table(overall, decode, fx),
     }
     for name, df in tables.items():
         if name.endswith(".csv"):

@@ -185,10 +185,13 @@ def load_ppl(path, reference: str | None) -> pd.DataFrame:
 
 def load_forensics(path) -> pd.DataFrame:
     """The forensics rows the tables use (FORENSICS_ROW_COLUMNS), typed."""
-    df = read_parquet_checked(path, FORENSICS_REQUIRED, what="forensics file")
+    df = read_parquet_checked(path, FORENSICS_REQUIRED[:-3], FORENSICS_REQUIRED[-3:], what="forensics file")
+    for c in FORENSICS_REQUIRED[-3:]:  # files written before the verdicts existed: no verdict
+        if c not in df.columns:
+            df[c] = None
     for c in CONFIG + ["prompt_id", "domain"]:
         df[c] = df[c].astype(str)
-    for c in ("margin_native", "margin_fp32"):
+    for c in ("margin_native", "margin_fp32", "gap_ulps"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     df["position"] = pd.to_numeric(df["position"], errors="coerce").astype("Int64")
     df["first_layer_diverging"] = pd.to_numeric(df["first_layer_diverging"], errors="coerce").astype("Int64")

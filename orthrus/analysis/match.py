@@ -10,9 +10,11 @@ import pandas as pd
 
 from orthrus.analysis.load import AnalysisError, warn
 from orthrus.analysis.tpf import tpf_per_prompt
+from orthrus.analysis.uncertainty import verdict_counts
 from orthrus.contracts import (
     COMPARED_DECODERS,
     CONFIG,
+    CONTROLS,
     DECODERS_COLUMNS,
     MATCH_BY_DOMAIN_COLUMNS,
     MATCH_OVERALL_COLUMNS,
@@ -20,6 +22,7 @@ from orthrus.contracts import (
     REFERENCE_DECODER,
     SPECULATIVE,
     TRAJECTORY_COLUMNS,
+    VERDICT_COUNTS,
 )
 from orthrus.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 
@@ -140,12 +143,37 @@ def pairwise_match(decode: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PAIRWISE_COLUMNS)
 
 
-def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
-    """How lossless is each decoder: the speculative decoders' match rates (match_overall) side
-    by side per precision and attention, with their mean tokens per model forward."""
-    d = overall[overall["decoder"].isin(SPECULATIVE)]
-    tpf = tpf_per_prompt(decode[decode["decoder"].isin(SPECULATIVE)]).groupby(CONFIG)["tpf_verify"].mean()
+def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None = None) -> pd.DataFrame:
+    """How lossless is each decoder: the speculative decoders' and the controls' match rates
+    (match_overall) side by side per precision and attention, with their mean tokens per model
+    forward, the oracle's and the batched reference's match rates at the same cell, the verdicts
+    of their first divergences (forensics rows `fx`) and the audit's word on each."""
+    shown = SPECULATIVE + CONTROLS
+    d = overall[overall["decoder"].isin(shown)]
+    tpf = tpf_per_prompt(decode[decode["decoder"].isin(shown)]).groupby(CONFIG)["tpf_verify"].mean()
     d = d.merge(tpf.rename("tpf_verify").reset_index(), on=CONFIG, how="left")
-    order = {k: i for i, k in enumerate(SPECULATIVE)}
+    for control, column in (("oracle", "oracle_match_rate"), ("ar-batched", "batch_match_rate")):
+        rates = overall[overall["decoder"] == control].groupby(["precision", "attention"])["match_rate"].first()
+        d = d.merge(rates.rename(column).reset_index(), on=["precision", "attention"], how="left")
+    verdicts = fx if fx is not None else pd.DataFrame(columns=CONFIG + ["verdict"])
+    counts = [verdict_counts(verdicts.loc[(verdicts[CONFIG] == pd.Series(dict(zip(CONFIG, key)))).all(axis=1), "verdict"],
+                             n=round(n * (1 - rate)))
+              for key, n, rate in zip(d[CONFIG].itertuples(index=False), d["n"], d["match_rate"])]
+    d = pd.concat([d.reset_index(drop=True), pd.DataFrame(counts, columns=VERDICT_COUNTS)], axis=1)
+    d["audit"] = [audit(r) for r in d.itertuples()]
+    order = {k: i for i, k in enumerate(shown)}
     d = d.sort_values(["precision", "attention", "decoder", "model"], key=lambda c: c.map(order) if c.name == "decoder" else c)
     return d[DECODERS_COLUMNS].reset_index(drop=True)
+
+
+def audit(row) -> str:
+    """The audit's word on one decoder cell (see TABLE_NOTES["decoders.csv"])."""
+    if row.n and row.match_rate == 1:
+        return "exact"
+    if row.n_structural:
+        return "not lossless"
+    if row.n_no_verdict:
+        return "unexplained"
+    oracle = row.oracle_match_rate
+    within = row.decoder != "oracle" and not pd.isna(oracle) and row.ci_high >= oracle
+    return "numerics, within its oracle" if within else "numerics"

@@ -9,14 +9,23 @@ import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import read_parquet_checked, warn
-from orthrus.contracts import CONFIG, FORENSICS_SUMMARY_COLUMNS, PRECISION_RANK, UNCERTAINTY_COLUMNS
+from orthrus.contracts import CONFIG, FORENSICS_SUMMARY_COLUMNS, PRECISION_RANK, UNCERTAINTY_COLUMNS, VERDICTS
 
 DEFAULT_NEAR_TIE = 0.125
 
 
+def verdict_counts(verdicts: pd.Series, n: int | None = None) -> dict:
+    """The VERDICT_COUNTS of some divergences' verdicts; `n` divergences in all when some have
+    no forensics row."""
+    counts = {f"n_{v}": int((verdicts == v).sum()) for v in VERDICTS}
+    total = len(verdicts) if n is None else n
+    return counts | {"n_no_verdict": int(total - sum(counts.values()))}
+
+
 def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
     """Per configuration: the divergences, their median margins, the share of near and exact
-    ties and the most frequent first diverging layer (the lowest on a tie)."""
+    ties, the most frequent first diverging layer (the lowest on a tie), the largest reference gap
+    in ulps and the count of each verdict."""
     rows = []
     for key, g in fx.groupby(CONFIG, sort=True):
         m = g["margin_native"].dropna()
@@ -25,13 +34,15 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
         if len(layers):
             counts = layers.astype(int).value_counts()
             mode = int(min(counts[counts == counts.max()].index))
+        gaps = g["gap_ulps"].dropna()
         rows.append(dict(zip(CONFIG, key), n_divergences=len(g),
                          median_margin_native=float(m.median()) if len(m) else math.nan,
                          median_margin_fp32=float(g["margin_fp32"].median()) if g["margin_fp32"].notna().any() else math.nan,
                          near_tie_threshold=float(near_tie),
                          frac_near_tie=float((m < near_tie).mean()) if len(m) else math.nan,
                          frac_exact_tie=float((m == 0).mean()) if len(m) else math.nan,
-                         mode_first_layer=mode))
+                         mode_first_layer=mode, max_gap_ulps=float(gaps.max()) if len(gaps) else math.nan,
+                         **verdict_counts(g["verdict"])))
     out = pd.DataFrame(rows, columns=FORENSICS_SUMMARY_COLUMNS)
     out["mode_first_layer"] = out["mode_first_layer"].astype("Int64")
     return out

@@ -30,7 +30,7 @@ rule perplexity:
 
 rule forensics:
     """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
-    decoders' (margins only; see orthrus/forensics.py)."""
+    decoders' and controls' (replayed by generate; see orthrus/forensics.py), each with its verdict."""
     input:
         model=lambda w: teacher_input() if w.model == TEACHER else orthrus_input(w),
         prompts=rules.prompts.output.eval,
@@ -41,6 +41,7 @@ rule forensics:
     params:
         model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
         device=DEVICE,
+        rounding_ulps=config["analysis"]["rounding_ulps"],
     log:
         f"{R}/logs/forensics/{{model}}.log",
     benchmark:
@@ -55,7 +56,7 @@ rule forensics:
         ENV
     shell:
         "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
-        " --reference {input.ref:q} --device {params.device:q}"
+        " --reference {input.ref:q} --rounding-ulps {params.rounding_ulps:q} --device {params.device:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 

@@ -72,7 +72,10 @@ def teacher_input(wildcards=None):
 # transformers' speculative decoders (decode.decoders) run on the teacher; `assisted` needs a draft
 # model that shares the teacher's tokenizer: a tiny one is trained with it, a hub one must have it
 # (config_check.py requires teacher.draft for assisted and rejects a hub draft beside the tiny teacher).
-TEACHER_DECODERS = config["decode"]["decoders"]
+# The audit's controls (decode.controls): the oracle and ar-batched run on the teacher like those
+# decoders, orthrus-lossy on each Orthrus model like its loop.
+CONTROLS = config["decode"]["controls"]
+TEACHER_DECODERS = config["decode"]["decoders"] + [c for c in CONTROLS if c in contracts.TEACHER_CONTROLS]
 DRAFT = config["teacher"].get("draft")  # optional: only the assisted decoder needs one
 
 
@@ -85,6 +88,18 @@ def draft_input(wildcards):
     if wildcards.decoder != "assisted":
         return []
     return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
+
+
+def reference_input(precisions, attentions):
+    """An input function: the oracle's drafts, the ar-ref reference of each of its cells. A
+    factory for the same reason as grid_options."""
+
+    def reference(wildcards):
+        if wildcards.decoder != "oracle":
+            return []
+        return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for p in precisions for a in attentions]
+
+    return reference
 
 
 def draft_args(wildcards):
@@ -154,12 +169,15 @@ TRAINED = list(config["models"])
 EXTERNAL = config["external_models"]
 ORTHRUS_MODELS = TRAINED + list(EXTERNAL)
 # decoders that run on an Orthrus model: its Orthrus loop and (decode.own_ar_view) its own AR view
-MODEL_DECODERS = ["orthrus"] + (["ar"] if config["decode"]["own_ar_view"] else [])
+MODEL_DECODERS = (["orthrus"] + (["ar"] if config["decode"]["own_ar_view"] else [])
+                  + (["orthrus-lossy"] if "orthrus-lossy" in CONTROLS else []))
+# the decoders whose grid a narrowed Orthrus model (decode.grids) sets, unless narrowed themselves
+MODEL_LOOPS = ("orthrus", "ar", "orthrus-lossy")
 # decode.grids: a narrower (precision, attention) grid for some of transformers' speculative decoders
 # (a key of decode.decoders), or for an Orthrus model's loop and AR view (a key of models or
 # external_models); config_check.py rejects any other key. The ar-ref reference keeps the full grid.
 _GRIDS = config["decode"]["grids"]
-GRIDS = {d: g for d, g in _GRIDS.items() if d in TEACHER_DECODERS and d not in ORTHRUS_MODELS}
+GRIDS = {d: g for d, g in _GRIDS.items() if d in TEACHER_DECODERS + CONTROLS and d not in ORTHRUS_MODELS}
 MODEL_GRIDS = {m: g for m, g in _GRIDS.items() if m in ORTHRUS_MODELS}
 
 
@@ -170,12 +188,14 @@ def _grid(grid):
 
 def cells(decoder, model=None):
     """The (precision, attention) pairs `decoder` runs over (on `model`, for an Orthrus model's
-    decoders), in the grid's order: a narrowed model's grid for its Orthrus loop and AR view, a
-    narrowed speculative decoder's grid, otherwise the full decode grid."""
-    if decoder in ("orthrus", "ar") and model in MODEL_GRIDS:
+    decoders), in the grid's order: a narrowed decoder's or control's grid, a narrowed model's
+    grid for its Orthrus loop, AR view and lossy control, otherwise the full decode grid."""
+    if decoder in GRIDS:
+        grid = GRIDS[decoder]
+    elif decoder in MODEL_LOOPS and model in MODEL_GRIDS:
         grid = MODEL_GRIDS[model]
     else:
-        grid = GRIDS.get(decoder, {})
+        grid = {}
     precisions, attentions = _grid(grid)
     return [(p, a) for p in precisions for a in attentions]
 
@@ -212,7 +232,8 @@ def decode_groups():
     for d, grid in GRIDS.items():
         groups.append((_rule_name(f"decode_shard_{d}", used), [d], _not_models([]), *_grid(grid)))
     for m, grid in MODEL_GRIDS.items():
-        groups.append((_rule_name(f"decode_shard_model_{m}", used), ["orthrus", "ar"], re.escape(m), *_grid(grid)))
+        groups.append((_rule_name(f"decode_shard_model_{m}", used), [d for d in MODEL_LOOPS if d not in GRIDS],
+                       re.escape(m), *_grid(grid)))
     return groups
 
 
@@ -267,15 +288,20 @@ def forensics_files():
     return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS + ([TEACHER] if TEACHER_DECODERS else []))
 
 
+def _explained(model):
+    """The decoders whose divergences a forensics job on `model` explains."""
+    return TEACHER_DECODERS if model == TEACHER else [d for d in MODEL_DECODERS if d != "ar"]
+
+
 def forensics_decoded(wildcards):
     """The decoding results a forensics job explains, in (precision, attention) order."""
-    decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
+    decoders = _explained(wildcards.model)
     return [f"{R}/decode/{wildcards.model}/{d}-{p}-{a}.parquet" for d in decoders for p, a in cells(d, wildcards.model)]
 
 
 def forensics_reference(wildcards):
     """The reference file paired with each of forensics_decoded's."""
-    decoders = TEACHER_DECODERS if wildcards.model == TEACHER else ["orthrus"]
+    decoders = _explained(wildcards.model)
     return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for d in decoders for p, a in cells(d, wildcards.model)]
 
 

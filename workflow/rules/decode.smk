@@ -9,6 +9,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             model_input,
             prompts=rules.prompts.output.eval,
             draft=draft_input,
+            reference=reference_input(_precisions, _attentions),
         output:
             # every (precision, attention) pair in one job: one start-up, one output each
             expand(
@@ -30,6 +31,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             # each output's whole decoding setting, as DecodeOptions JSON (an argument list, each quoted by :q)
             options=grid_options(_precisions, _attentions),
             draft=draft_args,
+            reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
         log:
             f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
         benchmark:
@@ -45,7 +47,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             ENV
         shell:
             "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
-            " --options {params.options:q} {params.draft:q} --shard {params.shard:q} --num-shards {params.n:q}"
+            " --options {params.options:q} {params.draft:q} {params.reference:q} --shard {params.shard:q} --num-shards {params.n:q}"
             " --device {params.device:q} --max-error-share {params.max_error_share:q}"
             " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 

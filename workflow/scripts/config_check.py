@@ -260,16 +260,17 @@ def _grid_problems(cfg: dict) -> list[str]:
     (models, external_models), never both; each grid a subset of the decode grid (the ar-ref
     reference runs only there)."""
     decode = cfg.get("decode") or {}
-    decoders = list(decode.get("decoders") or [])
+    decoders = list(decode.get("decoders") or []) + list(decode.get("controls") or [])
     models = list(cfg.get("models") or {}) + list(cfg.get("external_models") or {})
     problems = []
     for key, grid in (decode.get("grids") or {}).items():
         if key in decoders and key in models:
-            problems.append(f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders and an Orthrus "
-                            "model; rename the model")
+            problems.append(f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders / decode.controls "
+                            "and an Orthrus model; rename the model")
         elif key not in decoders and key not in models:
-            problems.append(f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders "
-                            f"{decoders} nor an Orthrus model of models / external_models {models}")
+            problems.append(f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders or a "
+                            f"control of decode.controls {decoders} nor an Orthrus model of models / external_models "
+                            f"{models}")
         for sub in ("precisions", "attentions"):
             extra = [v for v in (grid or {}).get(sub, []) if v not in decode.get(sub, [])]
             if extra:

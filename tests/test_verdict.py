@@ -1,0 +1,206 @@
+"""Numerics or a bug: the verdict of each first divergence, the controls that calibrate it, and
+the planted lossy decoder the audit must catch."""
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+from conftest import MASK, tiny_base
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+import orthrus
+from orthrus import OrthrusForCausalLM
+from orthrus.analysis.match import audit, compare_trajectories, decoders_table, match_overall
+from orthrus.forensics import judge
+from orthrus.forensics import main as forensics
+from orthrus.options import DecodeOptions, OptionsError
+from orthrus.trajectories import batched_generate, hf_generate
+from orthrus.trajectories import main as decode
+from orthrus.verdict import gap_ulps, ulp, verdict
+
+
+def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
+    assert ulp(1.0, "bf16") == 2 ** -7 and ulp(1.99, "bf16") == 2 ** -7
+    assert ulp(10.0, "bf16") == 2 ** -4 and ulp(-10.0, "bf16") == 2 ** -4  # [8, 16): 2^3 * 2^-7
+    assert ulp(0.3, "fp16") == 2 ** -12 and ulp(3.0, "fp32") == 2 ** -22
+    assert ulp(0.0, "fp32") == 2 ** -23
+    # every bf16 number in [8, 16) is a multiple of the ulp there
+    x = torch.tensor([8.0, 9.3, 15.9]).bfloat16().float()
+    assert all(float(v) / ulp(float(v), "bf16") == int(float(v) / ulp(float(v), "bf16")) for v in x)
+    assert gap_ulps(10.125, 10.0, "bf16") == 2.0
+    with pytest.raises(ValueError, match="precision"):
+        ulp(1.0, "int8")
+
+
+# (ref logit of ref token, ref logit of decoder token, decoder's own logit of its token, its pass's max) -> verdict
+CASES = [
+    ("tie", (5.0, 5.0, 5.25, 5.25, "bf16"), "tie"),
+    ("rounding: 1 ulp in bf16", (10.0625, 10.0, 10.1875, 10.1875, "bf16"), "rounding"),
+    ("rounding: 4 ulps in fp32", (3.0 + 4 * 2 ** -22, 3.0, 3.5, 3.5, "fp32"), "rounding"),
+    ("structural: a token its own pass ranks second", (10.0, 9.9375, 9.9375, 10.0, "bf16"), "structural"),
+    ("structural: own argmax, gap of 64 ulps", (14.0, 10.0, 11.0, 11.0, "bf16"), "structural"),
+    ("structural in fp32 where bf16 would call it rounding", (10.0625, 10.0, 10.1875, 10.1875, "fp32"), "structural"),
+]
+
+
+@pytest.mark.parametrize("ref_r, ref_d, ver_d, ver_max, precision, expected",
+                         [(*args, want) for _, args, want in CASES], ids=[c[0] for c in CASES])
+def test_each_verdict_class_on_a_constructed_case(ref_r, ref_d, ver_d, ver_max, precision, expected):
+    v, note = verdict(ref_r, ref_d, ver_d, ver_max, precision, max_ulps=4)
+    assert v == expected and note
+
+
+def test_no_verdict_without_the_decoders_pass_or_a_reproduced_reference():
+    assert verdict(5.0, 4.0, math.nan, 5.0, "bf16", 4) == (None, "the decoder's own pass could not be recomputed")
+    v, note = verdict(4.0, 5.0, 5.0, 5.0, "bf16", 4)  # the step-by-step row ranks the decoder's token first
+    assert v is None and "does not reproduce" in note
+
+
+def test_judge_reads_the_four_logits_from_the_rows():
+    step = torch.tensor([0.0, 10.0625, 10.0, -1.0]).bfloat16()
+    ver = torch.tensor([0.0, 10.0, 10.0625, -1.0]).bfloat16()  # the verify pass swapped tokens 1 and 2 by an ulp
+    j = judge(step, ver, 1, 2, "bf16", 4, consistent=True)
+    assert j["verdict"] == "rounding" and j["verify_argmax"] and j["gap_ulps"] == 1.0
+    assert (j["ref_logit_ref"], j["ref_logit_dec"], j["verify_logit_ref"], j["verify_logit_dec"]) == (10.0625, 10.0, 10.0, 10.0625)
+    assert judge(step, ver, 1, 2, "bf16", 4, consistent=False)["verdict"] is None
+    assert judge(step, step, 1, 2, "bf16", 4, consistent=True)["verdict"] == "structural"  # not its own argmax
+
+
+def _tokenizer():
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A teacher, an Orthrus model whose AR view is that teacher and whose diffusion view is a
+    noisy copy of it (drafts often right), 24 prompts: the files a decode stage reads."""
+    root = tmp_path_factory.mktemp("verdicts")
+    base = tiny_base(3, init=0.3)
+    with torch.no_grad():  # a shared direction: predictions less tied to the input, drafts accepted more
+        base.model.embed_tokens.weight.add_(0.6 * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(9)))
+    tok = _tokenizer()
+    base.save_pretrained(root / "teacher")
+    tok.save_pretrained(root / "teacher")
+    orth = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in orth.diffusion_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.02)
+    orth.save_pretrained(root / "orthrus")
+    tok.save_pretrained(root / "orthrus")
+    g = torch.Generator().manual_seed(1)
+    prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, MASK, (int(n),), generator=g))
+               for n in torch.randint(2, 9, (24,), generator=g)]
+    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(24)], "domain": ["a", "b"] * 12, "prompt": prompts}).to_parquet(
+        root / "prompts.parquet")
+    return root
+
+
+def _decode(study, model, decoder, p, a, out, *extra):
+    assert decode(["--model-path", str(study / model), "--model-name", model, "--prompts", str(study / "prompts.parquet"),
+                   "--decoder", decoder, "--precision", p, "--attention", a, "--max-new-tokens", "40", "--no-progress",
+                   *extra, "--out", str(out)]) == 0
+    return pd.read_parquet(out)
+
+
+def _forensics(study, model, decoded, ref, out):
+    assert forensics(["--model-path", str(study / model), "--prompts", str(study / "prompts.parquet"),
+                      "--decoded", str(decoded), "--reference", str(ref), "--out", str(out)]) == 0
+    return pd.read_parquet(out)
+
+
+@pytest.mark.parametrize("p, a", [("fp32", "eager"), ("bf16", "sdpa")])
+def test_the_planted_lossy_decoder_is_flagged_structural(study, tmp_path, p, a):
+    """Orthrus accepting a draft in the AR view's top 2 diverges, and the audit says it is a bug:
+    its divergences `structural` (its token is not its own pass's argmax), the row `not lossless`.
+    Where the two tokens are tied in bf16, taking the second is what any tie-break may do: `tie`."""
+    ref = _decode(study, "teacher", "ar-ref", p, a, tmp_path / "ref.parquet")
+    lossy = _decode(study, "orthrus", "orthrus-lossy", p, a, tmp_path / "lossy.parquet", "--block-size", "4")
+    fx = _forensics(study, "orthrus", tmp_path / "lossy.parquet", tmp_path / "ref.parquet", tmp_path / "fx.parquet")
+    assert len(fx) >= 3, "the planted bug must diverge to be caught"
+    structural = fx[fx.verdict == "structural"]
+    assert len(structural) >= 3 and fx.replay_consistent.all() and not structural.verify_argmax.any()
+    assert (fx.verdict == "structural").all() if p == "fp32" else set(fx.verdict) <= {"structural", "tie"}
+    ties = fx[fx.verdict == "tie"]
+    assert (ties.ref_logit_ref == ties.ref_logit_dec).all() and (ties.verify_logit_dec >= ties.verify_logit_ref).all()
+    decoded = pd.concat([ref, lossy], ignore_index=True)
+    overall = match_overall(compare_trajectories(decoded, "teacher"))
+    table = decoders_table(overall, decoded, fx)
+    row = table[table.decoder == "orthrus-lossy"].iloc[0]
+    assert row.audit == "not lossless" and row.n_structural == len(structural) and row.n_no_verdict == 0
+
+
+def test_the_controls_diverge_by_numerics_only(study, tmp_path):
+    """bf16 sdpa: the oracle (reference drafts, K-token verify) and the batched reference part
+    from the reference only at ties and roundings; the honest Orthrus loop too."""
+    ref = _decode(study, "teacher", "ar-ref", "bf16", "sdpa", tmp_path / "ref.parquet")
+    oracle = _decode(study, "teacher", "oracle", "bf16", "sdpa", tmp_path / "oracle.parquet", "--block-size", "4",
+                     "--reference", str(tmp_path / "ref.parquet"))
+    batched = _decode(study, "teacher", "ar-batched", "bf16", "sdpa", tmp_path / "batched.parquet", "--batch-size", "6")
+    orth = _decode(study, "orthrus", "orthrus", "bf16", "sdpa", tmp_path / "orthrus.parquet")
+    assert json.loads(batched.env[0])["options"]["batch_size"] == 6 and json.loads(batched.env[0])["num_shards"] == 1
+    assert sum(len(a) for a in oracle.accepted) > 0.5 * sum(len(t) for t in oracle.tokens) / 4, "the oracle's drafts are accepted"
+    fx = pd.concat([_forensics(study, "teacher", tmp_path / f"{d}.parquet", tmp_path / "ref.parquet", tmp_path / f"fx-{d}.parquet")
+                    for d in ("oracle", "batched")]
+                   + [_forensics(study, "orthrus", tmp_path / "orthrus.parquet", tmp_path / "ref.parquet", tmp_path / "fx-o.parquet")],
+                   ignore_index=True)
+    decoded = pd.concat([ref, oracle, batched, orth], ignore_index=True)
+    overall = match_overall(compare_trajectories(decoded, "teacher"))
+    assert overall[overall.decoder != "orthrus"].match_rate.min() < 1 or len(fx) == 0
+    assert fx.replay_consistent.all() and set(fx.verdict) <= {"tie", "rounding"}
+    table = decoders_table(overall, decoded, fx)
+    assert set(table.decoder) == {"orthrus", "oracle", "ar-batched"}
+    assert table.oracle_match_rate.notna().all() and table.batch_match_rate.notna().all()
+    assert set(table.audit) <= {"exact", "numerics", "numerics, within its oracle"}
+
+
+def test_the_oracle_is_the_reference_in_fp32_and_drafts_only_the_reference():
+    base = tiny_base(2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        prompt = torch.randint(2, MASK, (5,), generator=g)
+        ref = hf_generate(base, prompt, DecodeOptions(decoder="ar-ref", max_new_tokens=30))["tokens"]
+        drafts = []
+        out = orthrus.generate(base, prompt, DecodeOptions(decoder="oracle", block_size=4, max_new_tokens=30), oracle=ref,
+                               trace=lambda f, toks: f.kind == "verify" and drafts.append((f.first, f.input_ids[1:])))
+        assert out.tokens.tolist() == ref
+        for first, draft in drafts:  # each verify block reads the reference's own next tokens
+            assert draft == ref[first: first + len(draft)]
+        assert {len(d) for _, d in drafts[1:-1]} <= {3}  # K - 1 drafts per full block
+    with pytest.raises(OptionsError, match="oracle"):
+        orthrus.generate(base, prompt, DecodeOptions(decoder="oracle", block_size=4))
+    with pytest.raises(OptionsError, match="greedy"):
+        DecodeOptions(decoder="oracle", temperature=0.7)
+
+
+def test_batched_generate_pads_on_the_left_and_stops_each_row_at_its_eos():
+    base = tiny_base(1)
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(2, MASK, (int(n),), generator=g) for n in (3, 9, 5, 1)]
+    opts = DecodeOptions(decoder="ar-batched", batch_size=4, max_new_tokens=24)
+    rows = batched_generate(base, prompts, opts)
+    for p, row in zip(prompts, rows):  # fp32 eager: batching changes no token here
+        assert row["tokens"] == hf_generate(base, p, DecodeOptions(decoder="ar-ref", max_new_tokens=24))["tokens"]
+        assert row["finish_reason"] == ("eos" if row["tokens"][-1] == 1 else "length")
+    with pytest.raises(OptionsError, match="batch_size"):
+        DecodeOptions(decoder="ar-ref", batch_size=8)
+    with pytest.raises(OptionsError, match="batch_size"):
+        DecodeOptions(decoder="ar-batched", batch_size=1)
+
+
+def test_audit_words():
+    from types import SimpleNamespace as Row
+
+    base = dict(decoder="orthrus", n=10, match_rate=0.8, ci_high=0.95, oracle_match_rate=0.9, n_structural=0, n_no_verdict=0)
+    assert audit(Row(**base | {"match_rate": 1.0})) == "exact"
+    assert audit(Row(**base | {"n_structural": 1})) == "not lossless"
+    assert audit(Row(**base | {"n_no_verdict": 2})) == "unexplained"
+    assert audit(Row(**base)) == "numerics, within its oracle"
+    assert audit(Row(**base | {"ci_high": 0.85})) == "numerics"
+    assert audit(Row(**base | {"oracle_match_rate": math.nan})) == "numerics"
