@@ -160,6 +160,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     ce = cfg["models"]["smoke-ce"]
     cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
     cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"]}, "smoke-kl": {"attentions": ["sdpa"]}}
+    cfg["decode"]["controls"] = []  # test_controls_join_the_dag
     work = workdir_with(tmp_path, cfg)
     res = snakemake("-n", "-p", cwd=work)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -197,6 +198,35 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
                              "decode_shard_model_prompt_lookup", "decode_shard_prompt_lookup"], listed.stdout
 
 
+def test_controls_join_the_dag(tmp_path):
+    """decode.controls: the oracle and ar-batched decode on the teacher, the oracle reading the
+    ar-ref reference of each of its cells; orthrus-lossy runs on each Orthrus model over that
+    model's grid (in its rule), unless decode.grids narrows the control itself; the forensics
+    explain each of them."""
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["decode"]["decoders"] = []
+    cfg["decode"]["controls"] = ["oracle", "ar-batched", "orthrus-lossy"]
+    cfg["decode"]["grids"] = {"oracle": {"precisions": ["bf16"]}, "smoke-kl": {"attentions": ["sdpa"]}}
+    res = snakemake("-n", "-p", cwd=workdir_with(tmp_path, cfg))
+    assert res.returncode == 0, res.stderr[-2000:]
+    full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+    sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
+    decoded = set(DECODED.findall(res.stdout))
+    assert {c for c in decoded if c[1] == "oracle"} == {("teacher", "oracle", "bf16", a) for a in ("eager", "sdpa")}
+    assert {c for c in decoded if c[1] == "ar-batched"} == {("teacher", "ar-batched", p, a) for p, a in full}
+    assert {c for c in decoded if c[1] == "orthrus-lossy"} == (
+        {("smoke-ce", "orthrus-lossy", p, a) for p, a in full} | {("smoke-kl", "orthrus-lossy", p, a) for p, a in sdpa})
+    oracle_job = re.search(r"^    input: (.*)\n    output: (results/decode/teacher/shards/oracle-bf16-eager\S*)", res.stdout, re.M)
+    assert {("teacher", "ar-ref", "bf16", a) for a in ("eager", "sdpa")} <= set(DECODED.findall(oracle_job.group(1)))
+    assert "--reference results/decode/teacher/ar-ref-bf16-eager.parquet results/decode/teacher/ar-ref-bf16-sdpa.parquet" in res.stdout
+    assert '"batch_size": 4' in res.stdout and '"block_size": 4, "decoder": "oracle"' in res.stdout
+    for model, wanted in (("teacher", {"oracle", "ar-batched"}), ("smoke-kl", {"orthrus", "orthrus-lossy"})):
+        job = re.search(rf"^    input: (.*)\n    output: results/forensics/{model}\.parquet$", res.stdout, re.M)
+        assert {d for _, d, _, _ in DECODED.findall(job.group(1))} == wanted | {"ar-ref"}
+    assert re.search(r"^decode_shard_model_smoke_kl\s+3$", res.stdout, re.M)  # orthrus, ar, orthrus-lossy
+    assert re.search(r"^decode_shard_oracle\s+1$", res.stdout, re.M)
+
+
 def test_lint_is_clean():
     res = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, res.stdout[-3000:]
@@ -216,7 +246,7 @@ def test_end_to_end_smoke_study(tmp_path):
     assert cells("smoke-ce") == [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     assert cells("smoke-kl") == [("bf16", "sdpa"), ("fp32", "sdpa")] and len(orth) == 6
     assert sorted(p.name for p in (work / "results/decode/smoke-kl").glob("*.parquet")) == [
-        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus") for p in ("bf16", "fp32")]
+        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus", "orthrus-lossy") for p in ("bf16", "fp32")]
     fx = pd.read_parquet(work / "results/forensics.parquet")
     assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
     from orthrus import summary
@@ -229,7 +259,16 @@ def test_end_to_end_smoke_study(tmp_path):
     # assisted over the whole grid, prompt-lookup over the narrower one of decode.grids (sdpa only)
     assert sorted(map(tuple, hf[["decoder", "attention"]].values.tolist())) == sorted(
         [("assisted", a) for a in ("eager", "sdpa")] * 2 + [("prompt-lookup", "sdpa")] * 2)
-    assert set(pd.read_csv(tables / "decoders.csv").decoder) == {"orthrus", "assisted", "prompt-lookup"}
+    decoders = pd.read_csv(tables / "decoders.csv")
+    assert set(decoders.decoder) == {"orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy"}
+    # the audit catches the planted bug in both precisions, and explains every other divergence by numerics
+    lossy = decoders[decoders.decoder == "orthrus-lossy"]
+    for precision in ("bf16", "fp32"):
+        assert (lossy[lossy.precision == precision].audit == "not lossless").any(), lossy.to_string()
+    honest = decoders[decoders.decoder != "orthrus-lossy"]
+    assert (honest.n_structural == 0).all() and (honest.n_no_verdict == 0).all(), honest.to_string()
+    assert honest.oracle_match_rate.notna().all() and honest.batch_match_rate.notna().all()
+    assert set(fx.loc[fx.decoder != "orthrus-lossy", "verdict"]) <= {"tie", "rounding"}
     assert (work / "results" / "figures" / "decoders.png").stat().st_size > 0
     for name in ("match_by_domain", "match_vs_ppl", "survival"):
         assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
