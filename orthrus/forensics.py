@@ -139,7 +139,7 @@ def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict
     raise RuntimeError(f"prompt {prompt_id} is not in any batch of its shard")
 
 
-def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 4.0, draft=None) -> list[dict]:
+def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 2.0, draft=None) -> list[dict]:
     """One row per case, with its verdict; the block replay and hidden states for our loop's
     decoders only (see the module docstring)."""
     text = prompts.set_index("prompt_id")["prompt"]
@@ -196,12 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
-    ap.add_argument("--rounding-ulps", type=float, default=4.0,
+    ap.add_argument("--rounding-ulps", type=float, default=2.0,
                     help="the largest reference margin, in ulps, that a `rounding` verdict accepts (orthrus/verdict.py)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if not 0 <= args.rounding_ulps < float("inf"):  # NaN fails too
+        ap.error(f"--rounding-ulps must be a finite number >= 0, got {args.rounding_ulps}")
     if len(args.decoded) != len(args.reference):
         ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)

@@ -90,22 +90,22 @@ def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:
 
 
 def _decoders(tables: Path) -> list[str]:
-    """How lossless is each speculative decoder."""
+    """How lossless is each speculative decoder, beside the controls, with the audit's verdicts."""
     dec_path = tables / "decoders.csv"
     dec = pd.read_csv(dec_path) if dec_path.exists() else pd.DataFrame()
     if not len(dec) or dec["decoder"].nunique() < 2:
         return []
-    dec = dec.assign(run=dec["decoder"] + " (" + dec["model"] + ")")
-    runs = list(dict.fromkeys(dec["run"]))
-    out = ["\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR "
-           "reference [Wilson 95% CI]; tokens per forward of the verified model:\n",
-           "| precision | attention | " + " | ".join(runs) + " |",
-           "|---|---|" + "---|" * len(runs)]
-    for (p, a), g in dec.groupby(["precision", "attention"], sort=True):
-        r = g.set_index("run")
-        cells = [f"{_f(r.loc[x, 'match_rate'])} [{_f(r.loc[x, 'ci_low'])}, {_f(r.loc[x, 'ci_high'])}]; "
-                 f"{_f(r.loc[x, 'tpf_verify'])}" if x in r.index else "-" for x in runs]
-        out.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
+    out = ["\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR reference "
+           "[Wilson 95% CI], tokens per forward of the verified model, the controls' match rates in the same "
+           "cell (the oracle: the verify shape alone; batched: the reference's noise floor in batches), and "
+           "the verdicts of the first divergences (tie / rounding / structural / none):\n",
+           "| precision | attention | decoder | match | TPF | oracle | batched | verdicts | audit |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in dec.itertuples():
+        verdicts = f"{r.n_tie} / {r.n_rounding} / {r.n_structural} / {r.n_no_verdict}"
+        out.append(f"| {r.precision} | {r.attention} | {r.decoder} ({r.model}) | {_f(r.match_rate)} "
+                   f"[{_f(r.ci_low)}, {_f(r.ci_high)}] | {_f(r.tpf_verify)} | {_f(r.oracle_match_rate)} | "
+                   f"{_f(r.batch_match_rate)} | {verdicts} | {r.audit} |")
     return out
 
 

@@ -297,8 +297,9 @@ def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
     with pytest.raises(cc.ConfigError) as err:
         cc.check_config(cfg, SCHEMA)
     assert err.value.problems == [
-        "decode.grids.kl-k8: 'kl-k8' is neither a speculative decoder of decode.decoders ['assisted', "
-        "'prompt-lookup'] nor an Orthrus model of models / external_models ['smoke-ce', 'ext']"]
+        "decode.grids.kl-k8: 'kl-k8' is neither a speculative decoder of decode.decoders or a control of "
+        "decode.controls ['assisted', 'prompt-lookup', 'oracle', 'ar-batched', 'orthrus-lossy'] nor an Orthrus "
+        "model of models / external_models ['smoke-ce', 'ext']"]
 
 
 def test_at_least_forty_malformed_configs():

@@ -235,7 +235,7 @@ def test_lint_is_clean():
 @pytest.mark.slow
 def test_end_to_end_smoke_study(tmp_path):
     work = workdir_with(tmp_path, yaml.safe_load(SMOKE.read_text()))
-    res = snakemake("--cores", "2", cwd=work, timeout=1200)
+    res = snakemake("--cores", "2", cwd=work, timeout=1800)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     tables = work / "results" / "tables"
     overall = pd.read_csv(tables / "match_overall.csv")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orthrus.contracts import PRECISION_RANK, SPECULATIVE
+from orthrus.contracts import CONTROLS, PRECISION_RANK, SPECULATIVE
 from orthrus.figures.base import _empty, _legend, _errbar, _plt
 
 
@@ -118,8 +118,8 @@ def fig_pairwise_match(pw: pd.DataFrame):
 
 
 def fig_decoders(dec: pd.DataFrame):
-    """How lossless is each decoder: match rate per precision, decoders side by side, Wilson CI;
-    one panel per attention kernel."""
+    """How lossless is each decoder: match rate per precision, decoders and the audit's controls
+    (hatched) side by side, Wilson CI; one panel per attention kernel."""
     plt = _plt()
     attentions = sorted(dec["attention"].unique()) if len(dec) else []
     fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(5.5 * max(1, len(attentions)), 4.2),
@@ -129,8 +129,9 @@ def fig_decoders(dec: pd.DataFrame):
         axes[0, 0].set_title("How lossless is each decoder?")
         return fig
     precisions = sorted(dec["precision"].unique(), key=lambda p: PRECISION_RANK.get(p, len(PRECISION_RANK)))
-    series = sorted(dec.groupby(["decoder", "model"]).groups, key=lambda k: (SPECULATIVE.index(k[0])
-                                                                              if k[0] in SPECULATIVE else 9, k[1]))
+    order = SPECULATIVE + CONTROLS  # the controls last, hatched
+    series = sorted(dec.groupby(["decoder", "model"]).groups,
+                    key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
     width = 0.7 / max(1, len(series))
     x = np.arange(len(precisions))
     for ax, att in zip(axes[0], attentions):
@@ -138,14 +139,15 @@ def fig_decoders(dec: pd.DataFrame):
             s = dec[(dec["attention"] == att) & (dec["decoder"] == decoder) & (dec["model"] == model)]
             s = s.set_index("precision").reindex(precisions)
             off = (i - (len(series) - 1) / 2) * width
+            control = decoder in CONTROLS
             ax.bar(x + off, s["match_rate"], width * 0.9, yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
-                   capsize=3, label=f"{decoder} ({model})")
+                   capsize=3, hatch="//" if control else None, label=f"{decoder} ({model}){' control' if control else ''}")
         ax.set_xticks(x, precisions)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"attention={att}")
         ax.set_xlabel("precision")
     axes[0, 0].set_ylabel("trajectories identical to AR (Wilson 95% CI)")
-    axes[0, -1].legend(fontsize=8, loc="lower left")
+    _legend(axes[0, -1], len(series))
     fig.suptitle("How lossless is each decoder?")
     fig.tight_layout()
     return fig
