@@ -191,16 +191,17 @@ class DecodeOptions:
         """The options of one decoding cell from a validated config section (`decode`, or
         `decode` updated by `tpf`): its keys that are fields, with `changes` on top. For
         transformers' decoders the loop-only keys are left out (they do not apply there), and
-        `prompt_lookup_tokens` is kept only for prompt-lookup, `batch_size` only for ar-batched; the
-        oracle's block size is the section's `oracle_block_size`."""
+        `prompt_lookup_tokens` is kept only for prompt-lookup. The controls' settings have keys of
+        their own: the ar-batched batch size is `noise_batch_size`, the oracle's block size
+        `oracle_block_size`."""
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in section.items() if k in names}
         if decoder in HF_DECODERS:
             given = {k: v for k, v in given.items() if k not in LOOP_ONLY}
         if decoder != "prompt-lookup":
             given.pop("prompt_lookup_tokens", None)
-        if decoder != "ar-batched":
-            given.pop("batch_size", None)
+        if decoder == "ar-batched":
+            given["batch_size"] = section.get("noise_batch_size", 8)
         if decoder == "oracle":
             given["block_size"] = section.get("oracle_block_size")
         return cls(**(given | {"decoder": decoder, "precision": precision, "attention": attention} | changes))

@@ -102,6 +102,7 @@ def test_columns_are_the_contract(world):
     assert list(t["uncertainty_by_domain.csv"].columns) == UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
     assert list(t["decoders.csv"].columns) == [
         "precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
+        "oracle_match_rate", "batch_match_rate", "n_tie", "n_rounding", "n_structural", "n_no_verdict", "audit",
         "n_errors_excluded"]
     assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [

@@ -191,7 +191,7 @@ BAD = [
     ("draft tiny typo", _set("teacher.draft.tiny.stpes", 10), "teacher.draft.tiny.stpes"),
     ("draft tiny vocab", _set("teacher.draft.tiny.vocab_size", 300), "teacher.draft.tiny.vocab_size"),
     ("draft tiny heads", _set("teacher.draft.tiny.num_heads", 3), "teacher.draft.tiny.num_heads"),
-    ("duplicate nested key", SMOKE_TEXT.replace("steps: 40,", "steps: 40, steps: 3,"), "teacher.tiny.steps"),
+    ("duplicate nested key", SMOKE_TEXT.replace("steps: 300,", "steps: 300, steps: 3,"), "teacher.tiny.steps"),
     ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
 ]
 
