@@ -5,7 +5,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-from config_check import check_config
+from config_check import check_config, load_yaml, typed_overrides
+from snakemake.utils import update_config
 
 # the artefact names and vocabularies, and the decoding options, from the package's pure-Python modules
 sys.path.insert(0, workflow.basedir)
@@ -15,8 +16,11 @@ from orthrus.options import DecodeOptions
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
 # key, before any job.
-check_config(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
-             workflow.configfiles)
+_SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+# `--config` values typed by the schema (config_check.typed_overrides): a nested override arrives
+# with every value a string
+update_config(config, typed_overrides(dict(workflow.config_settings.config), load_yaml(_SCHEMA)))
+check_config(config, _SCHEMA, workflow.configfiles)
 
 scattergather:
     corpus=config["corpus"]["shards"],
