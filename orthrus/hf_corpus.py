@@ -64,6 +64,7 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
     """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
     from orthrus.contracts import CORPUS_COLUMNS
     from orthrus.chat import render_chat
+    from orthrus.prompt_set import control_token, visible
 
     if num_shards < 1 or not 0 <= shard < num_shards:
         raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
@@ -77,9 +78,13 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
         prompt, response = rec["prompt"], rec["response"]
         row = {"prompt_id": f"{split}-{shard + k * num_shards}", "domain": rec.get("domain") or "hf",
                "teacher": dataset, "dtype": "dataset", "batch_size": 0}
-        if not isinstance(prompt, str) or not prompt.strip() or not isinstance(response, str):
+        bad = not isinstance(prompt, str) or not visible(prompt) or not isinstance(response, str)
+        token = None if bad else control_token(prompt) or control_token(response)
+        if bad or token:
             # the authors' loader skips these; here they are error rows (counted, skipped by training)
-            what = "empty or missing prompt" if not isinstance(prompt, str) or not prompt.strip() else "missing response"
+            what = ("empty or missing prompt" if not isinstance(prompt, str) or not visible(prompt) else
+                    "missing response" if not isinstance(response, str) else
+                    f"chat control token {token!r} (it would become a real one)")
             rows.append({**row, "prompt": prompt if isinstance(prompt, str) else "",
                          "response": response if isinstance(response, str) else "",
                          "prompt_ids": [], "response_ids": [], "finish_reason": "error",

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.io import InputError
+from orthrus.prompt_set import visible
 
 DUPLICATES = ("error", "first")
 
@@ -89,7 +90,7 @@ def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]
         raise PromptFileError(f"prompt file {src}: expected a non-empty JSON object "
                               f"{{domain: [prompt, ...]}}, got {type(obj).__name__}")
     for domain, prompts in obj.items():
-        if not domain.strip():
+        if not visible(domain):
             raise PromptFileError(f"prompt file {src}: an empty domain name")
         if not isinstance(prompts, list):
             raise PromptFileError(f"prompt file {src}: domain {domain!r} is a {type(prompts).__name__}, "
@@ -99,7 +100,8 @@ def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]
         for i, p in enumerate(prompts):
             if not isinstance(p, str):
                 raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is a {type(p).__name__}, not a string")
-            if not p.strip():
+            if not visible(p):
+                # nothing but whitespace, control or zero-width characters
                 raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is an empty prompt")
     return obj
 

@@ -56,7 +56,7 @@ import pandas as pd
 from orthrus.config import load_config
 from orthrus.contracts import PROMPT_COLUMNS
 from orthrus.io import write_parquet
-from orthrus.prompt_set import check_prompt_set
+from orthrus.prompt_set import check_prompt_set, control_token, visible
 
 
 
@@ -86,8 +86,10 @@ class DropCounter:
 
 def check_prompt(text: Any, min_chars: int, max_chars: int) -> str:
     """'kept' or the reason the prompt is dropped."""
-    if text is None or not isinstance(text, str) or not text.strip():
+    if text is None or not isinstance(text, str) or not visible(text):
         return "empty"
+    if control_token(text):  # a chat turn of its own (orthrus.prompt_set): dropped and counted
+        return "control_token"
     if len(text) < min_chars:
         return "too_short"
     if len(text) > max_chars:
