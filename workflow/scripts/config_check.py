@@ -405,7 +405,7 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
         problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
     if eval_file:
         problems.append(_eval_file_problem(eval_file))
-    for key in ("eval_file_sha256", "eval_duplicates"):
+    for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout"):
         if prompts.get(key) is not None and not eval_file:
             problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
     corpus = cfg.get("corpus") or {}
