@@ -25,6 +25,9 @@ naming the missing ones.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 
 from orthrus.errors import InputError
@@ -37,14 +40,19 @@ class CorpusLayoutError(InputError):
 
 
 def load_split(dataset: str, split: str = "train", data_files=None, revision: str | None = None,
-               expected_rows: int | None = None):
+               expected_rows: int | None = None, cache_dir=None):
     import datasets
 
     from orthrus.loading import split_revision
 
     dataset, pinned = split_revision(dataset)
     revision = revision or pinned
-    kwargs = {k: v for k, v in (("data_files", data_files), ("revision", revision)) if v is not None}
+    if re.search(r"[*?\[\]{}]", dataset) and Path(dataset).expanduser().exists():
+        # datasets reads a local path as a glob pattern and fails deep inside
+        raise CorpusLayoutError(f"dataset {dataset!r}: a local path with glob characters (* ? [ ] {{ }}), which "
+                                "datasets reads as a pattern; rename or link the directory")
+    kwargs = {k: v for k, v in (("data_files", data_files), ("revision", revision), ("cache_dir", cache_dir))
+              if v is not None}
     ds = datasets.load_dataset(dataset, split=split, **kwargs)
     if expected_rows is not None and len(ds) != expected_rows:
         raise CorpusLayoutError(
@@ -60,7 +68,7 @@ def load_split(dataset: str, split: str = "train", data_files=None, revision: st
 
 def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: str = "train",
                    data_files=None, revision: str | None = None, message: str = "none",
-                   expected_rows: int | None = None) -> pd.DataFrame:
+                   expected_rows: int | None = None, cache_dir=None) -> pd.DataFrame:
     """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
     from orthrus.contracts import CORPUS_COLUMNS
     from orthrus.chat import render_chat
@@ -68,7 +76,7 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
 
     if num_shards < 1 or not 0 <= shard < num_shards:
         raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
-    ds = load_split(dataset, split, data_files, revision, expected_rows)
+    ds = load_split(dataset, split, data_files, revision, expected_rows, cache_dir)
     part = ds.shard(num_shards=num_shards, index=shard, contiguous=False)  # rows shard, shard+N, ...
     eos = tokenizer.eos_token
     if eos is None:

@@ -372,9 +372,9 @@ def _bomb(levels=40, indent="  ") -> str:
     return "\n".join(indent + line for line in lines) + "\n"
 
 
-def _dry(work, *args, profile=True, timeout=120, quiet=True):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work), "-n",
-           *(["-q"] if quiet else []), *args]
+def _dry(work, *args, profile=True, timeout=120, quiet=True, dry=True):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work), *(["-n"] if dry else []),
+           *args, *(["-q"] if quiet else [])]  # -q last: it takes words after it
     if not profile:
         cmd += ["--workflow-profile", "none"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
@@ -518,3 +518,62 @@ def test_nested_config_override_in_a_dry_run(tmp_path):
     rc, out = _dry(tmp_path, "--config", "decode={max_new_tokens: 8}", "-p", quiet=False)
     assert rc == 0, out[-2000:]
     assert '"max_new_tokens": 8' in out and '"max_new_tokens": 16' not in out
+
+
+# --------------------------------------------------------------------------- changed inputs, odd paths
+
+
+@pytest.mark.slow
+def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
+    """A directory output's timestamp is Snakemake's own, and the eval file is no Snakemake input:
+    content fingerprints in params (common.smk) rerun the prompts job after the eval file changed
+    (its mtime kept), and the draft's training after the teacher's weights changed."""
+    cfg = yaml.safe_load(SMOKE_TEXT)
+    cfg["teacher"]["tiny"]["steps"] = 2
+    cfg["teacher"]["draft"]["tiny"]["steps"] = 1
+    cfg["prompts"]["eval_file"] = "eval.json"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is two?"]}')
+    targets = ["results/draft", "results/prompts/eval.parquet"]
+    rc, out = _dry(tmp_path, "-c2", *targets, timeout=600, dry=False)
+    assert rc == 0, out[-3000:]
+    rc, out = _dry(tmp_path, *targets)
+    assert rc == 0 and "Nothing to be done" in out, out[-3000:]
+    st = os.stat(tmp_path / "eval.json")
+    (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is six?"]}')
+    os.utime(tmp_path / "eval.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    weights = tmp_path / "results/teacher/model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    rc, out = _dry(tmp_path, *targets, quiet=False)
+    assert rc == 0 and "rule prompts:" in out and "rule train_draft:" in out and "rule train_teacher:" not in out, out[-3000:]
+    assert out.count("Params have changed") == 2, out[-3000:]
+
+
+def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
+    """An external model at a path with braces: no WildcardError, the path reaches the job as given."""
+    ext = tmp_path / "ext{x}"
+    ext.mkdir()
+    (ext / "config.json").write_text("{}")
+    (ext / "model.safetensors").write_bytes(b"")
+    cfg = yaml.safe_load(SMOKE_TEXT)
+    cfg["external_models"] = {"ext": str(ext)}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rc, out = _dry(tmp_path, "-p", quiet=False)
+    assert rc == 0 and "WildcardError" not in out, out[-3000:]
+    assert f"--model-path {ext}" in out or f"--model-path '{ext}'" in out
+
+
+def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
+    """datasets reads a local path as a pattern: one line naming the key (config) or the dataset (library)."""
+    from orthrus.errors import InputError
+    from orthrus.hf_corpus import load_split
+
+    data = tmp_path / "data[1]"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"prompt": "a", "response": "b"}\n')
+    problems = _check(_config_text(_both(_set("corpus.source", "hf"), _set("corpus.dataset", str(data)))), tmp_path)
+    assert any(p.startswith("corpus.dataset:") and "glob characters" in p for p in problems), problems
+    with pytest.raises(InputError, match=r"glob characters"):
+        load_split(str(data))

@@ -30,6 +30,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             # each output's whole decoding setting, as DecodeOptions JSON (an argument list, each quoted by :q)
             options=grid_options(_precisions, _attentions),
             draft=draft_args,
+            weights=decode_weights,
         log:
             f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
         benchmark:
@@ -76,6 +77,7 @@ rule tpf_decode:
     output:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
     params:
+        weights=lambda w: weights_fingerprint(model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
         model=lambda w: model_path(w.model),
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],

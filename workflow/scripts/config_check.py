@@ -412,6 +412,9 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     if corpus.get("source") == "hf":
         if not corpus.get("dataset"):
             problems.append("corpus.dataset: required when corpus.source is hf")
+        elif re.search(r"[*?\[\]{}]", corpus["dataset"]) and Path(os.path.expanduser(corpus["dataset"])).exists():
+            problems.append(f"corpus.dataset: the local path {corpus['dataset']!r} has glob characters (* ? [ ] {{ }}), "
+                            "which datasets reads as a pattern; rename or link the directory")
     elif prompts.get("source") == "hf" and not prompts.get("distill"):
         problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
                         "is hf (the teacher answers the distillation prompts)")
