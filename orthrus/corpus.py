@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="attention kernel (default: transformers' choice)")
     ap.add_argument("--revision", default=None, help="hub revision of the teacher (or give it as ID@REV)")
     ap.add_argument("--expected-rows", type=int, help="--dataset: the split's record count, checked when it is read")
+    ap.add_argument("--datasets-cache", help="--dataset: the datasets cache directory (default: datasets' own, "
+                    "~/.cache/huggingface/datasets; the workflow passes results/cache/datasets)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     check_message(args.message)
@@ -187,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         teacher, pinned = split_revision(args.teacher)
         tok = AutoTokenizer.from_pretrained(resolve_teacher(teacher), revision=args.revision or pinned)
         df = build_hf_shard(args.dataset, tok, args.shard, args.num_shards, split=args.dataset_split,
-                            data_files=args.data_files or None, message=args.message, expected_rows=args.expected_rows)
+                            data_files=args.data_files or None, message=args.message, expected_rows=args.expected_rows,
+                            cache_dir=args.datasets_cache)
     else:
         df = build_shard(args.teacher, args.prompts, args.shard, args.num_shards,
                          batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,

@@ -25,6 +25,9 @@ naming the missing ones.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 
 from orthrus.errors import InputError
@@ -37,14 +40,19 @@ class CorpusLayoutError(InputError):
 
 
 def load_split(dataset: str, split: str = "train", data_files=None, revision: str | None = None,
-               expected_rows: int | None = None):
+               expected_rows: int | None = None, cache_dir=None):
     import datasets
 
     from orthrus.loading import split_revision
 
     dataset, pinned = split_revision(dataset)
     revision = revision or pinned
-    kwargs = {k: v for k, v in (("data_files", data_files), ("revision", revision)) if v is not None}
+    if re.search(r"[*?\[\]{}]", dataset) and Path(dataset).expanduser().exists():
+        # datasets reads a local path as a glob pattern and fails deep inside
+        raise CorpusLayoutError(f"dataset {dataset!r}: a local path with glob characters (* ? [ ] {{ }}), which "
+                                "datasets reads as a pattern; rename or link the directory")
+    kwargs = {k: v for k, v in (("data_files", data_files), ("revision", revision), ("cache_dir", cache_dir))
+              if v is not None}
     ds = datasets.load_dataset(dataset, split=split, **kwargs)
     if expected_rows is not None and len(ds) != expected_rows:
         raise CorpusLayoutError(
@@ -60,14 +68,15 @@ def load_split(dataset: str, split: str = "train", data_files=None, revision: st
 
 def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: str = "train",
                    data_files=None, revision: str | None = None, message: str = "none",
-                   expected_rows: int | None = None) -> pd.DataFrame:
+                   expected_rows: int | None = None, cache_dir=None) -> pd.DataFrame:
     """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
     from orthrus.contracts import CORPUS_COLUMNS
     from orthrus.chat import render_chat
+    from orthrus.prompt_set import control_token, visible
 
     if num_shards < 1 or not 0 <= shard < num_shards:
         raise InputError(f"need 0 <= shard < num_shards, got shard={shard}, num_shards={num_shards}")
-    ds = load_split(dataset, split, data_files, revision, expected_rows)
+    ds = load_split(dataset, split, data_files, revision, expected_rows, cache_dir)
     part = ds.shard(num_shards=num_shards, index=shard, contiguous=False)  # rows shard, shard+N, ...
     eos = tokenizer.eos_token
     if eos is None:
@@ -77,9 +86,13 @@ def build_hf_shard(dataset: str, tokenizer, shard: int, num_shards: int, split: 
         prompt, response = rec["prompt"], rec["response"]
         row = {"prompt_id": f"{split}-{shard + k * num_shards}", "domain": rec.get("domain") or "hf",
                "teacher": dataset, "dtype": "dataset", "batch_size": 0}
-        if not isinstance(prompt, str) or not prompt.strip() or not isinstance(response, str):
+        bad = not isinstance(prompt, str) or not visible(prompt) or not isinstance(response, str)
+        token = None if bad else control_token(prompt) or control_token(response)
+        if bad or token:
             # the authors' loader skips these; here they are error rows (counted, skipped by training)
-            what = "empty or missing prompt" if not isinstance(prompt, str) or not prompt.strip() else "missing response"
+            what = ("empty or missing prompt" if not isinstance(prompt, str) or not visible(prompt) else
+                    "missing response" if not isinstance(response, str) else
+                    f"chat control token {token!r} (it would become a real one)")
             rows.append({**row, "prompt": prompt if isinstance(prompt, str) else "",
                          "response": response if isinstance(response, str) else "",
                          "prompt_ids": [], "response_ids": [], "finish_reason": "error",

@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pandas as pd
 
 from orthrus.io import InputError
+from orthrus.prompt_set import visible
 
 DUPLICATES = ("error", "first")
 
@@ -51,14 +53,36 @@ def _unique_keys(pairs):
     return seen
 
 
-def read_source(src: str, sha256: str | None = None) -> bytes:
-    """The bytes of a local path or a URL, checked against `sha256` when given."""
+TIMEOUT = 120.0  # seconds for a whole download (prompts.eval_file_timeout)
+
+
+def _download(src: str, timeout: float) -> bytes:
+    """At most MAX_BYTES + 1 bytes of `src`, within `timeout` seconds in all: urllib's timeout
+    bounds each socket operation, so a server trickling bytes is stopped by the deadline."""
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
+    with urllib.request.urlopen(src, timeout=timeout) as r:  # noqa: S310 - URL from the config
+        while size <= MAX_BYTES:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:g} s")
+            # read1: what one socket read brings (read() would wait for the whole chunk)
+            chunk = getattr(r, "read1", r.read)(min(1 << 20, MAX_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
+
+
+def read_source(src: str, sha256: str | None = None, timeout: float = TIMEOUT) -> bytes:
+    """The bytes of a local path or a URL (fetched within `timeout` seconds), checked against
+    `sha256` when given."""
     if "://" in src:
         try:
-            with urllib.request.urlopen(src, timeout=120) as r:  # noqa: S310 - URL from the config
-                data = r.read(MAX_BYTES + 1)
+            data = _download(src, timeout)
         except (OSError, ValueError) as e:  # URLError, HTTPError, a timeout, an unknown scheme
-            raise PromptFileError(f"prompt file {src}: cannot fetch it ({getattr(e, 'reason', None) or e})") from None
+            reason = getattr(e, "reason", None) or e or type(e).__name__
+            raise PromptFileError(f"prompt file {src}: cannot fetch it ({reason})") from None
         if len(data) > MAX_BYTES:
             raise PromptFileError(f"prompt file {src}: larger than {MAX_BYTES // 2**20} MiB; not a prompt file")
     else:
@@ -89,7 +113,7 @@ def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]
         raise PromptFileError(f"prompt file {src}: expected a non-empty JSON object "
                               f"{{domain: [prompt, ...]}}, got {type(obj).__name__}")
     for domain, prompts in obj.items():
-        if not domain.strip():
+        if not visible(domain):
             raise PromptFileError(f"prompt file {src}: an empty domain name")
         if not isinstance(prompts, list):
             raise PromptFileError(f"prompt file {src}: domain {domain!r} is a {type(prompts).__name__}, "
@@ -99,7 +123,8 @@ def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]
         for i, p in enumerate(prompts):
             if not isinstance(p, str):
                 raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is a {type(p).__name__}, not a string")
-            if not p.strip():
+            if not visible(p):
+                # nothing but whitespace, control or zero-width characters
                 raise PromptFileError(f"prompt file {src}: {domain!r}[{i}] is an empty prompt")
     return obj
 
@@ -125,9 +150,9 @@ def prompt_table(domains: dict[str, list[str]], src: str = "<bytes>", duplicates
     return pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"]), dropped
 
 
-def load_eval_file(src: str, sha256: str | None = None, duplicates: str = "error"):
+def load_eval_file(src: str, sha256: str | None = None, duplicates: str = "error", timeout: float = TIMEOUT):
     """(eval DataFrame, log dict) of the prompt file at `src` (path or URL)."""
-    data = read_source(str(src), sha256)
+    data = read_source(str(src), sha256, timeout)
     df, dropped = prompt_table(parse_prompt_file(data, str(src)), str(src), duplicates)
     log = {"eval_file": str(src), "sha256": hashlib.sha256(data).hexdigest(), "duplicates": duplicates,
            "eval": {d: {"kept": int((df["domain"] == d).sum()), "duplicate": n} for d, n in dropped.items()}}

@@ -3,13 +3,38 @@
 
 Every reader goes through `read_prompt_set`: UTF-8, no null or empty value, unique ids; an error
 names the file, the row id and the column.
+
+Two kinds of text are refused, naming the prompt id. A value with nothing visible: only
+whitespace, control characters (NUL among them) or zero-width and other format characters.
+A prompt holding a chat control token (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, any
+`<|...|>`): tokenizers parse such a token inside any text, so the prompt would open or close chat
+turns of its own (`<|im_end|><|im_start|>assistant ...` writes the assistant's turn); it is not
+rendered as plain text.
 """
 from __future__ import annotations
+
+import re
+import unicodedata
 
 import pandas as pd
 
 from orthrus.contracts import PROMPT_COLUMNS
 from orthrus.errors import InputError
+
+
+# the `<|name|>` family of chat control tokens (ChatML's and Qwen's, Llama 3's, GPT's)
+CONTROL_TOKEN = re.compile(r"<\|[^<>|\s]{1,64}\|>")
+
+
+def visible(text: str) -> bool:
+    """Whether `text` has a character other than whitespace, control or format (zero-width) ones."""
+    return any(not c.isspace() and not unicodedata.category(c).startswith("C") for c in text)
+
+
+def control_token(text: str) -> str | None:
+    """The first chat control token in `text`, or None."""
+    m = CONTROL_TOKEN.search(text)
+    return m.group(0) if m else None
 
 
 def _first(problems: list[str], limit: int = 5) -> str:
@@ -79,8 +104,12 @@ def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
     for c in columns:
         for i in df.index[df[c].isna()]:
             problems.append(f"{ids[i]}: column {c!r} is null")
-        for i in df.index[df[c].notna() & (df[c].str.strip() == "")]:
-            problems.append(f"{ids[i]}: column {c!r} is empty")
+        for i in df.index[df[c].notna() & ~df[c].fillna("").map(visible)]:
+            problems.append(f"{ids[i]}: column {c!r} is empty (nothing but whitespace, control or zero-width characters)")
+    if "prompt" in df.columns:
+        for i, token in df["prompt"].fillna("").map(control_token).dropna().items():
+            problems.append(f"{ids[i]}: column 'prompt' holds the chat control token {token!r}, which would "
+                            "become a real control token (a chat turn of the prompt's own); remove it")
     dup = df["prompt_id"][df["prompt_id"].duplicated() & df["prompt_id"].notna()].unique().tolist()
     problems += [f"prompt_id {d!r}: column 'prompt_id' is not unique" for d in dup]
     if problems:

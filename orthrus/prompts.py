@@ -56,7 +56,7 @@ import pandas as pd
 from orthrus.config import load_config
 from orthrus.contracts import PROMPT_COLUMNS
 from orthrus.io import write_parquet
-from orthrus.prompt_set import check_prompt_set
+from orthrus.prompt_set import check_prompt_set, control_token, visible
 
 
 
@@ -86,8 +86,10 @@ class DropCounter:
 
 def check_prompt(text: Any, min_chars: int, max_chars: int) -> str:
     """'kept' or the reason the prompt is dropped."""
-    if text is None or not isinstance(text, str) or not text.strip():
+    if text is None or not isinstance(text, str) or not visible(text):
         return "empty"
+    if control_token(text):  # a chat turn of its own (orthrus.prompt_set): dropped and counted
+        return "control_token"
     if len(text) < min_chars:
         return "too_short"
     if len(text) > max_chars:
@@ -247,10 +249,10 @@ def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None,
 def _use_eval_file(cfg: dict, distill_df: pd.DataFrame, log: dict):
     """The evaluation set of `cfg['eval_file']` (orthrus.prompt_file) in place of the source's;
     distillation prompts that appear in it are dropped, so the two sets stay disjoint."""
-    from orthrus.prompt_file import load_eval_file
+    from orthrus.prompt_file import TIMEOUT, load_eval_file
 
     eval_df, file_log = load_eval_file(cfg["eval_file"], cfg.get("eval_file_sha256"),
-                                       cfg.get("eval_duplicates", "error"))
+                                       cfg.get("eval_duplicates", "error"), float(cfg.get("eval_file_timeout", TIMEOUT)))
     clash = distill_df["prompt"].isin(set(eval_df["prompt"]))
     if clash.any():
         _log(f"distill: dropped {int(clash.sum())} prompts that are in the evaluation file")

@@ -450,6 +450,32 @@ def test_every_table_counts_the_error_rows_it_excluded(world, tmp_path):
         assert (t[name].query("precision == 'bf16'")["n_errors_excluded"] == 2).all(), name
 
 
+def test_a_domain_whose_every_prompt_errored_stays_in_the_tables(world, tmp_path):
+    """Orthrus bf16 errs on every code prompt, the fp32 reference on every qa prompt, the AR view on
+    all of its prompts: each cell keeps its row (n 0, no rate) with its error count."""
+    paths = dict(world["paths"])
+    for key, errs in (("orth-bf16", lambda df: df.domain == "code"), ("ref-fp32", lambda df: df.domain == "qa"),
+                      ("ar-bf16", lambda df: df.domain != "")):
+        df = pd.read_parquet(paths[key])
+        df.loc[errs(df), ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
+        paths[key] = tmp_path / f"{key}.parquet"
+        df.to_parquet(paths[key], index=False)
+    t = analyze(list(paths.values()), REF, world["ppl"], world["fx"])
+    dom = t["match_by_domain.csv"].set_index(["decoder", "precision", "domain"])
+    assert dom.loc[("orthrus", "bf16", "code"), "n"] == 0 and math.isnan(dom.loc[("orthrus", "bf16", "code"), "match_rate"])
+    assert dom.loc[("orthrus", "bf16", "code"), "n_errors_excluded"] == N_PER_DOMAIN
+    assert dom.loc[("orthrus", "fp32", "qa"), "n"] == 0 and dom.loc[("orthrus", "fp32", "qa"), "n_errors_excluded"] == N_PER_DOMAIN
+    assert dom.loc[("orthrus", "fp32", "code"), "n"] == N_PER_DOMAIN
+    assert list(dom.loc[("orthrus", "bf16")].index) == DOMAINS  # in domain order
+    assert {d: int(dom.loc[("ar", "bf16", d), "n_errors_excluded"]) for d in DOMAINS} == {d: N_PER_DOMAIN for d in DOMAINS}
+    overall = t["match_overall.csv"].set_index(["decoder", "precision"])
+    assert overall.loc[("ar", "bf16"), "n"] == 0 and overall.loc[("ar", "bf16"), "n_errors_excluded"] == 3 * N_PER_DOMAIN
+    tpf = t["tpf_by_domain.csv"].query("decoder == 'orthrus' and precision == 'bf16'").set_index("domain")
+    assert list(tpf.index) == DOMAINS + ["all"] and tpf.loc["code", "n"] == 0 and math.isnan(tpf.loc["code", "tpf_verify"])
+    assert tpf.loc["code", "n_errors_excluded"] == N_PER_DOMAIN and tpf.loc["all", "n"] == 2 * N_PER_DOMAIN
+    assert t["match_by_domain.csv"]["n"].dtype == "int64"
+
+
 def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
     """tpf_by_domain counts per run setting (the separate TPF run's errors only in its own rows);
     uncertainty_by_domain counts the reference's errors at the scored precision/attention, which

@@ -218,7 +218,8 @@ def test_schema_uses_only_known_keywords():
     """A comma inside an unquoted flow-style description silently adds keys to the schema."""
     known = {"$schema", "$defs", "$ref", "description", "type", "additionalProperties", "properties", "default",
              "pattern", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "minItems",
-             "maxItems", "uniqueItems", "required", "propertyNames", "x-fill-defaults", "multipleOf", "minLength"}
+             "maxItems", "uniqueItems", "required", "propertyNames", "x-fill-defaults", "multipleOf", "minLength",
+             "maxLength", "maxProperties"}
     bad = []
 
     def walk(node, path, names=False):
@@ -361,3 +362,219 @@ def test_integer_valued_floats_are_integers_everywhere(tmp_path):
     assert type(cfg["decode"]["max_new_tokens"]) is int and type(cfg["models"]["smoke-ce"]["block_size"]) is int
     problems = _check(_config_text(_set("corpus.shards", 2.5)), tmp_path)
     assert any(p.startswith("corpus.shards:") for p in problems), problems
+
+
+# --------------------------------------------------------------------------- config files are data
+
+
+def _bomb(levels=40, indent="  ") -> str:
+    """A billion-laughs mapping: 2**levels values once its aliases are expanded, a few lines of text."""
+    lines = ["a0: &a0 [lol, lol]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, levels)]
+    return "\n".join(indent + line for line in lines) + "\n"
+
+
+def _dry(work, *args, profile=True, timeout=120, quiet=True, dry=True):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work), *(["-n"] if dry else []),
+           *args, *(["-q"] if quiet else [])]  # -q last: it takes words after it
+    if not profile:
+        cmd += ["--workflow-profile", "none"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return res.returncode, res.stdout + res.stderr
+
+
+YTE = "__use_yte__: true\n" + SMOKE_TEXT.replace("\nseed: 0\n", "\nseed: ?__import__('pathlib').Path('MARKER').touch() or 0\n")
+
+
+def test_yte_config_file_is_refused_before_snakemake_renders_it(tmp_path):
+    """`--configfile` with `__use_yte__` and a ?-expression: the workflow profile refuses it before
+    Snakemake reads it, in one line naming the file; the expression never runs."""
+    assert "?__import__" in YTE
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    (tmp_path / "evil.yaml").write_text(YTE)
+    rc, out = _dry(tmp_path, "--configfile", "evil.yaml")
+    assert rc != 0 and not (tmp_path / "MARKER").exists(), out
+    lines = [line for line in out.splitlines() if "refused" in line]
+    assert len(lines) == 1 and "evil.yaml:1: __use_yte__ refused" in lines[0], out
+
+
+def test_yte_embedded_config_is_refused_before_rendering_without_the_profile(tmp_path):
+    """The embedded config.yaml is checked by the Snakefile before its `configfile:` reads it."""
+    (tmp_path / "config.yaml").write_text(YTE)
+    rc, out = _dry(tmp_path, profile=False)
+    assert rc != 0 and not (tmp_path / "MARKER").exists(), out
+    assert "config.yaml:1: __use_yte__ refused" in out
+
+
+def test_yte_config_file_without_the_profile_is_refused_after_rendering(tmp_path):
+    """The exact guard without the workflow profile (`--workflow-profile none`): Snakemake renders a
+    `--configfile` before the Snakefile runs, so the expression has run, but the run stops."""
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    (tmp_path / "evil.yaml").write_text(YTE)
+    rc, out = _dry(tmp_path, "--configfile", "evil.yaml", profile=False)
+    assert rc != 0 and "evil.yaml:1: __use_yte__ refused" in out and not (tmp_path / "results").exists(), out
+
+
+HAZARDS = [
+    ("python object tag", "seed: !!python/object/apply:os.system ['touch MARKER']\n", "YAML tag"),
+    ("python name tag", "seed: !!python/name:os.system\n", "YAML tag"),
+    ("local tag", "teacher: !teacher {name: t}\n", "YAML tag"),
+    ("non-specific tag", "seed: ! 3\n", "YAML tag"),
+    ("standard tag", "seed: !!int 3\n", "YAML tag"),
+    ("tag on a list", "decode:\n  precisions: !!python/tuple [fp32]\n", "YAML tag"),
+    ("use_yte false", "__use_yte__: false\nseed: 0\n", "__use_yte__ refused"),
+    ("list alias bomb", "bomb:\n" + _bomb(), "alias bomb"),
+    ("bomb in data_files", "corpus:\n  source: hf\n  dataset: json\n  data_files: &top\n" + _bomb(indent="    ")
+     + "  split: *top\n", "alias bomb"),
+    ("mapping alias bomb", "a0: &a0 {x: 1, y: 1}\n" + "".join(f"a{i}: &a{i} {{p: *a{i - 1}, q: *a{i - 1}}}\n"
+                                                              for i in range(1, 30)), "alias bomb"),
+    ("deep nesting", "seed: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
+    ("huge file", "seed: 0\n" + "#" * (2**20 + 1) + "\n", "larger than"),
+]
+
+
+@pytest.mark.parametrize("name, text, what", HAZARDS, ids=[h[0] for h in HAZARDS])
+def test_config_text_that_is_more_than_data_is_refused(tmp_path, name, text, what):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    problems = cc.file_hazards(path)
+    assert len(problems) == 1 and what in problems[0] and str(path) in problems[0], problems
+    with pytest.raises(cc.ConfigError):
+        cc.check_config({}, SCHEMA, [path])
+
+
+def test_plain_config_data_with_aliases_passes(tmp_path):
+    """Anchors and aliases that stay small, nested keys named like YTE's, quoted '?...' strings: data."""
+    text = SMOKE_TEXT + "x: &x [1, 2]\ny: *x\nz: {__use_yte__: 1}\nq: '?not code'\n"
+    assert cc.yaml_hazards(text, "c") == []
+    for path in [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]:
+        assert cc.file_hazards(path) == [], path
+
+
+def test_alias_bomb_is_rejected_quickly_in_a_dry_run(tmp_path):
+    """A billion laughs inside `corpus.data_files`, as a --configfile and as the embedded config."""
+    import time
+
+    items = "".join(f"    - &a{i} [{f'*a{i - 1}, *a{i - 1}' if i else 'lol, lol'}]\n" for i in range(40))
+    bomb = SMOKE_TEXT.replace("\ncorpus:\n", "\ncorpus:\n  data_files:\n" + items, 1)
+    assert bomb != SMOKE_TEXT
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    start = time.monotonic()
+    rc, out = _dry(tmp_path, "--configfile", "bomb.yaml", timeout=60)
+    assert rc != 0 and "bomb.yaml" in out and "alias bomb" in out, out
+    (tmp_path / "config.yaml").write_text(bomb)
+    rc, out = _dry(tmp_path, profile=False, timeout=60)
+    assert rc != 0 and "config.yaml" in out and "alias bomb" in out, out
+    assert time.monotonic() - start < 40
+
+
+def test_alias_bomb_in_a_parsed_config_is_bounded():
+    """A config built of shared references (a --config value, an API caller) is counted, not walked."""
+    node = ["lol"]
+    for _ in range(60):
+        node = [node, node]
+    with pytest.raises(cc.ConfigError, match="more than 100000 values"):
+        cc.check_config({"corpus": {"data_files": node}}, SCHEMA)
+
+
+def test_free_form_data_files_are_bounded(tmp_path):
+    problems = _check(_config_text(_set("corpus.data_files", ["f.jsonl"] * 10001)), tmp_path)
+    assert any(p.startswith("corpus.data_files:") for p in problems), problems
+
+
+@pytest.mark.parametrize("argv, files, values", [
+    (["-n", "--configfile", "a.yaml", "b.yaml", "-p"], ["a.yaml", "b.yaml"], []),
+    (["--configfiles=a.yaml", "target"], ["a.yaml"], []),
+    (["--config", "seed=1", "decode={x: 1}", "--configfile", "c.yaml"], ["c.yaml"], ["seed=1", "decode={x: 1}"]),
+    (["-C", "seed=1", "-n"], [], ["seed=1"]),
+])
+def test_the_profile_guard_reads_the_command_line_as_snakemake_does(argv, files, values):
+    assert cc.argv_sources(argv) == (files, values)
+
+
+def test_the_profile_guard_refuses_a_config_value(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cc.guard_argv(["--config", "decode={a: !!python/name:os.system x}"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--config decode" in err and "YAML tag" in err
+    cc.guard_argv(["--config", "seed=1", "--configfile", str(tmp_path / "missing.yaml")])  # Snakemake reports it
+
+
+def test_nested_config_overrides_are_typed_by_the_schema():
+    """Snakemake reads `decode={max_new_tokens: 8}` with YAML's base loader (every value a string):
+    where the schema wants no string, the value is read as YAML; strings stay strings."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    got = cc.typed_overrides({"decode": {"max_new_tokens": "8", "own_ar_view": "false", "message": "8",
+                                         "precisions": ["fp32"]},
+                              "teacher": {"name": "123"}, "corpus": "{shards: 2}", "seed": 3}, schema)
+    assert got == {"decode": {"max_new_tokens": 8, "own_ar_view": False, "message": "8", "precisions": ["fp32"]},
+                   "teacher": {"name": "123"}, "corpus": {"shards": 2}, "seed": 3}
+    with pytest.raises(cc.ConfigError, match="YAML tag"):
+        cc.typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
+
+
+def test_nested_config_override_in_a_dry_run(tmp_path):
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    rc, out = _dry(tmp_path, "--config", "decode={max_new_tokens: 8}", "-p", quiet=False)
+    assert rc == 0, out[-2000:]
+    assert '"max_new_tokens": 8' in out and '"max_new_tokens": 16' not in out
+
+
+# --------------------------------------------------------------------------- changed inputs, odd paths
+
+
+@pytest.mark.slow
+def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
+    """A directory output's timestamp is Snakemake's own, and the eval file is no Snakemake input:
+    content fingerprints in params (common.smk) rerun the prompts job after the eval file changed
+    (its mtime kept), and the draft's training after the teacher's weights changed."""
+    cfg = yaml.safe_load(SMOKE_TEXT)
+    cfg["teacher"]["tiny"]["steps"] = 2
+    cfg["teacher"]["draft"]["tiny"]["steps"] = 1
+    cfg["prompts"]["eval_file"] = "eval.json"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is two?"]}')
+    targets = ["results/draft", "results/prompts/eval.parquet"]
+    rc, out = _dry(tmp_path, "-c2", *targets, timeout=600, dry=False)
+    assert rc == 0, out[-3000:]
+    rc, out = _dry(tmp_path, *targets)
+    assert rc == 0 and "Nothing to be done" in out, out[-3000:]
+    st = os.stat(tmp_path / "eval.json")
+    (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is six?"]}')
+    os.utime(tmp_path / "eval.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    weights = tmp_path / "results/teacher/model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    rc, out = _dry(tmp_path, *targets, quiet=False)
+    assert rc == 0 and "rule prompts:" in out and "rule train_draft:" in out and "rule train_teacher:" not in out, out[-3000:]
+    assert out.count("Params have changed") == 2, out[-3000:]
+
+
+def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
+    """An external model at a path with braces: no WildcardError, the path reaches the job as given."""
+    ext = tmp_path / "ext{x}"
+    ext.mkdir()
+    (ext / "config.json").write_text("{}")
+    (ext / "model.safetensors").write_bytes(b"")
+    cfg = yaml.safe_load(SMOKE_TEXT)
+    cfg["external_models"] = {"ext": str(ext)}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rc, out = _dry(tmp_path, "-p", quiet=False)
+    assert rc == 0 and "WildcardError" not in out, out[-3000:]
+    assert f"--model-path {ext}" in out or f"--model-path '{ext}'" in out
+
+
+def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
+    """datasets reads a local path as a pattern: one line naming the key (config) or the dataset (library)."""
+    from orthrus.errors import InputError
+    from orthrus.hf_corpus import load_split
+
+    data = tmp_path / "data[1]"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"prompt": "a", "response": "b"}\n')
+    problems = _check(_config_text(_both(_set("corpus.source", "hf"), _set("corpus.dataset", str(data)))), tmp_path)
+    assert any(p.startswith("corpus.dataset:") and "glob characters" in p for p in problems), problems
+    with pytest.raises(InputError, match=r"glob characters"):
+        load_split(str(data))

@@ -157,3 +157,60 @@ def test_duplicate_keys_url_errors_and_endless_sources_are_one_line(tmp_path):
             load_eval_file(big.as_uri())
     finally:
         prompt_file.MAX_BYTES = old
+
+
+def _server(handler):
+    """A local TCP server on a free port whose one connection `handler(conn)` serves; its URL."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            handler(conn)
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}/p.json"
+
+
+def test_a_url_that_never_answers_times_out_in_one_line(tmp_path, capsys):
+    """A server that accepts and sleeps: `prompts.eval_file_timeout` seconds, then one line naming the URL."""
+    import time
+
+    from orthrus.cli import main
+
+    url = _server(lambda conn: time.sleep(5))
+    start = time.monotonic()
+    cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": url,
+                      "eval_file_timeout": 0.5})
+    assert main(["prompts", "--config", cfg, "--eval-out", str(tmp_path / "e.parquet"),
+                 "--distill-out", str(tmp_path / "d.parquet")]) == 2
+    assert time.monotonic() - start < 4
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"orthrus prompts: prompt file {url}: cannot fetch it (") and "timed out" in err, err
+
+
+def test_a_url_that_trickles_stops_at_the_deadline():
+    """Each byte within the socket timeout, the whole beyond it: the deadline bounds the download."""
+    import time
+
+    def trickle(conn):
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n")
+        try:
+            for _ in range(40):
+                conn.sendall(b" ")
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    url = _server(trickle)
+    start = time.monotonic()
+    with pytest.raises(PromptFileError, match="timed out"):
+        load_eval_file(url, timeout=1.0)
+    assert time.monotonic() - start < 3

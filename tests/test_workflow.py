@@ -110,7 +110,8 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert re.search(r"^tpf_decode\s+4$", paper.stdout, re.M)
     assert re.search(r"^corpus_shard\s+64$", paper.stdout, re.M)
     shown = snakemake("-n", "-p", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path).stdout
-    assert "--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train --message none" in shown
+    assert ("--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train"
+            " --datasets-cache results/cache/datasets --message none") in shown  # the cache under results/
     # every loop gets the whole options object: the released loop's settings for our loop, transformers'
     # own for its decoders, tpf's budget and message on top of decode's for the TPF run
     from orthrus.options import DecodeOptions

@@ -50,14 +50,16 @@ from orthrus.analysis.match import (
     compare_trajectories,
     decoders_table,
     detect_reference,
+    errored_cells,
     match_by_domain,
     match_overall,
     pairwise_match,
+    with_rows,
 )
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
 from orthrus.analysis.tpf import tpf_table
 from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
-from orthrus.contracts import ERRORS, FORENSICS_ROW_COLUMNS, TABLES
+from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
 
 
@@ -93,6 +95,15 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
         "decoders.csv": decoders_table(overall, decode, fx),
     }
+    # a configuration or a domain whose every prompt errored keeps its row, with its error count
+    configs, cells = errored_cells(traj, errors, reference)
+    tables["match_overall.csv"] = with_rows(overall, CONFIG, configs)
+    tables["match_by_domain.csv"] = with_rows(tables["match_by_domain.csv"], CONFIG + ["domain"], cells)
+    tpf_keys = CONFIG + TPF_RUN + ["domain"]
+    spec = tpf_errors[tpf_errors["decoder"].isin(SPECULATIVE)] if len(tpf_errors) else tpf_errors
+    run = [(*r[:5], pd.NA if r[5] == "" else int(r[5])) for r in spec[CONFIG + TPF_RUN].itertuples(index=False, name=None)]
+    tables["tpf_by_domain.csv"] = with_rows(tables["tpf_by_domain.csv"], tpf_keys,
+                                            [(*r, dom) for r, d in zip(run, spec["domain"]) for dom in (d, "all")])
     for name, df in tables.items():
         if name.endswith(".csv"):
             errs = tpf_errors if name == "tpf_by_domain.csv" else errors

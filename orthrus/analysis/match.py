@@ -124,6 +124,39 @@ def match_by_domain(traj: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MATCH_BY_DOMAIN_COLUMNS)
 
 
+def with_rows(table: pd.DataFrame, keys: list, wanted) -> pd.DataFrame:
+    """`table` with an empty row (n 0, its values NaN) for each key of `wanted` it lacks: a cell
+    whose every prompt errored has no rows to compute from, but stays in the table, where its
+    error count says why. Rows keep the tables' order (a domain `all` after the others)."""
+    def text(key):  # a missing value (None, NA, NaN) as one
+        return tuple("" if pd.isna(v) else str(v) for v in key)
+
+    have = {text(k) for k in table[keys].itertuples(index=False, name=None)}
+    add = [dict(zip(keys, k)) for k in dict.fromkeys(wanted) if text(k) not in have]
+    if not add:
+        return table
+    new = pd.DataFrame(add).astype({k: table[k].dtype for k in keys if str(table[k].dtype) != "object"})
+    out = pd.concat([table, new.assign(n=0)], ignore_index=True)
+    out["n"] = out["n"].astype("int64")
+    order = {k: (lambda c: c.map(lambda v: (v == "all", v))) if k == "domain" else (lambda c: c) for k in keys}
+    out = out.sort_values(keys, key=lambda c: order[c.name](c), kind="stable")
+    return out.reset_index(drop=True)[table.columns]
+
+
+def errored_cells(traj: pd.DataFrame, errors: pd.DataFrame, reference: str) -> tuple[list, list]:
+    """(configurations, (configuration, domain) pairs) that `errors` touches among the compared
+    decoders: their own error rows, and the reference's at their precision and attention."""
+    compared = set(traj[CONFIG].astype(str).itertuples(index=False, name=None))
+    compared |= {tuple(r[:4]) for r in errors[CONFIG].itertuples(index=False, name=None) if r[1] in COMPARED_DECODERS}
+    cells = []
+    for m, d, p, a, dom in errors[CONFIG + ["domain"]].itertuples(index=False, name=None):
+        if d in COMPARED_DECODERS:
+            cells.append((m, d, p, a, dom))
+        elif (m, d) == (reference, REFERENCE_DECODER):
+            cells += [(*c, dom) for c in sorted(compared) if c[2:] == (p, a)]
+    return sorted({c[:4] for c in cells}), cells
+
+
 def pairwise_match(decode: pd.DataFrame) -> pd.DataFrame:
     """Match rate between every ordered pair of decoding results over their shared prompts."""
     configs = {}

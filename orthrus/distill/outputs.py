@@ -26,6 +26,7 @@ class LiveLog:
 
 def write_outputs(out_dir: Path, model, state: dict, summary: dict) -> None:
     """The model (save_pretrained, with its tokenizer), the logs and the summary, atomically."""
+    from orthrus.checkpoint import record_model_digests
     from orthrus.io import atomic_path, write_json
 
     with atomic_path(out_dir) as tmp:
@@ -36,6 +37,7 @@ def write_outputs(out_dir: Path, model, state: dict, summary: dict) -> None:
         if state["eval"]:
             _write_csv(tmp / "eval_log.csv", state["eval"], TRAIN_EVAL_COLUMNS)
         write_json(tmp / "train_summary.json", summary)
+        record_model_digests(tmp)  # the workflow's weight fingerprints read the record (common.smk)
 
 
 def _write_csv(path, rows, fields) -> None:

@@ -7,6 +7,7 @@ rule perplexity:
         f"{R}/ppl/reference.parquet",
     params:
         teacher=teacher_path(),
+        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
         precision=config["analysis"]["ppl_precision"],
         attention=config["analysis"]["ppl_attention"],
         device=DEVICE,
@@ -40,6 +41,7 @@ rule forensics:
         f"{R}/forensics/{{model}}.parquet",
     params:
         model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
+        weights=lambda w: weights_fingerprint(teacher_path() if w.model == TEACHER else model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=config["analysis"]["rounding_ulps"],
     log:

@@ -27,6 +27,7 @@ rule lm_eval:
         f"{R}/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.json",
     params:
         model=bench_model_arg,
+        weights=lambda w: weights_fingerprint(bench_model_arg(w)),  # new weights inside the directory rerun this (common.smk)
         tasks=bench_tasks(),
         # optional flags as lists of arguments, each quoted on its own
         include=lambda w, input: [a for d in ([input.tasks] if input.tasks else []) + BENCH["include_paths"]

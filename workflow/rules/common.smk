@@ -1,11 +1,13 @@
 import glob
+import hashlib
 import json
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-from config_check import check_config
+from config_check import check_config, load_yaml, typed_overrides
+from snakemake.utils import update_config
 
 # the artefact names and vocabularies, and the decoding options, from the package's pure-Python modules
 sys.path.insert(0, workflow.basedir)
@@ -15,8 +17,11 @@ from orthrus.options import DecodeOptions
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
 # key, before any job.
-check_config(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
-             workflow.configfiles)
+_SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+# `--config` values typed by the schema (config_check.typed_overrides): a nested override arrives
+# with every value a string
+update_config(config, typed_overrides(dict(workflow.config_settings.config), load_yaml(_SCHEMA)))
+check_config(config, _SCHEMA, workflow.configfiles)
 
 scattergather:
     corpus=config["corpus"]["shards"],
@@ -58,11 +63,82 @@ def teacher_path():
 def model_files(path):
     """The config and weight files of a local model directory given in the config (none for a
     hub id): they are inputs, so that new weights at the same path rerun what depends on them.
-    Returned from input functions, so the path is taken as it is (no wildcard braces)."""
+    Snakemake reads braces even in what an input function returns as wildcards, with no escape,
+    so a path with braces gives no inputs: its weights_fingerprint param (taken from the path, not
+    as a wildcard pattern) still reruns what depends on it. Glob characters are escaped."""
     path = os.path.expanduser(path)
-    if not os.path.isdir(path):
+    if not os.path.isdir(path) or "{" in path or "}" in path:
         return []
     return sorted(glob.glob(os.path.join(glob.escape(path), "*.json")) + glob.glob(os.path.join(glob.escape(path), "*.safetensors")))
+
+
+# Content fingerprints as params: Snakemake reruns a job whose params changed, and evaluates them
+# again once the jobs before it have run. A directory output's timestamp is its own
+# `.snakemake_timestamp`, so new weights inside results/teacher would otherwise go unseen, as
+# would a changed eval file or local dataset (no Snakemake inputs).
+def file_fingerprint(path):
+    """A file's SHA-256 from the sidecar its writer stored (`FILE.sha256`, orthrus/checkpoint.py)
+    while that still describes it, else its size and modification time: cheap for every DAG build
+    (weights and datasets can be gigabytes), and new whenever the file is written again."""
+    st = os.stat(path)
+    try:
+        with open(f"{path}.sha256", encoding="utf-8") as f:
+            meta = json.load(f)
+        if (meta["size"], meta["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
+            return meta["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def fingerprint(files, root=""):
+    """One digest of `files` (names relative to `root`) and their fingerprints; '' for none."""
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f"{os.path.relpath(f, root) if root else f}\0{file_fingerprint(f)}\n".encode())
+    return h.hexdigest()
+
+
+def weights_fingerprint(*paths):
+    """The config and weight files of each local model directory in `paths` (a hub id has none:
+    `revisions` pins it); '' before the directory exists."""
+    parts = []
+    for path in paths:
+        d = os.path.expanduser(path)
+        files = [os.path.join(d, f) for f in sorted(os.listdir(d)) if f == "config.json"
+                 or f.endswith((".safetensors", ".bin"))] if os.path.isdir(d) else []
+        parts.append(fingerprint(files, d))
+    return ",".join(parts)
+
+
+def eval_file_fingerprint():
+    """The local prompts.eval_file's SHA-256 (the prompts job refuses one over its size cap); a
+    URL is read again only when the config changes (pin it with prompts.eval_file_sha256)."""
+    src = config["prompts"].get("eval_file")
+    if not src or "://" in src or not os.path.isfile(os.path.expanduser(src)):
+        return ""
+    path = os.path.expanduser(src)
+    if os.path.getsize(path) > 256 * 2**20:
+        return file_fingerprint(path)
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def dataset_fingerprint():
+    """corpus.source hf: the files of a local dataset directory and the corpus.data_files (their
+    patterns expanded as `datasets` does, relative to the working directory)."""
+    c = config["corpus"]
+    if c["source"] != "hf":
+        return ""
+    files = [glob.glob(os.path.expanduser(f), recursive=True) for f in c["data_files"] or []]
+    files = [f for group in files for f in group if os.path.isfile(f)]
+    d = os.path.expanduser(c["dataset"] or "")
+    if os.path.isdir(d):
+        files += [os.path.join(r, f) for r, dirs, names in os.walk(d) for f in names
+                  if not f.startswith(".") and not os.path.relpath(r, d).startswith(".")]
+    return fingerprint(files)
 
 
 def teacher_input(wildcards=None):
@@ -125,7 +201,8 @@ def corpus_source_args(wildcards, input):
     c = config["corpus"]
     files = [str(f) for f in c["data_files"] or []]
     return (["--dataset", pinned(c["dataset"]), "--dataset-split", c["split"]] + (["--data-files", *files] if files else [])
-            + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else []))
+            + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else [])
+            + ["--datasets-cache", f"{R}/cache/datasets"])  # under results/, not the user's home cache
 
 
 def cell_options(section, decoder, precision, attention):
@@ -257,6 +334,12 @@ def orthrus_input(wildcards):
 
 def model_input(wildcards):
     return teacher_input() if wildcards.decoder in HF_DECODERS else orthrus_input(wildcards)
+
+
+def decode_weights(wildcards):
+    """weights_fingerprint of a decoding job's model (and the assisted decoder's draft)."""
+    drafts = [draft_path()] if wildcards.decoder == "assisted" else []
+    return weights_fingerprint(model_arg(wildcards), *drafts)
 
 
 def model_arg(wildcards):

@@ -32,6 +32,7 @@ rule train_draft:
         cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
         seed=config["seed"],
         tokenizer=teacher_path(),
+        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
@@ -55,6 +56,7 @@ rule prompts:
         distill=f"{R}/prompts/distill.parquet",
     params:
         cfg=lambda w: settings(config["prompts"]),
+        eval_file=lambda w: eval_file_fingerprint(),  # a changed local eval file reruns this (common.smk)
         seed=config["seed"],
     log:
         f"{R}/logs/prompts.log",
@@ -83,6 +85,8 @@ rule corpus_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
         source=corpus_source_args,
+        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        data=lambda w: dataset_fingerprint(),  # a local dataset's files (common.smk)
 
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",

@@ -32,6 +32,7 @@ for _name, _decoders, _models, _precisions, _attentions in decode_groups():
             options=grid_options(_precisions, _attentions),
             draft=draft_args,
             reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
+            weights=decode_weights,
         log:
             f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
         benchmark:
@@ -78,6 +79,7 @@ rule tpf_decode:
     output:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
     params:
+        weights=lambda w: weights_fingerprint(model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
         model=lambda w: model_path(w.model),
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],

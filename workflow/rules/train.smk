@@ -7,6 +7,7 @@ rule train:
         directory(f"{R}/models/{{model}}"),
     params:
         teacher=teacher_path(),
+        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
         # the variant's own settings (a variant written without any is null in the config)
         cfg=lambda w: settings(config["models"][w.model] or {}),
         # more than one GPU: data parallel, one process per GPU
