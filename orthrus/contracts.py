@@ -95,7 +95,8 @@ TABLES = {
 BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
 BENCHMARK_AGREEMENT_COLUMNS = ["model", "decoder", "reference_model", "reference_decoder", "precision", "attention",
                                "task", "metric", "n", "n_responses_differ", "n_answers_differ", "value", "reference_value", "score_diff",
-                               "stderr", "reference_stderr", "combined_stderr", "paired_stderr", "within_stderr"]
+                               "stderr", "reference_stderr", "combined_stderr", "paired_diff", "paired_stderr",
+                               "within_stderr"]
 BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
