@@ -217,6 +217,8 @@ def decode_groups():
 
 
 TABLE_FILES = list(contracts.TABLES)
+BENCHMARK_TABLE_FILES = list(contracts.BENCHMARK_TABLES)
+CLAIMS_FILES = list(contracts.CLAIMS_TABLES)
 FIGURES = list(contracts.FIGURES)
 
 
@@ -280,7 +282,8 @@ def forensics_reference(wildcards):
 
 
 def study_outputs():
-    return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS)
+    return (expand(f"{R}/tables/{{t}}", t=TABLE_FILES + CLAIMS_FILES)
+            + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS))
 
 
 BENCH = config["benchmarks"]
