@@ -114,8 +114,8 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
     worst = d.iloc[0]
     below = d[d["match_rate"] < 1.0]
     reason = (f"below 1: {', '.join(f'{_cell(r)} {r.match_rate:.3f}' for _, r in below.iterrows())}" if len(below)
-              else f"lowest: {_cell(worst)}")
-    return [_row("fp32-exact", f"every fp32 cell ({len(d)})", "lowest match rate", worst["match_rate"],
+              else f"{len(d)} cells, lowest: {_cell(worst)}")
+    return [_row("fp32-exact", "every fp32 cell", "lowest match rate", worst["match_rate"],
                  (worst["ci_low"], worst["ci_high"]), int(worst["n"]),
                  "exact trajectory match with the AR reference in every cell (Wilson 95% CI)", "= 1",
                  verdict=FAILS if len(below) else HOLDS, reason=reason, errors=_errors(d))]
