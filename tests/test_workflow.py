@@ -257,6 +257,13 @@ def test_end_to_end_smoke_study(tmp_path):
     assert (work / "results" / "figures" / "decoders.png").stat().st_size > 0
     for name in ("match_by_domain", "match_vs_ppl", "survival"):
         assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
+    # the claims, first in the README block; benchmarks off: no benchmark claim
+    from orthrus import contracts
+
+    claims = pd.read_csv(tables / "claims.csv")
+    assert list(claims.columns) == contracts.CLAIMS_COLUMNS and (tables / "claims.md").exists()
+    assert claims.loc[claims.claim == "fp32-exact", "verdict"].tolist() == ["holds"]
+    assert "benchmarks-equivalent" not in set(claims.claim) and block.startswith("Each claim of the study")
     decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
     assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
     # a rerun has nothing to do; a lost corpus shard is regenerated alone
