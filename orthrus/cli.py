@@ -18,7 +18,10 @@ COMMANDS = {
     "figures": "orthrus.figures",
     "lm-eval": "orthrus.lmeval",
     "summary": "orthrus.summary",
+    "claims": "orthrus.claims",
     "compare-tables": "orthrus.compare",
+    "compare-runs": "orthrus.compare_runs",
+    "replay": "orthrus.replay",
     "rehearsal-standins": "orthrus.rehearsal",
 }
 

@@ -112,8 +112,14 @@ TABLES = {
 BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
 BENCHMARK_AGREEMENT_COLUMNS = ["model", "decoder", "reference_model", "reference_decoder", "precision", "attention",
                                "task", "metric", "n", "n_responses_differ", "n_answers_differ", "value", "reference_value", "score_diff",
-                               "stderr", "reference_stderr", "combined_stderr", "paired_stderr", "within_stderr"]
+                               "stderr", "reference_stderr", "combined_stderr", "paired_diff", "paired_stderr",
+                               "within_stderr"]
 BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
+# the claims table (`orthrus claims`, from the tables above): one row per claim and subject
+CLAIM_VERDICTS = ("holds", "fails", "untestable")
+CLAIMS_COLUMNS = ["claim", "subject", "description", "source", "statistic_name", "statistic", "ci_low", "ci_high", "n",
+                  "test", "threshold", "p_value", "verdict", "reason", ERRORS]
+CLAIMS_TABLES = {"claims.csv": CLAIMS_COLUMNS}
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
@@ -123,6 +129,12 @@ TABLE_NOTES = {
                      "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
                      "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
                      "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
+    "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
+                  "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
+                  "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
+                  "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
+                  "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
+                  "listed in `orthrus/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
 }
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
@@ -205,6 +217,10 @@ ARTEFACTS.update({
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin.")
     for name, cols in BENCHMARK_TABLES.items()})
+ARTEFACTS.update({
+    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus claims", cols,
+                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
+    for name, cols in CLAIMS_TABLES.items()})
 
 
 def design_section() -> str:

@@ -2,7 +2,8 @@
 
 Intervals: Wilson score intervals for match rates (as in the study's Tables 3, 4, 8) and
 Student-t intervals for means (tokens per forward, perplexity). Standard errors of a score
-difference, paired and independent (the benchmark agreement table). Trajectory comparison:
+difference, paired and independent (the benchmark agreement table), the paired equivalence
+test (TOST) and Welch's test from summary statistics (the claims table). Trajectory comparison:
 first divergence, common prefix length and token-level Levenshtein distance.
 
 Perplexity itself is computed elsewhere (`orthrus.perplexity`) from log-probs.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,6 +22,10 @@ __all__ = [
     "t_halfwidth",
     "paired_stderr",
     "combined_stderr",
+    "Tost",
+    "tost",
+    "tost_paired",
+    "welch",
     "first_divergence",
     "common_prefix_len",
     "levenshtein",
@@ -96,6 +102,74 @@ def combined_stderr(se_a: float, se_b: float) -> float:
     if math.isnan(se_a) or math.isnan(se_b):
         return math.nan
     return math.sqrt(se_a ** 2 + se_b ** 2)
+
+
+class Tost(NamedTuple):
+    """A two one-sided tests (TOST) result: the mean difference, its (1 - 2 alpha) interval (the one
+    that lies inside the margins exactly when the test rejects), the larger of the two one-sided
+    p-values, the two t statistics (H0: mean <= low; H0: mean >= high) and the degrees of freedom."""
+
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    t_low: float
+    t_high: float
+    df: float
+
+
+def tost(mean: float, se: float, n: int, low: float, high: float, alpha: float = 0.05) -> Tost:
+    """TOST of a mean difference against the equivalence bounds (low, high), from its mean, standard
+    error and number of pairs (t with n - 1 degrees of freedom): equivalent at `alpha` when
+    `p_value < alpha`. With zero spread (every pair differs by the same amount, e.g. all scores
+    equal) the difference is known exactly: p is 0 inside the bounds and 1 outside. Fewer than two
+    pairs, or a NaN input: every field NaN."""
+    from scipy import stats as _st
+
+    mean, se, n = float(mean), float(se), int(n)
+    nan = Tost(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+    if n < 2 or math.isnan(mean) or math.isnan(se) or se < 0 or not low < high:
+        return nan
+    df = float(n - 1)
+    if se == 0.0:
+        def t(x):
+            return math.copysign(math.inf, x) if x else 0.0
+
+        return Tost(mean, mean, mean, 0.0 if low < mean < high else 1.0, t(mean - low), t(mean - high), df)
+    t_low, t_high = (mean - low) / se, (mean - high) / se
+    p = max(float(_st.t.sf(t_low, df)), float(_st.t.cdf(t_high, df)))
+    half = float(_st.t.ppf(1.0 - alpha, df)) * se
+    return Tost(mean, mean - half, mean + half, p, t_low, t_high, df)
+
+
+def tost_paired(a, b, margin: float, alpha: float = 0.05) -> Tost:
+    """Paired TOST of mean(a_i - b_i) against (-margin, margin) (`statsmodels.stats.weightstats.
+    ttost_paired(a, b, -margin, margin)`); pairs with a NaN are dropped."""
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)]
+    d = [x - y for x, y in pairs if not (math.isnan(x) or math.isnan(y))]
+    mean = sum(d) / len(d) if d else math.nan
+    return tost(mean, paired_stderr([x for x, _ in pairs], [y for _, y in pairs]), len(d), -margin, margin, alpha)
+
+
+def welch(mean_a: float, se_a: float, n_a: int, mean_b: float, se_b: float, n_b: int,
+          alpha: float = 0.05) -> tuple[float, float, float, float]:
+    """Welch's test of mean_a - mean_b from each group's mean, standard error and size:
+    (difference, its two-sided (1 - alpha) interval, two-sided p-value); NaN where a group has
+    fewer than two values or an input is NaN."""
+    from scipy import stats as _st
+
+    vals = [float(v) for v in (mean_a, se_a, mean_b, se_b)]
+    if min(int(n_a), int(n_b)) < 2 or any(math.isnan(v) for v in vals):
+        return (math.nan, math.nan, math.nan, math.nan)
+    mean_a, se_a, mean_b, se_b = vals
+    diff = mean_a - mean_b
+    var = se_a ** 2 + se_b ** 2
+    if var == 0.0:
+        return (diff, diff, diff, 1.0 if diff == 0 else 0.0)
+    df = var ** 2 / (se_a ** 4 / (int(n_a) - 1) + se_b ** 4 / (int(n_b) - 1))
+    se = math.sqrt(var)
+    half = float(_st.t.ppf(1.0 - alpha / 2.0, df)) * se
+    return (diff, diff - half, diff + half, float(2.0 * _st.t.sf(abs(diff) / se, df)))
 
 
 def as_token_list(x) -> list[int]:

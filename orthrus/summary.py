@@ -56,7 +56,8 @@ def render(tables: Path) -> str:
                        for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv")))
     orth = overall[overall["decoder"] == "orthrus"]
     models = sorted(orth["model"].unique())
-    out = _match_grid(orth, models)
+    out = _claims(tables)
+    out += _match_grid(orth, models)
     out += _decoders(tables)
     out += _by_domain(_read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv"), orth, models,
                       prec, att)
@@ -65,6 +66,26 @@ def render(tables: Path) -> str:
     out += _tpf(tpf, models)
     out += _benchmarks(tables)
     return "\n".join(out) + "\n"
+
+
+def _claims(tables: Path) -> list[str]:
+    """The study's verdict first (`claims.csv`; computed from the tables for a run that has none)."""
+    from orthrus.claims import CLAIMS, load_or_compute
+
+    df, computed = load_or_compute(tables)
+    out = ["Each claim of the study tested on this run's tables (`claims.csv`"
+           + (", computed from the tables by `orthrus claims`" if computed else "")
+           + "; `orthrus compare-runs A B` compares two runs' verdicts):\n"]
+    out += [f"- `{c}`: {CLAIMS[c].description}" if c in CLAIMS else f"- `{c}`" for c in dict.fromkeys(df["claim"])]
+    out += ["", "| claim | subject | statistic [interval] | p | verdict |", "|---|---|---|---|---|"]
+    for r in df.itertuples():
+        stat = "" if pd.isna(r.statistic) else (f"{r.statistic_name} {_f(r.statistic, 3)}"
+                                               + ("" if pd.isna(r.ci_low) else f" [{_f(r.ci_low, 3)}, {_f(r.ci_high, 3)}]"))
+        verdict = r.verdict + (f" ({r.reason})" if r.verdict != "holds" and isinstance(r.reason, str) and r.reason else "")
+        out.append(f"| {r.claim} | {r.subject} | {stat} | {'' if pd.isna(r.p_value) else '0' if r.p_value == 0 else _p(float(r.p_value))} "
+                   f"| {verdict} |")
+    out.append("")
+    return out
 
 
 def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:

@@ -244,6 +244,8 @@ def test_tables_and_figure(tmp_path):
     assert row.reference_model == "m" and row.n == 4
     assert row.n_answers_differ == 2 and row.n_responses_differ == 2
     assert row.score_diff == pytest.approx(0.25)
+    # per document, on the same 4 documents: differences 0, 0, 0, 1 (the claims' TOST reads these)
+    assert row.paired_diff == pytest.approx(0.25) and row.paired_stderr == pytest.approx(0.25)
     assert row.combined_stderr == pytest.approx(math.hypot(0.25, 0.29)) and bool(row.within_stderr)
     # fp32: no AR run of "m" itself, so the one AR model at that precision (the teacher) is the reference
     row = ag[(ag.precision == "fp32") & (ag.metric == "exact_match,flexible-extract")].iloc[0]

@@ -20,7 +20,7 @@ CAPTIONS = ROOT / "workflow" / "report"
 
 def workflow_lists():
     """The tables and figures the workflow declares (common.smk reads them from orthrus.contracts)."""
-    return {"TABLE_FILES": list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES),
+    return {"TABLE_FILES": list(contracts.CLAIMS_TABLES) + list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES),
             "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE]}
 
 
@@ -69,3 +69,5 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
         assert " ".join(plain) in html, f"caption {cap.name} not rendered"
     for table in ("Table 2", "Table 3", "Table 4", "Table 7", "Table 8"):
         assert f"{table}</strong>" in html
+    # the claims first: the report's opening text points to them, and they are a category of their own
+    assert "Start with <strong>Claims</strong>" in html and '"Claims"' in html

@@ -150,3 +150,63 @@ def test_combined_stderr():
     assert combined_stderr(0.3, 0.4) == pytest.approx(0.5)
     assert combined_stderr(0.0, 0.0) == 0.0
     assert math.isnan(combined_stderr(math.nan, 0.1)) and math.isnan(combined_stderr(0.1, math.nan))
+
+
+def test_tost_paired_hand_computed():
+    """Differences 0, .1, .2 against a margin of .5: mean .1, sd .1, se .1/sqrt(3), df 2.
+    t_high = (.1 - .5) / se = -4 sqrt(3); with 2 degrees of freedom the t CDF is
+    1/2 + t / (2 sqrt(2 + t^2)), so p_high = 1/2 - 4 sqrt(3) / (2 sqrt(50)) = 1/2 - 0.4 sqrt(1.5);
+    t_low = .6 / se = 6 sqrt(3), p_low = 1/2 - 6 sqrt(3) / (2 sqrt(110)) is the smaller one.
+    The 90% interval is .1 +- t_.95,2 se = .1 +- 2.919986 * .057735."""
+    from orthrus.stats import tost_paired
+
+    r = tost_paired([0.1, 0.3, 0.5], [0.1, 0.2, 0.3], 0.5)
+    assert r.diff == pytest.approx(0.1)
+    assert r.t_high == pytest.approx(-4 * math.sqrt(3)) and r.t_low == pytest.approx(6 * math.sqrt(3))
+    assert r.p_value == pytest.approx(0.5 - 0.4 * math.sqrt(1.5), abs=1e-12)
+    assert r.df == 2
+    assert (r.ci_low, r.ci_high) == pytest.approx((0.1 - 2.919986 * 0.1 / math.sqrt(3), 0.1 + 2.919986 * 0.1 / math.sqrt(3)), abs=1e-6)
+    assert r.p_value < 0.05  # equivalent at 5%
+    assert tost_paired([0.1, 0.3, 0.5], [0.1, 0.2, 0.3], 0.15).p_value > 0.05  # not within a tighter margin
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tost_paired_is_statsmodels_ttost_paired(seed):
+    from statsmodels.stats.weightstats import ttost_paired
+
+    from orthrus.stats import tost_paired
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2, 40).astype(float)
+    b = np.where(rng.random(40) < 0.2, 1 - a, a)
+    margin = [0.02, 0.1, 0.2, 0.3, 0.5][seed]
+    p, (t1, p1, df1), (t2, p2, df2) = ttost_paired(a, b, -margin, margin)
+    r = tost_paired(a, b, margin)
+    assert r.p_value == pytest.approx(p, rel=1e-9) and (r.t_low, r.t_high, r.df) == pytest.approx((t1, t2, df1))
+
+
+def test_tost_edges():
+    from orthrus.stats import tost, tost_paired
+
+    same = tost_paired([1.0, 0.0, 1.0], [1.0, 0.0, 1.0], 0.02)  # identical scores: no difference, exactly
+    assert same.p_value == 0.0 and same.diff == same.ci_low == same.ci_high == 0.0
+    assert tost_paired([1.0, 1.0], [0.0, 0.0], 0.5).p_value == 1.0  # a constant difference outside the margin
+    assert math.isnan(tost(0.1, 0.01, 1, -1, 1).p_value)  # one pair
+    assert math.isnan(tost(0.1, math.nan, 10, -1, 1).p_value)
+    assert math.isnan(tost_paired([1.0, math.nan], [0.0, 1.0], 0.5).p_value)  # one pair left
+
+
+def test_welch_from_summaries_is_scipy_welch():
+    from scipy.stats import ttest_ind
+
+    from orthrus.stats import welch
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(2.0, 0.5, 30), rng.normal(1.7, 0.3, 150)
+    se = lambda x: x.std(ddof=1) / math.sqrt(x.size)
+    diff, low, high, p = welch(a.mean(), se(a), a.size, b.mean(), se(b), b.size)
+    ref = ttest_ind(a, b, equal_var=False)
+    assert diff == pytest.approx(a.mean() - b.mean()) and p == pytest.approx(ref.pvalue, rel=1e-9)
+    ci = ref.confidence_interval(0.95)
+    assert (low, high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert all(math.isnan(v) for v in welch(1.0, 0.1, 1, 0.5, 0.1, 10))

@@ -129,6 +129,30 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "--draft-path Qwen/Qwen3-0.6B" in shown and any(o.decoder == "prompt-lookup" for _, o in opts)
 
 
+def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
+    """`--config seed=N` is another realisation of the whole tiny world: the teacher (its
+    initialisation, tokenizer and data), the draft, the prompts, every variant's distillation (its
+    own seed plus the global one) and the tiny benchmark documents get it; seed 0 leaves each
+    variant's own seed as it is."""
+    cfg = default_config()
+    cfg["decode"]["decoders"] = ["assisted", "prompt-lookup"]
+    cfg["models"]["kl-k8"]["seed"] = 5
+    work = workdir_with(tmp_path, cfg)
+    shown = snakemake("-n", "-p", "--config", "seed=3", cwd=work)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    cmds = [c[c.index("orthrus "):] for c in shown.stdout.splitlines() if "Shell command: orthrus " in c]
+    by = lambda prefix: [c for c in cmds if c.startswith(prefix)]
+    assert len(by("orthrus train-teacher")) == 2 and all("--seed 3 " in c for c in by("orthrus train-teacher"))
+    assert by("orthrus prompts") and all("--seed 3 " in c for c in by("orthrus prompts"))
+    assert by("orthrus lm-eval prepare-data") and all("--seed 3 " in c for c in by("orthrus lm-eval prepare-data"))
+    assert by("orthrus lm-eval run") and all("--seed 3 " in c for c in by("orthrus lm-eval run"))
+    train = {re.search(r"--out results/models/(\S+)", c).group(1): c for c in by("orthrus train ")}
+    assert '"seed": 3' in train["ce-k8"] and '"seed": 8' in train["kl-k8"], train
+    plain = snakemake("-n", "-p", cwd=work)
+    train0 = [c for c in plain.stdout.splitlines() if "Shell command: orthrus train " in c]
+    assert any('"seed": 0' in c for c in train0) and any('"seed": 5' in c for c in train0)
+
+
 DECODED = re.compile(r"results/decode/([^/\s,]+)/([a-z-]+)-(bf16|fp16|fp32)-(eager|sdpa|flash_attention_2)\.parquet")
 
 
@@ -273,6 +297,13 @@ def test_end_to_end_smoke_study(tmp_path):
     assert (work / "results" / "figures" / "decoders.png").stat().st_size > 0
     for name in ("match_by_domain", "match_vs_ppl", "survival"):
         assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
+    # the claims, first in the README block; benchmarks off: no benchmark claim
+    from orthrus import contracts
+
+    claims = pd.read_csv(tables / "claims.csv")
+    assert list(claims.columns) == contracts.CLAIMS_COLUMNS and (tables / "claims.md").exists()
+    assert claims.loc[claims.claim == "fp32-exact", "verdict"].tolist() == ["holds"]
+    assert "benchmarks-equivalent" not in set(claims.claim) and block.startswith("Each claim of the study")
     decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
     assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
     # a rerun has nothing to do; a lost corpus shard is regenerated alone

@@ -118,7 +118,12 @@ def _agreement_row(rec: dict, ref: dict, row: dict, rr: dict) -> dict:
     """One task/metric of run `rec` (its table row `row`) against the reference `ref` (row `rr`)."""
     a, b = _per_sample(rec, row["task"], row["metric"]), _per_sample(ref, row["task"], row["metric"])
     common = sorted(set(a) & set(b), key=str)
-    paired = paired_stderr([_num(a[d][2]) for d in common], [_num(b[d][2]) for d in common])
+    # the per-document scores of the same documents: their mean difference and its standard error
+    # (NaN for a corpus-level metric such as chrF, whose per-sample values are not scores)
+    x, y = [_num(a[d][2]) for d in common], [_num(b[d][2]) for d in common]
+    paired = paired_stderr(x, y)
+    diffs = [u - v for u, v in zip(x, y) if not (math.isnan(u) or math.isnan(v))]
+    paired_diff = sum(diffs) / len(diffs) if diffs and not math.isnan(paired) else math.nan
     se, rse = row["stderr"], rr["stderr"]
     combined = combined_stderr(se, rse)
     diff = row["value"] - rr["value"]
@@ -130,7 +135,7 @@ def _agreement_row(rec: dict, ref: dict, row: dict, rr: dict) -> dict:
             "n_answers_differ": sum(a[d][1] != b[d][1] for d in common),
             "value": row["value"], "reference_value": rr["value"], "score_diff": diff,
             "stderr": se, "reference_stderr": rse, "combined_stderr": combined,
-            "paired_stderr": paired, "within_stderr": within}
+            "paired_diff": paired_diff, "paired_stderr": paired, "within_stderr": within}
 
 
 def load_records(paths) -> list[dict]:

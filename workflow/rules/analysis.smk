@@ -129,3 +129,28 @@ rule figures:
         ENV
     shell:
         "orthrus figures --tables {params.tables:q} --out-dir {params.out:q} > {log:q} 2>&1"
+
+
+rule claims:
+    """The study's verdict: each claim tested on the tables (orthrus/claims.py), the benchmarks' among them
+    when they run."""
+    input:
+        [f"{R}/tables/{t}" for t in TABLE_FILES if t.endswith(".csv")],
+        [f"{R}/tables/{t}" for t in BENCHMARK_TABLE_FILES] if config["benchmarks"]["enabled"] else [],
+    output:
+        report(f"{R}/tables/claims.csv", caption="../report/table_claims.rst", category="Claims"),
+    params:
+        tables=lambda w, input: os.path.dirname(input[0]),
+        margin=config["analysis"]["equivalence_margin"],
+        alpha=config["analysis"]["alpha"],
+    log:
+        f"{R}/logs/claims.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus claims --tables {params.tables:q} --equivalence-margin {params.margin:q} --alpha {params.alpha:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -40,6 +40,7 @@ rule lm_eval:
         # the decode stage's loop options, so Table 7 runs the loop the trajectory study ran
         options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
         device=DEVICE,
+        seed=config["seed"],
     log:
         f"{R}/logs/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
     benchmark:
@@ -56,7 +57,7 @@ rule lm_eval:
         "orthrus lm-eval run --model-path {params.model:q} --model-name {wildcards.model:q}"
         " --options {params.options:q}"
         " --tasks {params.tasks:q} {params.include:q} {params.limit:q} {params.code:q} --max-gen-toks {params.max_gen:q}"
-        " {params.chat:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " {params.chat:q} --device {params.device:q} --seed {params.seed:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule benchmarks_table:

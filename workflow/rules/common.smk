@@ -183,6 +183,15 @@ def draft_args(wildcards):
     return ["--draft-path", draft_path()] if wildcards.decoder == "assisted" else []
 
 
+def variant_settings(name):
+    """A trained variant's settings, its `seed` (default 0) plus the global `seed`: the global seed
+    reaches every stage that draws anything (the tiny teacher, its tokenizer and data, the draft,
+    the prompts, the distillation, the tiny benchmark documents), so `--config seed=N` is another
+    realisation of the whole tiny world; decoding and the teacher's corpus are greedy."""
+    s = dict(config["models"][name] or {})
+    return s | {"seed": int(s.get("seed") or 0) + int(config["seed"])}
+
+
 def scatter_index(item):
     """'2-of-4' -> (1, 4): the 0-based shard and the shard count."""
     i, n = item.split("-of-")
@@ -315,6 +324,8 @@ def decode_groups():
 
 
 TABLE_FILES = list(contracts.TABLES)
+BENCHMARK_TABLE_FILES = list(contracts.BENCHMARK_TABLES)
+CLAIMS_FILES = list(contracts.CLAIMS_TABLES)
 FIGURES = list(contracts.FIGURES)
 
 
@@ -389,7 +400,8 @@ def forensics_reference(wildcards):
 
 
 def study_outputs():
-    return expand(f"{R}/tables/{{t}}", t=TABLE_FILES) + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS)
+    return (expand(f"{R}/tables/{{t}}", t=TABLE_FILES + CLAIMS_FILES)
+            + expand(f"{R}/figures/{{f}}.{{e}}", f=FIGURES, e=contracts.FIGURE_FORMATS))
 
 
 BENCH = config["benchmarks"]

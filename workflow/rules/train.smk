@@ -8,8 +8,9 @@ rule train:
     params:
         teacher=teacher_path(),
         weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
-        # the variant's own settings (a variant written without any is null in the config)
-        cfg=lambda w: settings(config["models"][w.model] or {}),
+        # the variant's own settings (a variant written without any is null in the config), its seed
+        # offset by the global one: `--config seed=N` gives another distillation too
+        cfg=lambda w: settings(variant_settings(w.model)),
         # more than one GPU: data parallel, one process per GPU
         launch=lambda w, resources: launcher(resources.gpu),
     log:

@@ -1,0 +1,101 @@
+"""`orthrus replay`: a divergence of a run, rebuilt from its decoding files and models, exactly.
+
+The run here is a miniature of the study's layout (results/teacher, results/models/M,
+results/prompts/eval.parquet, results/decode/...), decoded by the decode stage itself from the
+run's directory with relative paths, as the workflow does; the models are the tests' tiny ones,
+whose bf16 sdpa Orthrus parts from the reference on some prompts."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from conftest import MASK, tiny_base
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from orthrus import OrthrusForCausalLM
+from orthrus.cli import main as cli
+from orthrus.stats import first_divergence
+from orthrus.trajectories import main as decode
+
+
+def _run(root):
+    """A results/ directory: teacher, one Orthrus model (the teacher's AR view plus a noisy copy as
+    its diffusion view), 40 prompts, the reference and Orthrus decoded in bf16 with sdpa."""
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK + 1)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    base = tiny_base(0, "sdpa")
+    with torch.no_grad():  # a direction shared by every embedding: a noisy diffusion view then proposes well
+        base.model.embed_tokens.weight.add_(0.2 * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(7)))
+    res = root / "results"
+    base.save_pretrained(res / "teacher")
+    fast.save_pretrained(res / "teacher")
+    model = OrthrusForCausalLM.from_base(base, block_size=8, mask_token_id=MASK)
+    g = torch.Generator().manual_seed(1000)
+    with torch.no_grad():
+        for p in model.diffusion_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 1e-2)
+    model.save_pretrained(res / "models" / "m")
+    fast.save_pretrained(res / "models" / "m")
+    g = torch.Generator().manual_seed(4)
+    prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, 90, (6,), generator=g)) for _ in range(40)]
+    (res / "prompts").mkdir(parents=True)
+    pd.DataFrame({"prompt_id": [f"p{i:02d}" for i in range(40)], "domain": ["x"] * 40, "prompt": prompts}).to_parquet(
+        res / "prompts" / "eval.parquet")
+    common = ["--prompts", "results/prompts/eval.parquet", "--precision", "bf16", "--attention", "sdpa",
+              "--max-new-tokens", "40", "--no-progress"]
+    assert decode(["--decoder", "ar-ref", "--model-path", "results/teacher", "--model-name", "teacher", *common,
+                   "--out", "results/decode/teacher/ar-ref-bf16-sdpa.parquet"]) == 0
+    assert decode(["--decoder", "orthrus", "--model-path", "results/models/m", "--model-name", "m", *common,
+                   "--out", "results/decode/m/orthrus-bf16-sdpa.parquet"]) == 0
+    ref = pd.read_parquet(res / "decode/teacher/ar-ref-bf16-sdpa.parquet").set_index("prompt_id")["tokens"]
+    orth = pd.read_parquet(res / "decode/m/orthrus-bf16-sdpa.parquet").set_index("prompt_id")["tokens"]
+    return res, ref, orth
+
+
+def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    res, ref, orth = _run(tmp_path)
+    diverging = [p for p in ref.index if first_divergence(list(ref[p]), list(orth[p])) is not None
+                 and first_divergence(list(ref[p]), list(orth[p])) < min(len(ref[p]), len(orth[p]))]
+    assert diverging, "no bf16 divergence to replay"
+    pid = diverging[0]
+    t = first_divergence(list(ref[pid]), list(orth[pid]))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the model paths the rows record are the run directory's
+    out = tmp_path / "replay.json"
+    argv = ["replay", str(res), "--model", "m", "--decoder", "orthrus", "--precision", "bf16", "--attention", "sdpa",
+            "--prompt-id", pid, "--top-k", "5", "--out", str(out)]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"m/orthrus/bf16/sdpa {pid}: diverges from the reference at token {t}" in printed
+    rec = json.loads(out.read_text())
+    assert rec["reproduced"] == {"decoder": True, "reference": True, "all": True}
+    assert rec["tokens"]["recorded"]["decoder"] == rec["tokens"]["replayed"]["decoder"] == [int(x) for x in orth[pid]]
+    assert rec["tokens"]["recorded"]["reference"] == rec["tokens"]["replayed"]["reference"] == [int(x) for x in ref[pid]]
+    d = rec["divergence"]
+    assert d["position"] == t and d["reference_token"] == ref[pid][t] and d["decoder_token"] == orth[pid][t]
+    f = rec["forwards"]
+    # the reference's step picks the reference's token, the verify row Orthrus's: the divergence, rebuilt
+    assert f["reference"]["argmax"] == d["reference_token"] and f["reference"]["top_k"][0]["token"] == d["reference_token"]
+    assert f["decoder"]["argmax"] == d["decoder_token"] and f["decoder"]["replayed_prefix_matches"]
+    assert len(f["reference"]["top_k"]) == 5 and rec["margin"] == f["reference"]["margin"] >= 0
+    assert f["reference"]["logit_other_token"] <= f["reference"]["logit_own_token"]
+    assert len(rec["max_abs_hidden_diff"]) == 3 and rec["first_layer_diverging"] is not None
+    assert rec["prompt_ids"] == [int(w[1:]) for w in rec["prompt"].split()]
+    assert rec["numerical_env"]["decoder"]["dtype"] == "bf16" and rec["numerical_env"]["decoder"]["attention"] == "sdpa"
+    assert rec["options"]["decoder"]["decoder"] == "orthrus" and rec["options"]["reference"]["decoder"] == "ar-ref"
+    assert rec["versions"]["torch"] and rec["versions"]["transformers"] and rec["recorded_env"]["decoder"]["dtype"] == "bf16"
+    assert rec["command"].startswith("orthrus replay ") and f"--prompt-id {pid}" in rec["command"]
+    assert rec["models"]["decoder"] == str(res / "models" / "m")
+    # a prompt whose trajectories match has nothing to replay; a missing prompt is named
+    same = next(p for p in ref.index if p not in diverging and list(ref[p]) == list(orth[p]))
+    assert cli([*argv[:-4], "--prompt-id", same]) == 2
+    assert "no divergence to replay" in capsys.readouterr().err
+    assert cli([*argv[:-4], "--prompt-id", "nope"]) == 2
+    assert "has no prompt 'nope'" in capsys.readouterr().err
