@@ -303,6 +303,9 @@ def test_end_to_end_smoke_study(tmp_path):
     claims = pd.read_csv(tables / "claims.csv")
     assert list(claims.columns) == contracts.CLAIMS_COLUMNS and (tables / "claims.md").exists()
     assert claims.loc[claims.claim == "fp32-exact", "verdict"].tolist() == ["holds"]
+    planted = claims[claims.claim == "planted-bug-caught"]
+    assert len(planted) == len(lossy) and "fails" not in set(planted.verdict) and "holds" in set(planted.verdict)
+    assert "fails" not in set(claims.loc[claims.claim == "divergences-are-numerics", "verdict"])
     assert "benchmarks-equivalent" not in set(claims.claim) and block.startswith("Each claim of the study")
     decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
     assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
