@@ -1,13 +1,15 @@
 """The default study's wall time and memory, read from Snakemake's benchmark files.
 
-    python benchmarks/study_time.py [--timing results/timing] [--budget 600]
+    python benchmarks/study_time.py [--timing results/timing] [--budget 600] [--cores 2]
 
 Every rule writes `results/timing/<stage>/...tsv` (Snakemake's `benchmark:`): the job's
 seconds and peak resident memory. A file's modification time is when its job ended, so
 `end - s` is when it started; the study's wall time is the span from the first start to the
 last end (jobs run in parallel, so it is less than the sum). Prints one row per stage
 (jobs, summed and longest job seconds, peak RSS) and the wall time against the budget
-(target: the whole default study under 10 minutes on 2 cores, installation aside).
+(target: the whole default study under 10 minutes on 2 cores, installation aside), then the
+critical path (the chain of jobs that decides the wall time) and the share of the cores' time
+no job used, so the next person knows where to look.
 
 Run it right after a complete run from a clean `results/`: a stage rerun later moves the
 span.
@@ -28,10 +30,11 @@ def read_timings(root: Path) -> pd.DataFrame:
         if t.empty:
             continue
         s, rss = float(t["s"].iloc[0]), float(t["max_rss"].iloc[0]) if "max_rss" in t else float("nan")
+        cpu = float(t["cpu_time"].iloc[0]) if "cpu_time" in t else float("nan")
         end = f.stat().st_mtime
         stage = f.relative_to(root).parts[0].removesuffix(".tsv")
         rows.append({"stage": stage, "job": str(f.relative_to(root)), "seconds": s, "max_rss_mb": rss,
-                     "start": end - s, "end": end})
+                     "cpu_s": cpu, "start": end - s, "end": end})
     return pd.DataFrame(rows)
 
 
@@ -44,10 +47,34 @@ def summarize(jobs: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     return table, float(jobs["end"].max() - jobs["start"].min())
 
 
+def critical_path(jobs: pd.DataFrame, slack: float = 2.0) -> list[dict]:
+    """The chain of jobs that decides the wall time: from the job that ended last, back through
+    the job that ended latest before each one started (within `slack` seconds of its start:
+    the scheduler's own delay), to one that started with the run. Each link with the gap
+    before it (time nothing on the chain ran: jobs without a benchmark file, start-up, a wait
+    for cores)."""
+    chain, job = [], jobs.loc[jobs["end"].idxmax()]
+    while True:
+        before = jobs[jobs["end"] <= job["start"] + slack]
+        before = before[before["job"] != job["job"]]
+        gap = float(job["start"] - (before["end"].max() if len(before) else jobs["start"].min()))
+        chain.append({"job": job["job"], "seconds": float(job["seconds"]), "gap_before_s": max(gap, 0.0)})
+        if before.empty:
+            return chain[::-1]
+        job = before.loc[before["end"].idxmax()]
+
+
+def idle_share(jobs: pd.DataFrame, cores: int) -> float:
+    """The share of the cores' time over the run's span that no benchmarked job used (cpu_time)."""
+    wall = float(jobs["end"].max() - jobs["start"].min())
+    return 1.0 - float(jobs["cpu_s"].sum()) / (cores * wall) if wall > 0 else float("nan")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--timing", default="results/timing", type=Path)
     ap.add_argument("--budget", type=float, default=600.0, help="seconds (default: 10 minutes)")
+    ap.add_argument("--cores", type=int, default=2, help="the cores the run had (for the idle share)")
     args = ap.parse_args(argv)
     jobs = read_timings(args.timing)
     if jobs.empty:
@@ -58,6 +85,13 @@ def main(argv=None) -> int:
           f"{jobs['max_rss_mb'].max():.0f} MB")
     print(f"wall time {wall:.0f} s = {wall / 60:.1f} min; budget {args.budget:.0f} s: "
           f"ratio {wall / args.budget:.2f} ({'within' if wall <= args.budget else 'OVER'} budget)")
+    chain = critical_path(jobs)
+    print(f"\ncritical path ({sum(c['seconds'] for c in chain):.0f} s of jobs, "
+          f"{sum(c['gap_before_s'] for c in chain):.0f} s between them):")
+    for c in chain:
+        print(f"  {c['job']:<60} {c['seconds']:7.1f} s  (gap before {c['gap_before_s']:.1f} s)")
+    print(f"cores idle: {idle_share(jobs, args.cores):.0%} of {args.cores} cores x wall time "
+          "(jobs without a benchmark file, e.g. gathers and tables, count as idle)")
     return 0
 
 

@@ -13,9 +13,9 @@ spec.loader.exec_module(study_time)
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
-def _bench(path: Path, seconds: float, rss: float, end: float) -> None:
+def _bench(path: Path, seconds: float, rss: float, end: float, cpu: float = 0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(HEADER + f"{seconds}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t0\t0\n")
+    path.write_text(HEADER + f"{seconds}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
     os.utime(path, (end, end))
 
 
@@ -31,3 +31,21 @@ def test_wall_time_is_the_span_of_parallel_jobs(tmp_path, capsys):
     assert table.loc["decode", "peak_rss_mb"] == 900
     assert study_time.main(["--timing", str(tmp_path), "--budget", "120"]) == 0
     assert "ratio 1.25 (OVER budget)" in capsys.readouterr().out
+
+
+def test_critical_path_and_idle_cores(tmp_path, capsys):
+    """teacher (0-100) -> decode a (105-150, after a 5 s gap); decode b (100-140) runs beside it:
+    the chain that decides the wall time is teacher -> a; the cores were busy 100 + 45 + 40 of
+    2 x 150 core-seconds."""
+    t0 = 2_000_000.0
+    _bench(tmp_path / "train_teacher.tsv", 100, 700, t0 + 100, cpu=100)
+    _bench(tmp_path / "decode/a/1-of-1.tsv", 45, 900, t0 + 150, cpu=45)
+    _bench(tmp_path / "decode/b/1-of-1.tsv", 40, 800, t0 + 140, cpu=40)
+    jobs = study_time.read_timings(tmp_path)
+    chain = study_time.critical_path(jobs, slack=0)
+    assert [c["job"] for c in chain] == ["train_teacher.tsv", "decode/a/1-of-1.tsv"]
+    assert chain[1]["gap_before_s"] == 5 and chain[0]["gap_before_s"] == 0
+    assert abs(study_time.idle_share(jobs, 2) - (1 - 185 / 300)) < 1e-9
+    assert study_time.main(["--timing", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "critical path (145 s of jobs, 5 s between them)" in out and "cores idle: 38% of 2 cores" in out
