@@ -13,14 +13,16 @@ parent of RESULTS; `--model-path` / `--reference-path` override it), the prompt 
 (`orthrus.trajectories.decode_one`) and compared with the recorded ones, token by token. At the
 first divergence t the two forwards that chose token t are rebuilt as the forensics stage does
 (`orthrus.forensics`): the reference's one-token step (`stepwise`, on the reference model, and
-again in fp32 for the fp32 margin) and, for our loop (`orthrus`, `ar`), the verify row that emitted
-the decoder's token (`replay_verify`: the loop rerun and traced). transformers' speculative decoders
-do not expose their verify blocks, so for them only the reference's forward is rebuilt.
+again in fp32 for the fp32 margin) and the decoder's own row that emitted its token: for our loop
+(`orthrus`, `ar`, the `oracle` and `orthrus-lossy` controls) the verify row (`replay_verify`: the loop
+rerun and traced), for transformers' decoders the logits `generate` returns for that token
+(`output_logits`; `ar-batched` in the batch its run formed). The record carries the divergence's
+verdict (`orthrus.verdict`: tie, rounding or structural).
 
 The JSON (default `RESULTS/replay/M/D-P-A-ID.json`) holds the prompt and its token ids, both
 recorded and both replayed token lists, the divergence position and tokens, the top-k logits of
 both forwards there, their top-1/top-2 margins, the per-layer hidden-state differences between the
-two forwards (our loop), the options, the numerical environment now (`numerical_env`) and as
+two forwards (our loop), the verdict, the options, the numerical environment now (`numerical_env`) and as
 recorded, the library versions and the exact command. A short summary is printed; exit 0 when the
 replay reproduces both recorded trajectories, 1 when it does not (the record is written anyway).
 """
@@ -37,16 +39,16 @@ import pandas as pd
 import torch
 
 from orthrus.chat import render_chat
-from orthrus.contracts import HF_DECODERS, REFERENCE_DECODER
+from orthrus.contracts import REFERENCE_DECODER
 from orthrus.errors import InputError
-from orthrus.forensics import margin, replay_verify, row_options, stepwise
+from orthrus.forensics import batch_of, judge, margin, replay_generate, replay_verify, row_options, stepwise
 from orthrus.io import write_json
 from orthrus.loading import load_draft, load_model
-from orthrus.options import env_record
+from orthrus.options import LOOP_DECODERS, env_record
 from orthrus.precision import numerical_env
 from orthrus.prompt_set import read_prompt_set
 from orthrus.stats import as_token_list, first_divergence
-from orthrus.trajectories import decode_one
+from orthrus.trajectories import batched_generate, decode_one
 
 VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval",
              "orthrus")
@@ -120,7 +122,8 @@ def _forward(logits, tokenizer, k, own: int | None, other: int | None, **extra) 
 
 
 def replay(results, model: str, decoder: str, precision: str, attention: str, prompt_id: str, reference=None,
-           model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu") -> dict:
+           model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu",
+           rounding_ulps: float = 2.0) -> dict:
     """The replay record (see the module docstring)."""
     results = Path(results)
     dec_row = _row(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet", prompt_id)
@@ -151,27 +154,43 @@ def replay(results, model: str, decoder: str, precision: str, attention: str, pr
     if t is None:
         raise InputError(f"{model}/{decoder}/{precision}/{attention} matches the reference on {prompt_id!r}: "
                          "no divergence to replay")
-    replayed = {"decoder": as_token_list(decode_one(net, torch.tensor(ids, device=net.device), options, draft)["tokens"]),
+    # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
+    # in the batch the decode stage formed
+    oracle = recorded["reference"] if decoder == "oracle" else None
+    batch = (batch_of(read_prompt_set(prompt_file), tokenizer, options, dec_env, prompt_id,
+                      net.config.max_position_embeddings) if decoder == "ar-batched" else None)
+    if batch is not None:
+        dec_tokens = batched_generate(net, [torch.tensor(p, device=net.device) for p in batch[0]], options)[batch[1]]["tokens"]
+    else:
+        dec_tokens = decode_one(net, torch.tensor(ids, device=net.device), options, draft, oracle)["tokens"]
+    replayed = {"decoder": as_token_list(dec_tokens),
                 "reference": as_token_list(decode_one(ref_net, torch.tensor(ref_ids, device=ref_net.device),
                                                       ref_options)["tokens"])}
     ref_tok = recorded["reference"][t] if t < len(recorded["reference"]) else None
     dec_tok = recorded["decoder"][t] if t < len(recorded["decoder"]) else None
 
-    forwards, hidden = {}, {}
+    forwards, hidden, step_logits = {}, {}, None
     if ref_tok is not None:
         logits, hidden["reference"] = stepwise(ref_net, ref_ids, recorded["reference"][:t])
+        step_logits = logits
         fp32 = ref_net if ref_options.precision == "fp32" else load_model(
             ref_path, ref_options.replace(precision="fp32"), device)[0]
         logits32, _ = stepwise(fp32, ref_ids, recorded["reference"][:t])
         forwards["reference"] = _forward(logits, ref_tokenizer, k, ref_tok, dec_tok, kind="step",
                                          margin_fp32=margin(logits32), top_k_fp32=top_k(logits32, ref_tokenizer, k))
-    if dec_tok is not None and decoder not in HF_DECODERS:
-        logits, hidden["decoder"], emitted, blocks = replay_verify(net, ids, options, t)
-        forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="verify",
-                                       block=list(blocks[-1]), replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
-    elif dec_tok is not None:
-        forwards["decoder"] = {"kind": None, "note": f"{decoder} is transformers' loop, which does not expose its "
-                                                     "verify blocks: only the reference's forward is rebuilt"}
+    verdict = None
+    if dec_tok is not None:
+        if decoder in LOOP_DECODERS:
+            logits, hidden["decoder"], emitted, blocks = replay_verify(net, ids, options, t, oracle)
+            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="verify",
+                                           block=list(blocks[-1]), replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
+        else:  # transformers' loop: its verify row as generate returns it (output_logits); no hidden states
+            logits, emitted = replay_generate(net, ids, options, t, draft, batch)
+            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="generate output_logits",
+                                           replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
+        if step_logits is not None:
+            verdict = judge(step_logits, logits, ref_tok, dec_tok, precision, rounding_ulps,
+                            forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == recorded["reference"])
     layers = None
     if len(hidden) == 2:
         layers = [float((a.float() - b.float()).abs().max()) for a, b in zip(hidden["reference"], hidden["decoder"])]
@@ -192,6 +211,7 @@ def replay(results, model: str, decoder: str, precision: str, attention: str, pr
                        "decoder_text": None if dec_tok is None else tokenizer.decode([dec_tok])},
         "forwards": forwards,
         "margin": forwards.get("reference", {}).get("margin"),
+        "verdict": verdict,
         "max_abs_hidden_diff": layers,
         "first_layer_diverging": None if layers is None else next((i for i, d in enumerate(layers) if d > 0), None),
         "numerical_env": {"decoder": numerical_env(net), "reference": numerical_env(ref_net)},
@@ -211,6 +231,12 @@ def summary(rec: dict, out) -> str:
     if f.get("decoder", {}).get("kind") == "verify":
         lines.append(f"  {rec['decoder']} verify row: margin {f['decoder']['margin']:.4g}, argmax {f['decoder']['argmax']}, "
                      f"block {f['decoder']['block']}; first differing layer {rec['first_layer_diverging']}")
+    elif f.get("decoder", {}).get("kind"):
+        lines.append(f"  {rec['decoder']} own row ({f['decoder']['kind']}): margin {f['decoder']['margin']:.4g}, "
+                     f"argmax {f['decoder']['argmax']}")
+    if rec.get("verdict"):
+        v = rec["verdict"]
+        lines.append(f"  verdict: {v['verdict']} ({v['verdict_note']}; gap {v['gap_ulps']:g} ulp)")
     r = rec["reproduced"]
     lines.append(f"  replay reproduces the recorded trajectories: decoder {'yes' if r['decoder'] else 'NO'}, "
                  f"reference {'yes' if r['reference'] else 'NO'} -> {out}")

@@ -87,6 +87,8 @@ def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys):
     assert len(f["reference"]["top_k"]) == 5 and rec["margin"] == f["reference"]["margin"] >= 0
     assert f["reference"]["logit_other_token"] <= f["reference"]["logit_own_token"]
     assert len(rec["max_abs_hidden_diff"]) == 3 and rec["first_layer_diverging"] is not None
+    assert rec["verdict"]["verdict"] in ("tie", "rounding") and rec["verdict"]["verify_argmax"]  # an honest loop
+    assert f"verdict: {rec['verdict']['verdict']}" in printed
     assert rec["prompt_ids"] == [int(w[1:]) for w in rec["prompt"].split()]
     assert rec["numerical_env"]["decoder"]["dtype"] == "bf16" and rec["numerical_env"]["decoder"]["attention"] == "sdpa"
     assert rec["options"]["decoder"]["decoder"] == "orthrus" and rec["options"]["reference"]["decoder"] == "ar-ref"
