@@ -133,8 +133,12 @@ class _Run:
     hidden: bool = False
     accept_top: int = 1  # 2: the orthrus-lossy control's planted bug
     oracle: list[int] | None = None  # the oracle control's drafts: the reference trajectory
-    first: int = 0  # generated tokens before the current step
+    guard: float = 0.0  # verify_guard: a verify row with a top-1/top-2 margin below it ends the step
+    tokens: list[int] = field(default_factory=list)  # emitted so far (generate's list)
+    step_first: int = 0  # generated tokens before the current step
+    first: int = 0  # ... before the current forward's first row (a guarded step runs two forwards)
     pending: Forward | None = None  # the last forward, until the trace sees it with its emitted count
+    stopped: bool = False  # the trace asked the loop to stop
 
     def forward(self, kind: str, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         logits, hidden = ar_forward(self.model, ids, self.cache, last_only, self.hidden and self.trace is not None)
@@ -145,11 +149,13 @@ class _Run:
         return logits
 
     def traced(self, emitted: int, tokens: list[int]) -> bool:
-        """Hand the last forward to the trace; True when the trace asks the loop to stop."""
-        if self.trace is None:
-            return False
-        self.pending.emitted = emitted
-        return bool(self.trace(self.pending, tokens))
+        """Hand the last forward to the trace, with the tokens it emitted of the step's `emitted`;
+        True when the trace asks the loop to stop."""
+        if self.trace is None or self.stopped:
+            return self.stopped
+        self.pending.emitted = self.step_first + emitted - self.pending.first
+        self.stopped = bool(self.trace(self.pending, tokens))
+        return self.stopped
 
 
 @torch.inference_mode()
@@ -192,7 +198,8 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     if opts.max_new_tokens > 0:
         run = _Run(model, DynamicCache(config=model.config), K, sampler, opts.last_block == "shorten", stats,
                    trace, hidden_states, accept_top=2 if mode == "orthrus-lossy" else 1,
-                   oracle=[int(t) for t in oracle] if oracle is not None else None)
+                   oracle=[int(t) for t in oracle] if oracle is not None else None, guard=opts.verify_guard,
+                   tokens=tokens)
         x = sampler.pick(run.forward("prefill", ids, last_only=opts.prefill_logits == "last")[-1])
         stats["n_prefill"] = 1
         tokens.append(int(x))
@@ -200,7 +207,7 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
         step = {"ar": _ar_step, "oracle": _oracle_step}.get(mode, _orthrus_step)
         while not stop and len(tokens) < opts.max_new_tokens and tokens[-1] not in eos:
             remaining = opts.max_new_tokens - len(tokens)
-            run.first = len(tokens)
+            run.step_first = run.first = len(tokens)
             new = step(run, x, remaining)
             x = new[-1]
             for t in new.tolist()[:remaining]:  # a shortened last block may end one past the budget
@@ -278,12 +285,32 @@ def _verify(run: _Run, x, draft, draft_logits) -> torch.Tensor:
     """One verify forward over [x, draft]: the accepted proposals and the next token."""
     verify_logits = run.forward("verify", torch.cat([x.reshape(1), draft]))
     n, nxt = consensus(draft, draft_logits, verify_logits, run.sampler, run.accept_top)
+    if run.guard:
+        top = torch.topk(verify_logits[: n + 1].float(), 2, dim=-1).values
+        close = (top[:, 0] - top[:, 1] < run.guard).nonzero()
+        if len(close):
+            return _guarded(run, x, draft, int(close[0]))
     rejected = len(draft) - n
     if rejected:
         run.cache.crop(-rejected)  # the cache keeps the anchor and the accepted proposals only
     run.stats["n_verify"] += 1
     run.stats["accepted"].append(n)
     return torch.cat([draft[:n], nxt.reshape(1)])
+
+
+def _guarded(run: _Run, x, draft, j: int) -> torch.Tensor:
+    """The guarded verify (`verify_guard`): verify row j is a near-tie, so the step keeps the
+    j draft tokens before it and decides the next one by a single-token AR forward, the
+    reference's query shape, over a cache cut back to before the token that row reads."""
+    run.stats["accepted"].append(j)
+    run.stats["n_verify"] += 1
+    if run.traced(j, run.tokens + draft[:j].tolist()):  # the trace has what it needs from the verify block
+        return draft[:j]
+    run.cache.crop(-(len(draft) + 1 - j))
+    run.first = run.step_first + j
+    run.stats["n_verify"] += 1
+    last = x.reshape(1) if j == 0 else draft[j - 1: j]
+    return torch.cat([draft[:j], run.sampler.pick(run.forward("ar", last)[-1]).reshape(1)])
 
 
 def _oracle_step(run: _Run, x, remaining) -> torch.Tensor:

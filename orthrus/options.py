@@ -27,7 +27,7 @@ LAST_BLOCKS = ("full", "shorten")
 PREFILL_LOGITS = ("last", "all")
 # this package's own loop (orthrus.decoding.generate): the options below marked "loop" apply to it only
 LOOP_DECODERS = ("ar", "orthrus", "oracle", "orthrus-lossy")
-LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits")
+LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits", "verify_guard")
 # How a prompt becomes chat messages: "empty" (an empty system message, then the user turn: the
 # follow-up paper's trajectory study), "none" (the user turn alone: the authors' TPF script and
 # training data) or "system:<text>".
@@ -80,6 +80,9 @@ class DecodeOptions:
     prompt_lookup_tokens (prompt-lookup only): transformers' prompt_lookup_num_tokens.
     temperature, top_k, top_p (our loop only): 0 is greedy; otherwise speculative sampling.
     batch_size (ar-batched only, >= 2): prompts per left-padded transformers generate() call.
+    verify_guard (loop, greedy): TAU >= 0; a consensus step whose verify row (an accepted draft's or
+      the correction's) has an AR top-1/top-2 margin below TAU ends there, and the next token is
+      decided by a single-token AR forward, the reference's query shape. 0 is the plain loop.
 
     transformers' decoders (`ar-ref`, `assisted`, `prompt-lookup`) stop and prefill as
     transformers does: their loop-only options must stay at their defaults, so that what a row
@@ -101,6 +104,7 @@ class DecodeOptions:
     top_k: int | None = None
     top_p: float | None = None
     batch_size: int = 1
+    verify_guard: float = 0.0
 
     def __post_init__(self):
         for name, allowed in (("decoder", DECODERS), ("precision", PRECISIONS), ("attention", ATTENTIONS),
@@ -131,6 +135,11 @@ class DecodeOptions:
         if not _is_int(self.batch_size) or self.batch_size < (2 if batched else 1) or (self.batch_size > 1 and not batched):
             raise OptionsError(f"decoding option batch_size is the ar-batched control's (an integer >= 2); every "
                                f"other decoder decodes one prompt at a time: got {self.batch_size!r} for {self.decoder}")
+        g = self.verify_guard
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not (0 <= g < math.inf):
+            raise OptionsError(f"decoding option verify_guard must be a finite number >= 0 (0 = off), got {g!r}")
+        if g and self.temperature != 0:
+            raise OptionsError("decoding option verify_guard guards the greedy loop: temperature must be 0")
         if self.decoder in ("oracle", "orthrus-lossy") and self.temperature != 0:
             raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
         if self.decoder in HF_DECODERS:
