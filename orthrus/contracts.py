@@ -122,6 +122,13 @@ CLAIMS_COLUMNS = ["claim", "subject", "description", "source", "statistic_name",
 CLAIMS_TABLES = {"claims.csv": CLAIMS_COLUMNS}
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
+    "decoders.csv": "`oracle_match_rate` is the oracle control's match rate at the same precision and attention "
+                    "(the verify shape's numerics alone), `batch_match_rate` the ar-batched control's (the reference's "
+                    "noise floor in batches); the verdict counts are the first divergences' (`n_no_verdict`: no "
+                    "forensics row or no verdict); `audit` is `exact`, `numerics` (every divergence a tie or "
+                    "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
+                    "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
+                    "verdict).",
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
                      "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
                      "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "

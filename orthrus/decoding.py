@@ -6,6 +6,7 @@ that survives finite precision is what this project measures.
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -254,8 +255,10 @@ def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
 
 
 def _is_token(t) -> bool:
-    return (isinstance(t, int) and not isinstance(t, bool)) or (isinstance(t, torch.Tensor) and t.numel() == 1
-                                                                 and not t.is_floating_point())
+    """An integer (Python's, numpy's) or a one-element integer tensor."""
+    if isinstance(t, torch.Tensor):
+        return t.numel() == 1 and not t.is_floating_point() and t.dtype != torch.bool
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
 
 
 def _ar_step(run: _Run, x, remaining) -> torch.Tensor:

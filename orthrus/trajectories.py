@@ -88,8 +88,10 @@ def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, lo
     if options.decoder == "prompt-lookup":
         speculative["prompt_lookup_num_tokens"] = options.prompt_lookup_tokens
     if options.decoder == "ar-batched":
+        if not logits:
+            return batched_generate(model, [ids], options)[0]
         rows, scores = batched_generate(model, [ids], options, logits=True)
-        return (rows[0], [x[0] for x in scores]) if logits else rows[0]
+        return rows[0], [x[0] for x in scores]
     steps = _Steps()
     counters = [_count_forwards(m) for m in (model, speculative.get("assistant_model")) if m is not None]
     try:

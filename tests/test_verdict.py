@@ -204,3 +204,4 @@ def test_audit_words():
     assert audit(Row(**base)) == "numerics, within its oracle"
     assert audit(Row(**base | {"ci_high": 0.85})) == "numerics"
     assert audit(Row(**base | {"oracle_match_rate": math.nan})) == "numerics"
+    assert audit(Row(**base | {"decoder": "ar-batched"})) == "numerics"  # the oracle speaks for verify blocks only

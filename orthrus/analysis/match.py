@@ -208,5 +208,5 @@ def audit(row) -> str:
     if row.n_no_verdict:
         return "unexplained"
     oracle = row.oracle_match_rate
-    within = row.decoder != "oracle" and not pd.isna(oracle) and row.ci_high >= oracle
+    within = row.decoder in SPECULATIVE and not pd.isna(oracle) and row.ci_high >= oracle
     return "numerics, within its oracle" if within else "numerics"

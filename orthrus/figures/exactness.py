@@ -147,7 +147,9 @@ def fig_decoders(dec: pd.DataFrame):
         ax.set_title(f"attention={att}")
         ax.set_xlabel("precision")
     axes[0, 0].set_ylabel("trajectories identical to AR (Wilson 95% CI)")
-    _legend(axes[0, -1], len(series))
+    # outside, right of the last panel: the bars reach from 0 to 1 at every precision
+    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                       ncol=1 + len(series) // 24)
     fig.suptitle("How lossless is each decoder?")
     fig.tight_layout()
     return fig
