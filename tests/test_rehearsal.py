@@ -73,7 +73,7 @@ def test_the_rehearsal_writes_every_table_and_the_report(rehearsal):
     # every decoder, precision and model of the paper grid, with the options the paper sets
     overall = pd.read_csv(tables / "match_overall.csv")
     assert set(overall.precision) == {"bf16", "fp16", "fp32"}
-    assert set(overall.decoder) == {"orthrus", "ar", "assisted", "prompt-lookup"}
+    assert set(overall.decoder) == {"orthrus", "ar", "assisted", "prompt-lookup", "oracle", "ar-batched"}
     assert set(overall.model) == models
     rows = pd.read_parquet(work / "results/decode/ZaryaOrthrus-1.7B/orthrus-bf16-eager.parquet")
     opts = DecodeOptions.from_row(rows.env.iloc[0], "orthrus", "bf16", "eager")

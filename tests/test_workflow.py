@@ -102,8 +102,9 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
-    # (reference + assisted + prompt-lookup + 4 Orthrus models x 2 decoders) x 12 shards, each over the precision grid
-    assert re.search(r"^decode_shard\s+132$", paper.stdout, re.M)
+    # (reference + assisted + prompt-lookup + the oracle and batched controls + 4 Orthrus models x 2 decoders)
+    # x 12 shards, each over the precision grid
+    assert re.search(r"^decode_shard\s+156$", paper.stdout, re.M)
     assert not re.search(r"^train_draft", paper.stdout, re.M)  # the hub draft is not trained
     # the authors' protocol: Table 2 as a separate run per Orthrus model; the corpus read from
     # the hub in 64 shards (no generation), the benchmarks' AR baseline through HF generate
