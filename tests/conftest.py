@@ -48,6 +48,37 @@ def tiny_orthrus(seed=0, block_size=8, diffusion="random", attn="eager", init=0.
     return model.to(dtype).eval()
 
 
+def word_tokenizer(size=MASK):
+    """A word-level tokenizer for the tiny models: `w{i}` is token i, w1 EOS, w0 padding, and a
+    chat template that joins the messages' text."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(size)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def teacher_and_orthrus(seed, attn="eager", init=0.2, shift=0.0, shift_seed=0, block_size=8, noise=1e-2, noise_seed=0):
+    """A teacher and an Orthrus model whose AR view is that teacher and whose diffusion view is a
+    noisy copy of it. `shift` adds a direction shared by every embedding (predictions less tied to
+    the input token), so the noisy drafts are accepted more often."""
+    base = tiny_base(seed, attn, init)
+    with torch.no_grad():
+        base.model.embed_tokens.weight.add_(shift * torch.randn(base.config.hidden_size,
+                                                                generator=torch.Generator().manual_seed(shift_seed)))
+    teacher = Qwen3ForCausalLM(base.config).eval()
+    teacher.load_state_dict(base.state_dict())
+    orth = OrthrusForCausalLM.from_base(base, block_size=block_size, mask_token_id=MASK)
+    g = torch.Generator().manual_seed(noise_seed)
+    with torch.no_grad():
+        for p in orth.diffusion_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * noise)
+    return teacher, orth
+
+
 @pytest.fixture
 def random_prompts():
     def make(n, seed=0, lo=1, hi=12):

@@ -55,17 +55,12 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     decoder did not produce (a token planted by hand) is not reproduced by its replay, and gets
     no verdict."""
     import pandas as pd
-    from conftest import MASK, tiny_base
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from conftest import MASK, tiny_base, word_tokenizer
 
     from orthrus.forensics import main as forensics
     from orthrus.trajectories import main as decode
 
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast = word_tokenizer()
     tiny_base(0).save_pretrained(tmp_path / "teacher")
     fast.save_pretrained(tmp_path / "teacher")
     pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w6 w7", "w9 w3"]}).to_parquet(tmp_path / "p.parquet")

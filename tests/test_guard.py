@@ -2,7 +2,7 @@
 single-token AR forward instead."""
 import pytest
 import torch
-from conftest import MASK, tiny_orthrus
+from conftest import MASK, tiny_orthrus, word_tokenizer
 
 import orthrus
 from orthrus.forensics import replay_verify
@@ -68,7 +68,6 @@ def test_the_exactness_cost_benchmark_measures_each_setting(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from test_verdict import _tokenizer
 
     spec = importlib.util.spec_from_file_location(
         "exactness_cost", Path(__file__).resolve().parent.parent / "benchmarks" / "exactness_cost.py")
@@ -76,7 +75,7 @@ def test_the_exactness_cost_benchmark_measures_each_setting(tmp_path):
     spec.loader.exec_module(bench)
     assert bench.settings([0.25])[-1] == ("bf16", "sdpa", 0.25) and len(bench.settings([0.25])) == 7
     tiny_orthrus(0, 4, "noisy", noise=1e-2, peaked=1.0).save_pretrained(tmp_path / "m")
-    _tokenizer().save_pretrained(tmp_path / "m")
+    word_tokenizer().save_pretrained(tmp_path / "m")
     prompts = ["w5 w6 w7", "w9 w3", "w40 w41 w42 w43"]
     opts = DecodeOptions(decoder="orthrus", max_new_tokens=16)
     row = bench.measure(str(tmp_path / "m"), opts, prompts, "fp32", "eager", 0.25)

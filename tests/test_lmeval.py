@@ -308,10 +308,8 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     second EOS id that the trajectory reaches: `generation_config` stops there, `config` (the
     released loop) decodes past it, and the answer text then holds the text after that id too
     (special tokens are skipped when decoding; a task's stop strings still cut it)."""
-    from conftest import EOS, MASK, tiny_orthrus
+    from conftest import EOS, tiny_orthrus, word_tokenizer
     from lm_eval.api.instance import Instance
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     import pandas as pd
 
@@ -319,10 +317,7 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     from orthrus.options import DecodeOptions
     from orthrus.trajectories import decode_prompts
 
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast = word_tokenizer()
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     prompt = "w9 w9"
     options = DecodeOptions(decoder="orthrus", precision="fp32", max_new_tokens=30, eos=eos, last_block="shorten",

@@ -11,11 +11,8 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, tiny_base
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from conftest import MASK, teacher_and_orthrus, word_tokenizer
 
-from orthrus import OrthrusForCausalLM
 from orthrus.cli import main as cli
 from orthrus.stats import first_divergence
 from orthrus.trajectories import main as decode
@@ -24,21 +21,11 @@ from orthrus.trajectories import main as decode
 def _run(root):
     """A results/ directory: teacher, one Orthrus model (the teacher's AR view plus a noisy copy as
     its diffusion view), 40 prompts, the reference and Orthrus decoded in bf16 with sdpa."""
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK + 1)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    base = tiny_base(0, "sdpa")
-    with torch.no_grad():  # a direction shared by every embedding: a noisy diffusion view then proposes well
-        base.model.embed_tokens.weight.add_(0.2 * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(7)))
+    fast = word_tokenizer(MASK + 1)
+    base, model = teacher_and_orthrus(0, "sdpa", shift=0.2, shift_seed=7, block_size=8, noise=1e-2, noise_seed=1000)
     res = root / "results"
     base.save_pretrained(res / "teacher")
     fast.save_pretrained(res / "teacher")
-    model = OrthrusForCausalLM.from_base(base, block_size=8, mask_token_id=MASK)
-    g = torch.Generator().manual_seed(1000)
-    with torch.no_grad():
-        for p in model.diffusion_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 1e-2)
     model.save_pretrained(res / "models" / "m")
     fast.save_pretrained(res / "models" / "m")
     g = torch.Generator().manual_seed(4)

@@ -6,12 +6,9 @@ import math
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, tiny_base
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from conftest import MASK, teacher_and_orthrus, tiny_base, word_tokenizer
 
 import orthrus
-from orthrus import OrthrusForCausalLM
 from orthrus.analysis.match import audit, compare_trajectories, decoders_table, match_overall
 from orthrus.forensics import judge
 from orthrus.forensics import main as forensics
@@ -68,30 +65,15 @@ def test_judge_reads_the_four_logits_from_the_rows():
     assert judge(step, step, 1, 2, "bf16", 4, consistent=True)["verdict"] == "structural"  # not its own argmax
 
 
-def _tokenizer():
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    return fast
-
-
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """A teacher, an Orthrus model whose AR view is that teacher and whose diffusion view is a
     noisy copy of it (drafts often right), 24 prompts: the files a decode stage reads."""
     root = tmp_path_factory.mktemp("verdicts")
-    base = tiny_base(3, init=0.3)
-    with torch.no_grad():  # a shared direction: predictions less tied to the input, drafts accepted more
-        base.model.embed_tokens.weight.add_(0.6 * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(9)))
-    tok = _tokenizer()
+    base, orth = teacher_and_orthrus(3, init=0.3, shift=0.6, shift_seed=9, block_size=4, noise=0.02, noise_seed=5)
+    tok = word_tokenizer()
     base.save_pretrained(root / "teacher")
     tok.save_pretrained(root / "teacher")
-    orth = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in orth.diffusion_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.02)
     orth.save_pretrained(root / "orthrus")
     tok.save_pretrained(root / "orthrus")
     g = torch.Generator().manual_seed(1)
