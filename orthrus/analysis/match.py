@@ -188,9 +188,9 @@ def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame
     for control, column in (("oracle", "oracle_match_rate"), ("ar-batched", "batch_match_rate")):
         rates = overall[overall["decoder"] == control].groupby(["precision", "attention"])["match_rate"].first()
         d = d.merge(rates.rename(column).reset_index(), on=["precision", "attention"], how="left")
-    verdicts = fx if fx is not None else pd.DataFrame(columns=CONFIG + ["verdict"])
-    counts = [verdict_counts(verdicts.loc[(verdicts[CONFIG] == pd.Series(dict(zip(CONFIG, key)))).all(axis=1), "verdict"],
-                             n=round(n * (1 - rate)))
+    by_cell = dict(list(fx.groupby(CONFIG)["verdict"])) if fx is not None and len(fx) else {}
+    none = pd.Series(dtype=object)
+    counts = [verdict_counts(by_cell.get(tuple(key), none), n=round(n * (1 - rate)))
               for key, n, rate in zip(d[CONFIG].itertuples(index=False), d["n"], d["match_rate"])]
     d = pd.concat([d.reset_index(drop=True), pd.DataFrame(counts, columns=VERDICT_COUNTS)], axis=1)
     d["audit"] = [audit(r) for r in d.itertuples()]
