@@ -11,6 +11,8 @@ COMMANDS = {
     "corpus": "orthrus.corpus",
     "train": "orthrus.distill.loop",
     "decode": "orthrus.trajectories",
+    "export-prompts": "orthrus.export_prompts",
+    "ingest": "orthrus.external",
     "gather": "orthrus.io",
     "analyze": "orthrus.analysis",
     "perplexity": "orthrus.perplexity",

@@ -19,13 +19,19 @@ PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
 # ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
 # model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders;
-# then the audit's controls (CONTROLS)
-DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy")
+# then the audit's controls (CONTROLS), then `external`: trajectories an engine outside this package
+# decoded (decode.external; `orthrus ingest` turns its file into a decoding result)
+DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy", "external")
 REFERENCE_DECODER = "ar-ref"
+EXTERNAL_DECODER = "external"
 # decoders that run a plain causal LM through transformers' generate()
 HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup", "ar-batched")
+# decoders that need no diffusion view and none of this package's loop: their model is any causal LM
+# transformers loads without remote code (Llama, Mistral, Gemma, Qwen2/3, ...), and the loop's options
+# do not apply to them; every other decoder runs `orthrus.generate` on a Qwen3 (or Orthrus) checkpoint
+PLAIN_LM_DECODERS = HF_DECODERS + (EXTERNAL_DECODER,)
 # the decoders under audit
-SPECULATIVE = ("orthrus", "assisted", "prompt-lookup")
+SPECULATIVE = ("orthrus", "assisted", "prompt-lookup", EXTERNAL_DECODER)
 # Controls that separate numerics from bugs (decode.controls): `oracle`, the consensus loop on the
 # teacher whose drafts are the reference's own tokens (the verify shape's numerics alone);
 # `ar-batched`, the reference through transformers' generate in left-padded batches (the noise a
@@ -35,7 +41,7 @@ CONTROLS = ("oracle", "ar-batched", "orthrus-lossy")
 # controls that run on the teacher (orthrus-lossy runs on each Orthrus model)
 TEACHER_CONTROLS = ("oracle", "ar-batched")
 # decoders compared against the reference trajectory
-COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS
+COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS + (EXTERNAL_DECODER,)
 # why a first divergence happened (orthrus.verdict)
 VERDICTS = ("tie", "rounding", "structural")
 CONFIG = ["model", "decoder", "precision", "attention"]
@@ -65,6 +71,14 @@ FORENSICS_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "ref_token", "o
                               "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff",
                               "replay_consistent", "ref_logit_ref", "ref_logit_dec", "verify_logit_ref",
                               "verify_logit_dec", "verify_argmax", "gap_ulps", "verdict", "verdict_note"]
+# The way in and out for engines outside this package: the evaluation set as an engine needs it
+# (`orthrus export-prompts`, one JSON object per line and prompt) and the trajectory file an engine
+# writes back (decode.external; `orthrus ingest` checks it and writes a decoding result).
+EXPORT_FIELDS = ["prompt_id", "domain", "prompt", "messages", "prompt_text", "prompt_token_ids", "max_new_tokens",
+                 "stop_token_ids", "temperature", "message"]
+EXTERNAL_REQUIRED = ["prompt_id", "token_ids", "env"]
+EXTERNAL_FIELDS = EXTERNAL_REQUIRED + ["text", "finish_reason", "prompt_token_ids", "accepted", "forwards",
+                                       "draft_forwards", "seconds", "extra"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
@@ -122,6 +136,10 @@ CLAIMS_COLUMNS = ["claim", "subject", "description", "source", "statistic_name",
 CLAIMS_TABLES = {"claims.csv": CLAIMS_COLUMNS}
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
+    "trajectories.parquet": "`reference` names the trajectory each row is compared with: the reference model's "
+                            "`ar-ref` at the row's precision and attention, or, for an external decoder whose "
+                            "decode.external entry declares `reference: NAME` (an engine's own plain run), that "
+                            "file's; every match table of the configuration is then against it.",
     "decoders.csv": "`oracle_match_rate` is the oracle control's match rate at the same precision and attention "
                     "(the verify shape's numerics alone), `batch_match_rate` the ar-batched control's (the reference's "
                     "noise floor in batches); the verdict counts are the first divergences' (`n_no_verdict`: no "
@@ -197,20 +215,48 @@ ARTEFACTS = {
         "step (empty for plain AR); `n_diffusion` counts the proposer's forwards (Orthrus's diffusion view, "
         "assisted's draft model), `n_verify` the model's other forwards; `finish_reason` is eos, length or error "
         "(`error` says why); `env` is a JSON record of the numerical environment (dtype, attention, TF32, "
-        "library versions, device) and the run's protocol (message format, max_new_tokens, loop options)."),
+        "library versions, device) and the run's protocol (message format, max_new_tokens, loop options). An engine's "
+        "file (decoder `external`, model its decode.external name) comes in through `orthrus ingest`: "
+        "`results/decode/{name}/external-{precision}-{attention}.parquet`, its `env` the record's under "
+        "`engine_env`."),
+    "Exported prompts": Artefact(
+        "results/export/prompts.jsonl", "orthrus export-prompts", EXPORT_FIELDS,
+        "The evaluation set as an engine outside this package needs it, one JSON object per line and prompt: "
+        "`prompt` the raw user text, `messages` its chat messages, `prompt_text` the chat-rendered text and "
+        "`prompt_token_ids` its tokens under the study's message format (`orthrus.chat.render_chat`; feed the ids, "
+        "not the text), and the generation settings of the study: greedy (`temperature` 0), `max_new_tokens`, "
+        "`stop_token_ids` (the teacher's generation-config EOS ids, where transformers' generate stops) and the "
+        "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang."),
+    "External trajectory file": Artefact(
+        "decode.external.{name}.path (JSONL)", "an engine (docs/EXTERNAL.md)", EXTERNAL_FIELDS,
+        "One JSON object per line and prompt; `orthrus ingest` reads it into the decoding result "
+        "`results/decode/{name}/external-{precision}-{attention}.parquet`. Required: `prompt_id` (one of the "
+        "exported prompts', each once), `token_ids` (the generated ids, the stop id included when reached) and `env` "
+        "(an object: `engine`, and where known `version`, `dtype`, `kernel`, `batch_size`, `device`). Optional: "
+        "`text` (checked against the tokens), `finish_reason` (`stop`/`eos`, `length`; anything else is an error "
+        "row), `prompt_token_ids` (checked against the study's), `accepted` (accepted draft tokens per verify step), "
+        "`forwards` (the target model's forwards, prefill included; with `accepted`, gives tokens per forward), "
+        "`draft_forwards`, `seconds`, `extra` (anything else, kept in `env`). A bad record fails naming the file, "
+        "the line and the field; a prompt without a record becomes an error row (counted in every table's "
+        "`n_errors_excluded`)."),
     "Perplexity file": Artefact(
         "results/ppl/reference.parquet", "orthrus perplexity", PPL_COLUMNS,
-        "One row per reference (`ar-ref`) trajectory, scored by the teacher at `scorer_precision`: `ppl` of the "
-        "response, `entropy` the mean next-token entropy (nats), `margins` the top-1/top-2 logit margin at every "
+        "One row per reference (`ar-ref`) trajectory, and per trajectory of an engine's plain run that another "
+        "external file names as its `reference` (`model` its name), scored by the teacher at `scorer_precision`: "
+        "`ppl` of the response, `entropy` the mean next-token entropy (nats), `margins` the top-1/top-2 logit margin at every "
         "response step (list<float>)."),
     "Forensics file": Artefact(
-        "results/forensics/{model}.parquet", "orthrus forensics", FORENSICS_COLUMNS,
+        "results/forensics/{model}.parquet, results/forensics/external/{name}.parquet", "orthrus forensics",
+        FORENSICS_COLUMNS,
         "One row per diverging trajectory, at its first divergence: the reference's margin in the decoding "
         "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, whether "
         "replaying the run reproduces the divergence, the logits of the reference's token (`_ref`) and the "
         "decoder's (`_dec`) in the reference's step and the decoder's own pass, whether the decoder's token is its "
         "own pass's argmax, the reference's gap between the two in ulps of the precision, and the `verdict` "
-        "(tie, rounding, structural; `orthrus.verdict`) with a note saying why (or why none could be given)."),
+        "(tie, rounding, structural; `orthrus.verdict`) with a note saying why (or why none could be given). An "
+        "engine's file (decoder `external`) is scored by the in-process teacher alone: its own pass cannot be "
+        "recomputed, so the verify columns are empty and the verdict rests on the reference's gap "
+        "(`orthrus.verdict.external_verdict`: a tie or a rounding, else none)."),
     "Benchmark record": Artefact(
         "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json", "orthrus lm-eval run", [],
         "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "

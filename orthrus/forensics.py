@@ -15,6 +15,13 @@ hidden-state difference between the two computations after every layer, and a ve
 (`orthrus.verdict`: tie, rounding or structural) from the logits of the two tokens in the
 reference's step and in the decoder's own pass.
 
+An engine's file (decoder `external`, `orthrus ingest`) is explained by the reference model
+alone, the teacher: its margins at the divergence as above, but the engine's own pass is not in the
+file, so the verify columns stay empty, `replay_consistent` says whether the reference model picks
+the compared trajectory's token there, and the verdict rests on the reference's gap
+(`orthrus.verdict.external_verdict`). Its reference file is the ar-ref of its cell or, for an engine
+pair, the engine's own plain run.
+
 The controls (`orthrus.contracts.CONTROLS`) are replayed like the loop: `orthrus-lossy` is the
 loop, `oracle` the loop with the reference's tokens as drafts. transformers' decoders (`assisted`,
 `prompt-lookup`, the `ar-batched` control) run on the teacher; for them the model is the teacher,
@@ -41,7 +48,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .chat import render_chat
-from .contracts import FORENSICS_COLUMNS
+from .contracts import EXTERNAL_DECODER, FORENSICS_COLUMNS
 from .decoding import generate
 from .io import write_parquet
 from .loading import load_draft, load_model
@@ -49,7 +56,7 @@ from .options import LOOP_DECODERS, DecodeOptions, env_record
 from .prompt_set import length_error, read_prompt_set
 from .stats import first_divergence
 from .trajectories import batched_generate, batches, hf_generate
-from .verdict import gap_ulps, verdict
+from .verdict import external_verdict, gap_ulps, verdict
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -155,6 +162,10 @@ def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 2.0, dr
                "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": None,
                "first_layer_diverging": None, "max_abs_hidden_diff": [],
                "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
+        if o.decoder == EXTERNAL_DECODER:  # an engine's file: nothing to replay (see judge_external)
+            rows.append(row | judge_external(step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps,
+                                             row["replay_consistent"]))
+            continue
         if o.decoder in LOOP_DECODERS:
             ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t,
                                                                 r_tokens if o.decoder == "oracle" else None)
@@ -186,6 +197,19 @@ def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, m
     else:
         v, note = None, "the replay does not reproduce the run (see replay_consistent)"
     return logits | {"verify_argmax": argmax, "gap_ulps": gap, "verdict": v, "verdict_note": note}
+
+
+def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float, reproduced: bool) -> dict:
+    """The verdict columns of a divergence of an engine's file: the reference's two logits; the
+    engine's pass is not in the file (verify columns empty) and the verdict is
+    `orthrus.verdict.external_verdict`'s."""
+    step = step_logits.float()
+    logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token]),
+              "verify_logit_ref": float("nan"), "verify_logit_dec": float("nan")}
+    v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced)
+    return logits | {"verify_margin": float("nan"), "verify_argmax": None,
+                     "gap_ulps": gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision),
+                     "verdict": v, "verdict_note": note}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from orthrus.contracts import HF_DECODERS
+from orthrus.contracts import PLAIN_LM_DECODERS
 from orthrus.errors import InputError
 from orthrus.options import EOS_POLICIES, DecodeOptions, OptionsError
 
@@ -55,10 +55,16 @@ def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]
     return ids
 
 
+# the model types our loop runs on: Qwen3 (the teacher through our loop) and the released Orthrus formats
+LOOP_MODEL_TYPES = ("qwen3", "orthrus")
+
+
 def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
     """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
-    the plain causal LM for transformers' decoders, the Orthrus checkpoint for our loop (`ar` and
-    the `oracle` control also take a plain Qwen3, e.g. the teacher through our loop)."""
+    for the decoders that need no diffusion view (transformers' and an engine's file, which the
+    teacher scores) any causal LM transformers loads without remote code, the Orthrus checkpoint
+    for our loop (`ar` and the `oracle` control also take a plain Qwen3, e.g. the teacher through
+    our loop)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
     from orthrus.modeling import OrthrusForCausalLM, load_complete, resolve_checkpoint
@@ -68,8 +74,12 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     dtype = configure(options.precision, deterministic=options.deterministic)
     check_attention(options.attention)
     kw = {"dtype": dtype, "attn_implementation": options.attention}
-    if options.decoder in HF_DECODERS:
+    if options.decoder in PLAIN_LM_DECODERS:
         model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
+    elif model_type(path) not in (None, *LOOP_MODEL_TYPES):
+        raise InputError(f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
+                         f"which needs a Qwen3 or Orthrus checkpoint (any causal LM works with "
+                         f"{', '.join(PLAIN_LM_DECODERS)})")
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
     elif options.decoder in ("ar", "oracle"):
@@ -79,6 +89,16 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
                          f"decoder {options.decoder} needs one")
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model.to(device).eval(), tokenizer
+
+
+def model_type(path) -> str | None:
+    """`model_type` of a model directory's config.json (None where it has none)."""
+    import json
+
+    try:
+        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def is_orthrus_checkpoint(path) -> bool:

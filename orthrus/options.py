@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, fields
 
-from orthrus.contracts import ATTENTIONS, DECODERS, HF_DECODERS, PRECISIONS
+from orthrus.contracts import ATTENTIONS, DECODERS, EXTERNAL_DECODER, PLAIN_LM_DECODERS, PRECISIONS
 from orthrus.errors import InputError
 
 EOS_POLICIES = ("generation_config", "config")
@@ -62,7 +62,8 @@ class DecodeOptions:
     """The decoding setting of one run (see the module docstring).
 
     decoder: ar-ref | ar | orthrus | assisted | prompt-lookup, or a control of the audit: oracle |
-      ar-batched | orthrus-lossy (`orthrus.contracts.DECODERS`, `CONTROLS`).
+      ar-batched | orthrus-lossy (`orthrus.contracts.DECODERS`, `CONTROLS`), or external (an
+      engine's trajectory file, decode.external).
     precision, attention: the dtype and attention kernel the model is loaded with.
     max_new_tokens: the token budget of a trajectory.
     block_size (loop): K of the Orthrus loop (and of the oracle's blocks); None takes the checkpoint's.
@@ -85,8 +86,10 @@ class DecodeOptions:
       decided by a single-token AR forward, the reference's query shape. 0 is the plain loop.
 
     transformers' decoders (`ar-ref`, `assisted`, `prompt-lookup`) stop and prefill as
-    transformers does: their loop-only options must stay at their defaults, so that what a row
-    records is what ran.
+    transformers does, and an engine's file (`external`) as that engine did: their loop-only
+    options must stay at their defaults, so that what a row records is what ran. For `external`
+    the options record the study's settings the prompts were exported with (max_new_tokens,
+    message) and the cell the file is compared in (precision, attention).
     """
 
     decoder: str = "orthrus"
@@ -142,11 +145,13 @@ class DecodeOptions:
             raise OptionsError("decoding option verify_guard guards the greedy loop: temperature must be 0")
         if self.decoder in ("oracle", "orthrus-lossy") and self.temperature != 0:
             raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
-        if self.decoder in HF_DECODERS:
+        if self.decoder in PLAIN_LM_DECODERS:
             changed = [f.name for f in fields(self) if f.name in LOOP_ONLY + ("temperature", "top_k", "top_p")
                        and getattr(self, f.name) != f.default]
+            ran = ("an engine outside this package, greedy, as exported" if self.decoder == EXTERNAL_DECODER
+                   else "transformers' greedy generate")
             if changed:
-                raise OptionsError(f"decoder {self.decoder} runs transformers' greedy generate: {', '.join(changed)} "
+                raise OptionsError(f"decoder {self.decoder} runs {ran}: {', '.join(changed)} "
                                    "apply to this package's loop (ar, orthrus) only")
 
     def replace(self, **changes) -> "DecodeOptions":
@@ -205,7 +210,7 @@ class DecodeOptions:
         `oracle_block_size`."""
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in section.items() if k in names}
-        if decoder in HF_DECODERS:
+        if decoder in PLAIN_LM_DECODERS:
             given = {k: v for k, v in given.items() if k not in LOOP_ONLY}
         if decoder != "prompt-lookup":
             given.pop("prompt_lookup_tokens", None)

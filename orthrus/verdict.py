@@ -55,3 +55,22 @@ def verdict(ref_logit_ref: float, ref_logit_dec: float, verify_logit_dec: float 
     if gap <= max_ulps:
         return "rounding", f"reference margin {gap:g} ulp (at most {max_ulps:g})"
     return "structural", f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g})"
+
+
+def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str, max_ulps: float,
+                     reproduced: bool) -> tuple[str | None, str]:
+    """(verdict, note) for a first divergence of an engine's file (decoder `external`), from the
+    in-process reference's logits alone: the engine's own pass is not in the file, so whether it
+    emitted its own argmax cannot be checked, and `structural` is never said. `reproduced`: the
+    reference model, one token per forward, picks the compared trajectory's token (not so where
+    an engine's own plain run is the reference and its kernel ranks otherwise)."""
+    if not reproduced:
+        return None, "the reference model does not pick the compared trajectory's token here (another engine's kernel)"
+    gap = gap_ulps(ref_logit_ref, ref_logit_dec, precision)
+    if gap == 0:
+        return "tie", "the reference's two logits are equal (the engine's own logits are not in its file)"
+    if gap <= max_ulps:
+        return "rounding", (f"reference margin {gap:g} ulp (at most {max_ulps:g}); the engine's own logits are not in "
+                            "its file, so whether it emitted its own argmax is unchecked")
+    return None, (f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g}); without the engine's "
+                  "logits another kernel's numerics and a bug cannot be told apart")

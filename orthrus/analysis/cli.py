@@ -5,11 +5,13 @@
                     [--near-tie 0.125] --out-dir results/tables
 
 Inputs are decoding-result Parquet files (see docs/DESIGN.md, "Decoding result"). Every
-configuration (model, decoder in {orthrus, ar, assisted, prompt-lookup}, precision, attention)
-is compared, prompt by prompt, with the plain AR reference (`decoder == "ar-ref"`, `model ==
---reference`) at the same precision and attention. The speculative decoders (Orthrus and
-transformers' assisted and prompt-lookup decoding) get the per-decoder tables: tokens per
-forward, perplexity by match, the logistic fit and the side-by-side `decoders.csv`.
+configuration (model, decoder in {orthrus, ar, assisted, prompt-lookup, the controls, external},
+precision, attention) is compared, prompt by prompt, with the plain AR reference (`decoder ==
+"ar-ref"`, `model == --reference`) at the same precision and attention; an external decoder whose
+rows declare a reference (an engine pair, decode.external's `reference`) with that decoder's
+trajectories instead. The speculative decoders (Orthrus, transformers' assisted and prompt-lookup
+decoding, an engine's file) get the per-decoder tables: tokens per forward, perplexity by match,
+the logistic fit and the side-by-side `decoders.csv`.
 
 Outputs (always all of them, so a workflow can declare them; tables whose optional input
 was not given are written with their header only):
@@ -44,10 +46,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from orthrus.analysis.load import AnalysisError, error_counts, load_decode, load_forensics, load_ppl
+from orthrus.analysis.load import AnalysisError, error_counts, load_decode, load_forensics, load_pair_ppl, load_ppl
 from orthrus.analysis.match import (
     attach_ppl,
     compare_trajectories,
+    declared_references,
     decoders_table,
     detect_reference,
     errored_cells,
@@ -79,7 +82,10 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         reference = detect_reference(decode)
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
     fx = load_forensics(forensics_path) if forensics_path is not None else None
-    traj = attach_ppl(compare_trajectories(decode, reference), ppl)
+    # engine pairs (decode.external's `reference`): compared with, and error-counted by, their declared reference
+    declared = declared_references(decode, errors)
+    pair_ppl = load_pair_ppl(ppl_path, {r[0] for r in declared.values()}) if ppl_path is not None else None
+    traj = attach_ppl(compare_trajectories(decode, reference), ppl, pair_ppl)
     overall = match_overall(traj)
     empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
     tables = {
@@ -96,7 +102,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "decoders.csv": decoders_table(overall, decode, fx),
     }
     # a configuration or a domain whose every prompt errored keeps its row, with its error count
-    configs, cells = errored_cells(traj, errors, reference)
+    configs, cells = errored_cells(traj, errors, reference, declared)
     tables["match_overall.csv"] = with_rows(overall, CONFIG, configs)
     tables["match_by_domain.csv"] = with_rows(tables["match_by_domain.csv"], CONFIG + ["domain"], cells)
     tpf_keys = CONFIG + TPF_RUN + ["domain"]
@@ -107,7 +113,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     for name, df in tables.items():
         if name.endswith(".csv"):
             errs = tpf_errors if name == "tpf_by_domain.csv" else errors
-            df[ERRORS] = pd.array(error_counts(name, df, errs, reference), dtype="int64")
+            df[ERRORS] = pd.array(error_counts(name, df, errs, reference, declared), dtype="int64")
     return tables
 
 

@@ -126,12 +126,15 @@ def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df, errors
 
 
-def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str) -> list[int]:
+def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str,
+                 declared: dict | None = None) -> list[int]:
     """Per row of a table: the decoding error rows it left out, those of its own configuration
     (the Orthrus decoder where the table has no decoder column; the reference at the scored
     precision and attention for the uncertainty table, whose perplexity forward skips them) and,
-    where it compares with the reference, the reference's at the same precision and attention;
-    per domain where it has one, and per run setting (message, max_new_tokens) in the TPF table."""
+    where it compares with the reference, the reference's at the same precision and attention (for
+    an engine pair, `declared` maps its configuration to its reference's); per domain where it has
+    one, and per run setting (message, max_new_tokens) in the TPF table."""
+    declared = declared or {}
     counts = errors[ERROR_COLUMNS].value_counts().to_dict()  # (model, decoder, precision, attention, domain, message, max_new_tokens) -> n
 
     def n(model, decoder, precision, attention, domain=None, run=None):
@@ -151,8 +154,10 @@ def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference
             out.append(n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r["domain"],
                          (str(r["message"]), run_tokens(r["max_new_tokens"]))))
             continue
-        own = n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r.get("domain"))
-        out.append(own + n(reference, REFERENCE_DECODER, r["precision"], r["attention"], r.get("domain")))
+        key = (r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"])
+        own = n(*key, r.get("domain"))
+        ref = declared.get(key, (reference, REFERENCE_DECODER, r["precision"], r["attention"]))
+        out.append(own + n(*ref, r.get("domain")))
     return out
 
 
@@ -181,6 +186,18 @@ def load_ppl(path, reference: str | None) -> pd.DataFrame:
     df = df[keys + ["ppl"]].copy()
     df["ppl"] = pd.to_numeric(df["ppl"], errors="coerce").astype(float)
     return df
+
+
+def load_pair_ppl(path, references) -> pd.DataFrame:
+    """The perplexities of the external decoders that engine pairs declare as their reference
+    (`references`: their names, the perplexity file's `model`): `reference`, `prompt_id`, `ppl`."""
+    df = read_parquet_checked(path, PPL_REQUIRED, ["model"], what="perplexity file")
+    if "model" not in df.columns or not references:
+        return pd.DataFrame(columns=["reference", "prompt_id", "ppl"])
+    df = df[df["model"].astype(str).isin(set(references))]
+    out = pd.DataFrame({"reference": df["model"].astype(str), "prompt_id": df["prompt_id"].astype(str),
+                        "ppl": pd.to_numeric(df["ppl"], errors="coerce").astype(float)})
+    return out.drop_duplicates(["reference", "prompt_id"]).reset_index(drop=True)
 
 
 def load_forensics(path) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from orthrus.contracts import (
     CONFIG,
     CONTROLS,
     DECODERS_COLUMNS,
+    EXTERNAL_DECODER,
     MATCH_BY_DOMAIN_COLUMNS,
     MATCH_OVERALL_COLUMNS,
     PAIRWISE_COLUMNS,
@@ -24,6 +25,7 @@ from orthrus.contracts import (
     TRAJECTORY_COLUMNS,
     VERDICT_COUNTS,
 )
+from orthrus.external import declared_reference
 from orthrus.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 
 
@@ -64,8 +66,33 @@ def _typed(out: pd.DataFrame) -> pd.DataFrame:
     return out[TRAJECTORY_COLUMNS]
 
 
+def _declared(grp: pd.DataFrame) -> str | None:
+    """The external decoder a configuration's rows declare as their reference (None: the reference model's ar-ref)."""
+    if "env" not in grp.columns or grp["decoder"].iloc[0] != EXTERNAL_DECODER:
+        return None
+    return declared_reference(grp["env"].iloc[0])
+
+
+def declared_references(decode: pd.DataFrame, errors: pd.DataFrame) -> dict[tuple, tuple]:
+    """{configuration of an external decoder that declares a reference (an engine pair): the
+    configuration of that reference}, for the error counts; the reference's cell is read from its
+    rows, kept or errors."""
+    if "env" not in decode.columns:
+        return {}
+    cells = {r[0]: tuple(r) for frame in (decode, errors) if len(frame)
+             for r in frame.loc[frame["decoder"] == EXTERNAL_DECODER, CONFIG].itertuples(index=False, name=None)}
+    out = {}
+    for key, grp in decode[decode["decoder"] == EXTERNAL_DECODER].groupby(CONFIG, sort=True):
+        name = _declared(grp)
+        if name in cells:
+            out[key] = cells[name]
+    return out
+
+
 def compare_trajectories(decode: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per-prompt comparison of every (model, decoder, precision, attention) with the reference."""
+    """Per-prompt comparison of every (model, decoder, precision, attention) with the reference:
+    the reference model's ar-ref at the same precision and attention or, for an external decoder
+    that declares one (an engine pair), that external decoder's trajectories."""
     is_ref = (decode["decoder"] == REFERENCE_DECODER) & (decode["model"] == reference)
     if not is_ref.any():
         raise AnalysisError(
@@ -78,26 +105,42 @@ def compare_trajectories(decode: pd.DataFrame, reference: str) -> pd.DataFrame:
     rows = []
     for key, grp in cand.groupby(CONFIG, sort=True):
         model, decoder, precision, attention = key
-        r = ref[(ref["precision"] == precision) & (ref["attention"] == attention)]
-        if r.empty:
-            warn(f"no reference {reference}/{REFERENCE_DECODER} at {precision}/{attention}; "
-                 f"skipping {model}/{decoder}")
-            continue
-        lost = _compare(rows, key, grp, dict(zip(r["prompt_id"], r["tokens"])), reference)
+        pair = _declared(grp)
+        if pair is not None:
+            r = decode[(decode["decoder"] == EXTERNAL_DECODER) & (decode["model"] == pair)]
+            if r.empty:
+                warn(f"{model}/{decoder}/{precision}/{attention} declares the reference {pair!r}, which has no "
+                     "trajectories among the --decode files (or only error rows); skipping it")
+                continue
+        else:
+            r = ref[(ref["precision"] == precision) & (ref["attention"] == attention)]
+            if r.empty:
+                warn(f"no reference {reference}/{REFERENCE_DECODER} at {precision}/{attention}; "
+                     f"skipping {model}/{decoder}")
+                continue
+        lost = _compare(rows, key, grp, dict(zip(r["prompt_id"], r["tokens"])), pair or reference)
         if lost:
             warn(f"{model}/{decoder}/{precision}/{attention}: {lost} prompt(s) have no reference")
     return _typed(pd.DataFrame(rows, columns=TRAJECTORY_COLUMNS[:-1]))
 
 
-def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None) -> pd.DataFrame:
+def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None, pair_ppl: pd.DataFrame | None = None) -> pd.DataFrame:
     """`traj` with each reference response's perplexity, joined on prompt (and precision and
-    attention where the perplexity file has several per prompt)."""
+    attention where the perplexity file has several per prompt); a row compared with an external
+    decoder (an engine pair) takes that decoder's response's, from `pair_ppl` (`reference`,
+    `prompt_id`, `ppl`; NaN where it has none)."""
     traj = traj.drop(columns="ppl")
     if ppl is None or ppl.empty:
         traj["ppl"] = np.nan
     else:
         keys = [k for k in ("prompt_id", "precision", "attention") if k in ppl.columns]
         traj = traj.merge(ppl[keys + ["ppl"]], on=keys, how="left")
+    pair = traj["reference"].isin(set(traj.loc[traj["decoder"] == EXTERNAL_DECODER, "model"]))
+    if pair.any():
+        scores = ({} if pair_ppl is None else
+                  dict(zip(zip(pair_ppl["reference"], pair_ppl["prompt_id"]), pair_ppl["ppl"])))
+        traj.loc[pair, "ppl"] = [scores.get(k, np.nan) for k in zip(traj.loc[pair, "reference"], traj.loc[pair, "prompt_id"])]
+    if ppl is not None and not ppl.empty:
         missing = traj["ppl"].isna() & traj["decoder"].isin(SPECULATIVE)
         if missing.any():
             warn(f"{int(missing.sum())} speculative-decoder trajectory row(s) have no perplexity")
@@ -143,17 +186,22 @@ def with_rows(table: pd.DataFrame, keys: list, wanted) -> pd.DataFrame:
     return out.reset_index(drop=True)[table.columns]
 
 
-def errored_cells(traj: pd.DataFrame, errors: pd.DataFrame, reference: str) -> tuple[list, list]:
+def errored_cells(traj: pd.DataFrame, errors: pd.DataFrame, reference: str,
+                  declared: dict | None = None) -> tuple[list, list]:
     """(configurations, (configuration, domain) pairs) that `errors` touches among the compared
-    decoders: their own error rows, and the reference's at their precision and attention."""
+    decoders: their own error rows, and their reference's: the reference model's at their precision
+    and attention or, for an engine pair (`declared`, from declared_references), the declared
+    reference's."""
+    declared = declared or {}
     compared = set(traj[CONFIG].astype(str).itertuples(index=False, name=None))
     compared |= {tuple(r[:4]) for r in errors[CONFIG].itertuples(index=False, name=None) if r[1] in COMPARED_DECODERS}
     cells = []
     for m, d, p, a, dom in errors[CONFIG + ["domain"]].itertuples(index=False, name=None):
         if d in COMPARED_DECODERS:
             cells.append((m, d, p, a, dom))
-        elif (m, d) == (reference, REFERENCE_DECODER):
-            cells += [(*c, dom) for c in sorted(compared) if c[2:] == (p, a)]
+        if (m, d) == (reference, REFERENCE_DECODER):
+            cells += [(*c, dom) for c in sorted(compared) if c[2:] == (p, a) and c not in declared]
+        cells += [(*c, dom) for c, r in declared.items() if r == (m, d, p, a)]
     return sorted({c[:4] for c in cells}), cells
 
 
