@@ -29,6 +29,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/decode.smk"
+include: "workflow/rules/external.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/benchmarks.smk"
 

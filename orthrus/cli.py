@@ -13,6 +13,7 @@ COMMANDS = {
     "decode": "orthrus.trajectories",
     "export-prompts": "orthrus.export_prompts",
     "ingest": "orthrus.external",
+    "engine-standin": "orthrus.standin",
     "gather": "orthrus.io",
     "analyze": "orthrus.analysis",
     "perplexity": "orthrus.perplexity",

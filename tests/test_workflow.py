@@ -53,7 +53,8 @@ def test_schema_vocabularies_are_the_contracts():
     assert precision and attention and decoders
     assert all(set(e) <= set(contracts.PRECISIONS) for e in precision) and contracts.PRECISIONS in precision
     assert all(set(e) <= set(contracts.ATTENTIONS) for e in attention) and contracts.ATTENTIONS in attention
-    assert all(set(e) <= set(contracts.SPECULATIVE) for e in decoders)
+    assert all(set(e) <= set(contracts.DECODERS) for e in decoders)
+    assert set(schema["properties"]["decode"]["properties"]["decoders"]["items"]["enum"]) <= set(contracts.SPECULATIVE)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -187,6 +188,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
     cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"]}, "smoke-kl": {"attentions": ["sdpa"]}}
     cfg["decode"]["controls"] = []  # test_controls_join_the_dag
+    cfg["decode"]["external"] = {}  # test_engine_files_join_the_dag
     work = workdir_with(tmp_path, cfg)
     res = snakemake("-n", "-p", cwd=work)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -233,6 +235,7 @@ def test_controls_join_the_dag(tmp_path):
     cfg["decode"]["decoders"] = []
     cfg["decode"]["controls"] = ["oracle", "ar-batched", "orthrus-lossy"]
     cfg["decode"]["grids"] = {"oracle": {"precisions": ["bf16"]}, "smoke-kl": {"attentions": ["sdpa"]}}
+    cfg["decode"]["external"] = {}
     res = snakemake("-n", "-p", cwd=workdir_with(tmp_path, cfg))
     assert res.returncode == 0, res.stderr[-2000:]
     full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
@@ -251,6 +254,70 @@ def test_controls_join_the_dag(tmp_path):
         assert {d for _, d, _, _ in DECODED.findall(job.group(1))} == wanted | {"ar-ref"}
     assert re.search(r"^decode_shard_model_smoke_kl\s+3$", res.stdout, re.M)  # orthrus, ar, orthrus-lossy
     assert re.search(r"^decode_shard_oracle\s+1$", res.stdout, re.M)
+
+
+def _engine_file(path, dtype="float32", kernel="eager"):
+    """A trajectory file as an engine writes it (its contents are checked by the ingest job, not here)."""
+    path.write_text('{"prompt_id": "x", "token_ids": [], "env": {"engine": "vllm", "dtype": "%s", "kernel": "%s"}}\n'
+                    % (dtype, kernel))
+    return str(path)
+
+
+def test_engine_files_join_the_dag(tmp_path):
+    """decode.external: each file is ingested as decoder `external` at its cell (the entry's, else its
+    env's), joins the analysis, and its forensics compare it with its reference: the ar-ref of its
+    cell, or for an engine pair the engine's own plain run, whose responses the perplexity job scores;
+    the stand-in entries' files are written from the exported prompts."""
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["decode"]["controls"] = []
+    cfg["decode"]["external"] |= {
+        "vllm-ar": {"path": _engine_file(tmp_path / "vllm ar.jsonl")},  # fp32/eager from its env
+        "vllm-eagle": {"path": _engine_file(tmp_path / "eagle.jsonl", "bfloat16", "FLASH_ATTN"), "attention": "sdpa",
+                       "reference": "vllm-ar"}}
+    res = snakemake("-n", "-p", cwd=workdir_with(tmp_path, cfg))
+    assert res.returncode == 0, res.stderr[-2000:]
+    jobs = _jobs(res.stdout)
+    ingested = {f for f, r in jobs.items() if r == "ingest_external"}
+    assert ingested == {"results/decode/vllm-ar/external-fp32-eager.parquet", "results/decode/vllm-eagle/external-bf16-sdpa.parquet",
+                        "results/decode/engine-ar/external-bf16-sdpa.parquet", "results/decode/engine-pld/external-bf16-sdpa.parquet"}
+    assert {f for f, r in jobs.items() if r.startswith("engine_standin")} == {"results/engine/ar.jsonl", "results/engine/pld.jsonl"}
+    assert "--file '" + str(tmp_path / "vllm ar.jsonl") + "' --name vllm-ar" in res.stdout
+    assert "--name vllm-eagle" in res.stdout and "--reference vllm-ar --out results/decode/vllm-eagle/" in res.stdout
+    for name, ref in (("vllm-ar", "results/decode/teacher/ar-ref-fp32-eager.parquet"),
+                      ("vllm-eagle", "results/decode/vllm-ar/external-fp32-eager.parquet"),
+                      ("engine-pld", "results/decode/engine-ar/external-bf16-sdpa.parquet")):
+        assert re.search(rf"--decoded results/decode/{name}/external-\S+ --reference {re.escape(ref)} .*"
+                         rf"--out results/forensics/external/{name}\.parquet", res.stdout), name
+    analyze = re.search(r"^    input: (.*)\n    output: results/tables/trajectories", res.stdout, re.M).group(1)
+    assert ingested <= set(analyze.split(", "))
+    perplexity = [c for c in res.stdout.splitlines() if "orthrus perplexity" in c][0]
+    assert "results/decode/vllm-ar/external-fp32-eager.parquet" in perplexity and "engine-ar/external" in perplexity
+    assert "vllm-eagle" not in perplexity  # only the declared references are scored beside ar-ref
+    # the prompts for an engine on their own
+    alone = snakemake("-n", "results/export/prompts.jsonl", cwd=workdir_with(tmp_path, {**cfg, "decode": {
+        **cfg["decode"], "external": {}}}))
+    assert alone.returncode == 0 and re.search(r"^export_prompts\s+1$", alone.stdout, re.M), alone.stderr[-2000:]
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"path": "missing.jsonl"}, "decode.external.e.path: no such file: 'missing.jsonl'"),
+    ({"path": "FILE", "reference": "nope"}, "decode.external.e.reference: 'nope' is not an entry of decode.external"),
+    ({"path": "FILE", "reference": "e"}, "decode.external.e.reference: the entry itself"),
+    ({"path": "FILE", "precision": "fp16"}, "decode.external.e.precision: 'fp16' not in decode.precisions"),
+    ({"path": "FILE", "stand_in": "ar-ref"}, "decode.external.e.precision: required with decode.external.e.stand_in"),
+    ({"path": "FILE", "kernel": "sdpa"}, "decode.external.e.kernel: unknown key"),
+    ({"path": "KERNEL"}, "decode.external.e.attention: not set, and the first record of"),
+    ({"path": "FILE", "name": "teacher"}, "decode.external.teacher: same name as teacher.name"),
+])
+def test_a_bad_engine_entry_fails_before_any_job_naming_the_key(tmp_path, entry, message):
+    cfg = yaml.safe_load(SMOKE.read_text())
+    entry = dict(entry)
+    name = entry.pop("name", "e")
+    entry["path"] = {"FILE": _engine_file(tmp_path / "f.jsonl"), "KERNEL": _engine_file(tmp_path / "k.jsonl", "bf16", "flashinfer")
+                     }.get(entry["path"], entry["path"])
+    cfg["decode"]["external"] = {name: entry}
+    res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
+    assert res.returncode != 0 and message in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
 
 
 def test_lint_is_clean():

@@ -2,7 +2,8 @@ rule perplexity:
     input:
         teacher_input,
         prompts=rules.prompts.output.eval,
-        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS),
+        # the reference's trajectories, and the engines' plain runs that engine pairs declare as theirs
+        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) + ppl_external_files(),
     output:
         f"{R}/ppl/reference.parquet",
     params:

@@ -6,13 +6,15 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-from config_check import check_config, load_yaml, typed_overrides
+from config_check import ConfigError, check_config, load_yaml, typed_overrides
 from snakemake.utils import update_config
 
 # the artefact names and vocabularies, and the decoding options, from the package's pure-Python modules
 sys.path.insert(0, workflow.basedir)
 from orthrus import contracts
 from orthrus.options import DecodeOptions
+from orthrus.errors import InputError
+from orthrus.external import cell as external_cell
 
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
@@ -236,7 +238,10 @@ def corpus_shards():
 
 
 def final_outputs():
-    outputs = study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
+    # the study's tables wherever something is compared with the reference: an Orthrus model, a decoder
+    # of transformers' on the teacher (any causal LM) or an engine's file
+    studied = ORTHRUS_MODELS or TEACHER_DECODERS or EXTERNAL_TRAJ
+    outputs = study_outputs() if studied else corpus_shards() + decode_files()
     if config["benchmarks"]["enabled"]:
         outputs += [f"{R}/tables/benchmarks.csv"]
     return outputs
@@ -313,7 +318,8 @@ def decode_groups():
     Orthrus loop and AR view). The full-grid rule takes the other decoders on every other model,
     so no file matches two rules."""
     used = set()
-    groups = [(_rule_name("decode_shard", used), [d for d in contracts.DECODERS if d not in GRIDS],
+    decoders = [d for d in contracts.DECODERS if d not in GRIDS and d != contracts.EXTERNAL_DECODER]  # ingested, not decoded
+    groups = [(_rule_name("decode_shard", used), decoders,
                _not_models(list(MODEL_GRIDS)), PRECISIONS, ATTENTIONS)]
     for d, grid in GRIDS.items():
         groups.append((_rule_name(f"decode_shard_{d}", used), [d], _not_models([]), *_grid(grid)))
@@ -363,7 +369,7 @@ def decode_files():
     files = [f"{R}/decode/{TEACHER}/{d}-{p}-{a}.parquet" for d in HF_DECODERS for p, a in cells(d)]
     files += [f"{R}/decode/{m}/{d}-{p}-{a}.parquet" for m in ORTHRUS_MODELS for d in MODEL_DECODERS
               for p, a in cells(d, m)]
-    return files
+    return files + [external_file(n) for n in EXTERNAL_TRAJ]
 
 
 TPF = config["tpf"]
@@ -378,8 +384,53 @@ def tpf_files():
 
 
 def forensics_files():
-    """One file per Orthrus model, and one for the teacher's speculative decoders."""
-    return expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS + ([TEACHER] if TEACHER_DECODERS else []))
+    """One file per Orthrus model, one for the teacher's speculative decoders, one per engine's file."""
+    return (expand(f"{R}/forensics/{{m}}.parquet", m=ORTHRUS_MODELS + ([TEACHER] if TEACHER_DECODERS else []))
+            + [f"{R}/forensics/external/{n}.parquet" for n in EXTERNAL_TRAJ])
+
+
+# decode.external: engines' trajectory files, each the decoder `external` under its own name
+# (workflow/rules/external.smk). Its cell is the entry's precision and attention, else its file's
+# env (read now, while the workflow is parsed: orthrus.external.cell), inside the decode grid.
+EXTERNAL_TRAJ = config["decode"]["external"]
+
+
+def _external_cells():
+    out = {}
+    for name, entry in EXTERNAL_TRAJ.items():
+        try:
+            p, a = external_cell(name, entry)
+        except InputError as e:
+            raise ConfigError([str(e)]) from None
+        for key, value, grid in (("precision", p, PRECISIONS), ("attention", a, ATTENTIONS)):
+            if value not in grid:
+                raise ConfigError([f"decode.external.{name}.{key}: {value!r} (from {entry['path']}) not in the decode "
+                                   f"grid {grid} (the ar-ref reference runs only there): set it, or add it there"])
+        out[name] = (p, a)
+    return out
+
+
+EXTERNAL_CELLS = _external_cells()
+
+
+def external_file(name):
+    """The decoding result `orthrus ingest` writes for the decode.external entry `name`."""
+    p, a = EXTERNAL_CELLS[name]
+    return f"{R}/decode/{name}/external-{p}-{a}.parquet"
+
+
+def external_reference_file(name):
+    """What the entry `name` is compared with: the engine's own plain run it declares, else the ar-ref of its cell."""
+    ref = EXTERNAL_TRAJ[name].get("reference")
+    if ref:
+        return external_file(ref)
+    p, a = EXTERNAL_CELLS[name]
+    return f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet"
+
+
+def ppl_external_files():
+    """The engines' plain runs that engine pairs declare as their reference: the teacher scores their responses."""
+    return [external_file(r) for r in sorted({e["reference"] for e in EXTERNAL_TRAJ.values() if e.get("reference")})]
 
 
 def _explained(model):

@@ -13,6 +13,7 @@ filling them here would change the rules' params, hence rerun existing results.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from pathlib import Path
@@ -376,6 +377,8 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
                         f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
     problems += _draft_problems(cfg, props)
     problems += _grid_problems(cfg)
+    problems += _external_problems(cfg)
+    problems += _architecture_problems(cfg)
     model_defaults = _code_defaults(props["models"]["additionalProperties"])
     for name, s in models.items():
         s = {**model_defaults, **(s or {})}
@@ -445,6 +448,69 @@ def _grid_problems(cfg: dict) -> list[str]:
     return problems
 
 
+def _external_problems(cfg: dict) -> list[str]:
+    """decode.external: names unique across every model of the study, a reference that is another entry
+    (with none of its own), a file that exists unless a stand-in writes it, a cell inside the decode grid
+    (the ar-ref reference runs only there). A cell left to the file's env is checked when the workflow
+    reads it (orthrus.external.cell)."""
+    decode = cfg.get("decode") or {}
+    entries = decode.get("external") or {}
+    teacher = (cfg.get("teacher") or {}).get("name")
+    others = {teacher: "teacher.name", **{m: f"models.{m}" for m in cfg.get("models") or {}},
+              **{m: f"external_models.{m}" for m in cfg.get("external_models") or {}}}
+    problems = []
+    for name, e in entries.items():
+        key = f"decode.external.{name}"
+        if name in others:
+            problems.append(f"{key}: same name as {others[name]} (a name is one model of the tables)")
+        ref = e.get("reference")
+        if ref is not None:
+            if ref == name:
+                problems.append(f"{key}.reference: the entry itself; name another entry, the engine's own plain run")
+            elif ref not in entries:
+                problems.append(f"{key}.reference: {ref!r} is not an entry of decode.external {sorted(entries)}")
+            elif (entries[ref] or {}).get("reference") is not None:
+                problems.append(f"{key}.reference: {ref!r} has a reference of its own (decode.external.{ref}.reference); "
+                                "a reference is a plain run, compared with the in-process ar-ref")
+        if e.get("stand_in"):
+            problems += [f"{key}.{k}: required with {key}.stand_in (the stand-in runs at it)"
+                         for k in ("precision", "attention") if not e.get(k)]
+        elif not Path(os.path.expanduser(e["path"])).is_file():
+            problems.append(f"{key}.path: no such file: {e['path']!r} (the engine's trajectory file, docs/EXTERNAL.md)")
+        for k, grid in (("precision", "precisions"), ("attention", "attentions")):
+            if e.get(k) and e[k] not in decode.get(grid, []):
+                problems.append(f"{key}.{k}: {e[k]!r} not in decode.{grid} {decode.get(grid)} (the ar-ref reference "
+                                "it is compared with runs only there)")
+    return problems
+
+
+def _architecture_problems(cfg: dict) -> list[str]:
+    """A local hf teacher that is not a Qwen3 (Llama, Mistral, Gemma, Qwen2, ...) is the reference of
+    the decoders that need no diffusion view (ar-ref, assisted, prompt-lookup, ar-batched, external
+    files); what runs this package's loop on it needs a Qwen3, each named by its key. A hub teacher
+    is checked when a stage loads it."""
+    teacher = cfg.get("teacher") or {}
+    path = Path(os.path.expanduser(str(teacher.get("path") or "")))
+    if teacher.get("source") != "hf" or not (path / "config.json").is_file():
+        return []
+    try:
+        kind = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return []  # the loader names what is wrong with it
+    if kind in (None, "qwen3"):
+        return []
+    why = (f"needs a Qwen3 teacher, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
+           "reference of ar-ref, assisted, prompt-lookup, ar-batched and decode.external)")
+    problems = [f"models.{m}: an Orthrus variant is distilled from the teacher's AR view: it {why}" for m in cfg.get("models") or {}]
+    if "oracle" in ((cfg.get("decode") or {}).get("controls") or []):
+        problems.append(f"decode.controls: the oracle runs the Orthrus loop on the teacher: it {why}")
+    bench = cfg.get("benchmarks") or {}
+    if bench.get("enabled", True) and bench.get("ar_baseline") != "hf":
+        problems.append(f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
+                        f"package's AR loop: it {why}; set it to hf")
+    return problems
+
+
 def _draft_problems(cfg: dict, props: dict) -> list[str]:
     """The assisted decoder's draft (teacher.draft): required for it, and able to share the
     teacher's tokenizer (a tiny draft is trained with it; a hub draft cannot have the tiny
@@ -491,10 +557,11 @@ def _eval_file_problem(value: str) -> str | None:
 
 
 def name_key_problems(config: dict) -> list[str]:
-    """Names of models, external models and grids become paths and wildcards: strings only (YAML
+    """Names of models, external models and files, and grids become paths and wildcards: strings only (YAML
     reads `1:` or `~:` as a number or null, which the schema's name pattern does not see)."""
     sections = {"models": config.get("models"), "external_models": config.get("external_models"),
-                "decode.grids": (config.get("decode") or {}).get("grids")}
+                "decode.grids": (config.get("decode") or {}).get("grids"),
+                "decode.external": (config.get("decode") or {}).get("external")}
     return [f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
             for where, section in sections.items() if isinstance(section, dict)
             for key in section if not isinstance(key, str)]

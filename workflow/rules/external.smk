@@ -1,0 +1,136 @@
+# Engines outside this package (decode.external): the evaluation set exported for them, a stand-in
+# engine where an entry asks for one, each trajectory file ingested as the decoder `external` under
+# its own name (a decoding result like any other: analyze takes it from decode_files), and the
+# forensics of its divergences, scored by the teacher alone.
+
+
+rule export_prompts:
+    """The evaluation set as an engine needs it (prompt ids, chat-rendered text and token ids, the
+    generation settings): `snakemake results/export/prompts.jsonl`, then docs/EXTERNAL.md."""
+    input:
+        teacher_input,
+        prompts=rules.prompts.output.eval,
+    output:
+        f"{R}/export/prompts.jsonl",
+    params:
+        teacher=teacher_path(),
+        max_new_tokens=config["decode"]["max_new_tokens"],
+        message=config["decode"]["message"],
+    log:
+        f"{R}/logs/export_prompts.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus export-prompts --model-path {params.teacher:q} --prompts {input.prompts:q}"
+        " --max-new-tokens {params.max_new_tokens:q} --message {params.message:q} --out {output:q} > {log:q} 2>&1"
+
+
+# decode.external entries with `stand_in`: the workflow plays the engine (transformers' generate on the
+# teacher, from the exported token ids) and writes the entry's file; one rule per entry, at its cell
+_STANDINS = set()
+for _name, _entry in EXTERNAL_TRAJ.items():
+    if not _entry.get("stand_in"):
+        continue
+
+    rule:
+        name:
+            _rule_name(f"engine_standin_{_name}", _STANDINS)
+        input:
+            teacher_input,
+            prompts=rules.export_prompts.output[0],
+        output:
+            _entry["path"],
+        params:
+            teacher=teacher_path(),
+            weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+            options=cell_options(config["decode"], _entry["stand_in"], *EXTERNAL_CELLS[_name]),
+            device=DEVICE,
+        log:
+            f"{R}/logs/external/{_name}.standin.log",
+        threads: config["threads"]
+        resources:
+            mem_mb=RES["decode"]["mem_mb"],
+            runtime=RES["decode"]["runtime"],
+            gpu=RES["decode"]["gpus"],
+            slurm_extra=RES["decode"]["slurm_extra"],
+        conda:
+            ENV
+        shell:
+            "orthrus engine-standin --model-path {params.teacher:q} --prompts {input.prompts:q} --options {params.options:q}"
+            " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+# an engine's file, not a decoding job: this rule, not `decode` (which gathers shards), writes it
+ruleorder: ingest_external > decode
+
+
+# the model wildcard of the external rules: one of the entries' names (none: no file matches)
+_EXTERNAL_NAMES = "|".join(re.escape(n) for n in EXTERNAL_TRAJ) or "(?!)"
+
+
+rule ingest_external:
+    """An engine's trajectory file checked against the prompt set and the teacher's tokenizer and written
+    as a decoding result (orthrus/external.py): errors name the file, the line and the field."""
+    input:
+        teacher_input,
+        traj=lambda w: EXTERNAL_TRAJ[w.model]["path"],
+        prompts=rules.prompts.output.eval,
+    output:
+        f"{R}/decode/{{model}}/external-{{precision}}-{{attention}}.parquet",
+    wildcard_constraints:
+        model=_EXTERNAL_NAMES,
+    params:
+        teacher=teacher_path(),
+        options=lambda w: cell_options(config["decode"], contracts.EXTERNAL_DECODER, w.precision, w.attention),
+        # an argument list, each quoted by :q; empty where the entry is compared with the in-process ar-ref
+        reference=lambda w: ["--reference", EXTERNAL_TRAJ[w.model]["reference"]] if EXTERNAL_TRAJ[w.model].get("reference") else [],
+    log:
+        f"{R}/logs/external/{{model}}-{{precision}}-{{attention}}.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus ingest --file {input.traj:q} --name {wildcards.model:q} --prompts {input.prompts:q}"
+        " --model-path {params.teacher:q} --options {params.options:q} {params.reference:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule forensics_external:
+    """An engine's first divergences from its reference (the ar-ref of its cell, or its own plain run),
+    scored by the teacher: margins, the reference's gap, a verdict from that gap (orthrus/forensics.py)."""
+    input:
+        teacher_input,
+        prompts=rules.prompts.output.eval,
+        decoded=lambda w: external_file(w.model),
+        ref=lambda w: external_reference_file(w.model),
+    output:
+        f"{R}/forensics/external/{{model}}.parquet",
+    wildcard_constraints:
+        model=_EXTERNAL_NAMES,
+    params:
+        teacher=teacher_path(),
+        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        device=DEVICE,
+        rounding_ulps=config["analysis"]["rounding_ulps"],
+    log:
+        f"{R}/logs/forensics/external/{{model}}.log",
+    benchmark:
+        f"{R}/timing/forensics/external/{{model}}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=RES["forensics"]["mem_mb"],
+        runtime=RES["forensics"]["runtime"],
+        gpu=RES["forensics"]["gpus"],
+        slurm_extra=RES["forensics"]["slurm_extra"],
+    conda:
+        ENV
+    shell:
+        "orthrus forensics --model-path {params.teacher:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
+        " --reference {input.ref:q} --rounding-ulps {params.rounding_ulps:q} --device {params.device:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
