@@ -353,7 +353,24 @@ def test_end_to_end_smoke_study(tmp_path):
     assert sorted(map(tuple, hf[["decoder", "attention"]].values.tolist())) == sorted(
         [("assisted", a) for a in ("eager", "sdpa")] * 2 + [("prompt-lookup", "sdpa")] * 2)
     decoders = pd.read_csv(tables / "decoders.csv")
-    assert set(decoders.decoder) == {"orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy"}
+    assert set(decoders.decoder) == {"orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy",
+                                     "external"}
+    # the engines' files (decode.external, written by the stand-in engine from the exported prompts): the plain
+    # run is the ar-ref reference exactly; the engine pair's prompt-lookup run, compared with that plain run,
+    # matches as often as the in-process prompt-lookup in the same cell, and its divergences have verdicts
+    ext = overall[overall.decoder == "external"].set_index("model")
+    assert set(ext.index) == {"engine-ar", "engine-pld"} and ext.match_rate["engine-ar"] == 1.0
+    pld = overall[(overall.decoder == "prompt-lookup") & (overall.precision == "bf16") & (overall.attention == "sdpa")]
+    assert ext.match_rate["engine-pld"] == pld.match_rate.iloc[0] and (ext.n_errors_excluded == 0).all()
+    traj = pd.read_parquet(tables / "trajectories.parquet")
+    assert set(traj.loc[traj.model == "engine-pld", "reference"]) == {"engine-ar"}
+    assert set(traj.loc[traj.model == "engine-ar", "reference"]) == {"teacher"}
+    tpf = pd.read_csv(tables / "tpf_by_domain.csv")
+    assert tpf.loc[(tpf.decoder == "external") & (tpf.domain == "all"), "tpf_verify"].notna().all()
+    assert set(fx.loc[fx.decoder == "external", "model"]) <= {"engine-pld"}
+    assert set(fx.loc[fx.decoder == "external", "verdict"]) <= {"tie", "rounding"}
+    pw = pd.read_csv(tables / "pairwise_match.csv")
+    assert {"engine-ar", "engine-pld"} <= set(pw.a_model)
     # the audit catches the planted bug in both precisions, and explains every other divergence by numerics
     lossy = decoders[decoders.decoder == "orthrus-lossy"]
     for precision in ("bf16", "fp32"):
