@@ -259,3 +259,23 @@ def test_an_engine_failure_is_an_error_row_and_the_options_refuse_loop_settings(
     assert report == {"records": 2, "missing": 0, "engine_errors": 1, "ended_early": 0, "past_stop": 0}
     with pytest.raises(InputError, match="decoder external runs an engine outside this package"):
         DecodeOptions(decoder="external", block_size=4)
+
+
+def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
+    """`orthrus engine-standin` (decode.external's stand_in) reads the export and writes an engine's file:
+    its plain run is ar-ref's trajectories, its prompt-lookup run records accepted tokens and forwards."""
+    teacher, prompts, ref = world(tmp_path)
+    export(tmp_path, teacher, prompts)
+    runs = {}
+    for decoder in ("ar-ref", "prompt-lookup"):
+        out = tmp_path / f"{decoder}.jsonl"
+        options = DecodeOptions(decoder=decoder, precision="fp32", attention="eager", max_new_tokens=MAX_NEW)
+        assert cli(["engine-standin", "--model-path", str(teacher), "--prompts", str(tmp_path / "prompts.jsonl"),
+                    "--options", options.to_json(), "--out", str(out)]) == 0
+        runs[decoder] = [json.loads(line) for line in out.read_text().splitlines()]
+        assert ingest_cli(tmp_path, teacher, prompts, out, decoder)[0] == 0
+    reference = pd.read_parquet(ref)
+    assert [r["token_ids"] for r in runs["ar-ref"]] == [list(t) for t in reference.tokens]
+    assert all(r["forwards"] == len(r["token_ids"]) for r in runs["ar-ref"])
+    assert all("accepted" in r and r["forwards"] >= 1 for r in runs["prompt-lookup"])
+    assert runs["ar-ref"][0]["env"]["dtype"] == "fp32" and runs["ar-ref"][0]["env"]["kernel"] == "eager"
