@@ -173,7 +173,8 @@ FIGURES = {
     "margin_at_divergence": "AR top-1/top-2 margin at the first divergence (forensics)",
     "pairwise_match": "heat map of match rates between all decoding results",
     "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
-    "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup and the controls per precision, "
+    "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup, engines' files and the controls "
+                "per precision, "
                 "with the oracle's match rate and the batch noise floor",
 }
 BENCHMARK_FIGURE = "benchmarks"
