@@ -31,6 +31,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/benchmarks.smk"
+include: "workflow/rules/frontier.smk"
 
 
 report: "workflow/report/workflow.rst"

@@ -239,6 +239,8 @@ def final_outputs():
     outputs = study_outputs() if ORTHRUS_MODELS else corpus_shards() + decode_files()
     if config["benchmarks"]["enabled"]:
         outputs += [f"{R}/tables/benchmarks.csv"]
+    if frontier_files():
+        outputs += [f"{R}/tables/exactness_cost.csv"]
     return outputs
 
 
@@ -367,6 +369,14 @@ def decode_files():
 
 
 TPF = config["tpf"]
+FRONTIER = config["frontier"]
+
+
+def frontier_files():
+    """The price-of-exactness measurement (frontier.enabled): its model, or the first Orthrus model."""
+    if not FRONTIER["enabled"] or not ORTHRUS_MODELS:
+        return []
+    return [f"{R}/frontier/{FRONTIER['model'] or ORTHRUS_MODELS[0]}.parquet"]
 
 
 def tpf_files():
