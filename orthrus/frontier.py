@@ -1,7 +1,7 @@
 """The price of exactness: each setting that could restore the AR trajectory, timed side by side.
 
 `orthrus frontier measure --model-path DIR --model-name NAME --prompts eval.parquet --options JSON
- [--prompts-per-domain N] [--precisions P...] [--attentions A...] [--guards TAU...] --out F.parquet`
+ [--prompts-per-domain N] [--precisions P...] [--attentions A...] [--guards TAU...] [--device D] --out F.parquet`
 decodes the first N prompts of every domain with the Orthrus loop in each setting: every
 (precision, attention) cell, and the options' own cell (the base, where bf16 diverges) with the
 guarded verify at each TAU (`DecodeOptions.verify_guard`). Each trajectory is compared with the
@@ -38,7 +38,8 @@ def settings(base: DecodeOptions, precisions, attentions, guards) -> list[Decode
     return cells + [base.replace(verify_guard=float(g)) for g in guards if g > 0]
 
 
-def measure(model_path: str, model_name: str, prompts: pd.DataFrame, cells: list[DecodeOptions]) -> pd.DataFrame:
+def measure(model_path: str, model_name: str, prompts: pd.DataFrame, cells: list[DecodeOptions],
+            device: str = "cpu") -> pd.DataFrame:
     import torch
 
     from .chat import render_chat
@@ -49,14 +50,14 @@ def measure(model_path: str, model_name: str, prompts: pd.DataFrame, cells: list
     loaded = {}
     for o in cells:  # one model per (precision, attention); the guards share the base cell's
         if (o.precision, o.attention) not in loaded:
-            model, tokenizer = load_model(model_path, o)
+            model, tokenizer = load_model(model_path, o, device)
             loaded[o.precision, o.attention] = model, tokenizer, json.dumps(numerical_env(model), sort_keys=True)
     rows = []
     for p in prompts.itertuples():
         ar = {}  # the AR view's trajectory per cell, once for the guards that share it
         for o in cells:
             model, tokenizer, env = loaded[o.precision, o.attention]
-            ids = torch.tensor(render_chat(tokenizer, p.prompt, o.message), dtype=torch.long)
+            ids = torch.tensor(render_chat(tokenizer, p.prompt, o.message), dtype=torch.long, device=model.device)
             if (o.precision, o.attention) not in ar:
                 ar[o.precision, o.attention] = generate(model, ids, o.replace(decoder="ar", verify_guard=0.0)).tokens.tolist()
             ref = ar[o.precision, o.attention]
@@ -140,6 +141,7 @@ def main(argv=None) -> int:
     m.add_argument("--precisions", nargs="+", default=["bf16", "fp16", "fp32"])
     m.add_argument("--attentions", nargs="+", default=["eager", "sdpa"])
     m.add_argument("--guards", type=float, nargs="*", default=[0.125, 0.5])
+    m.add_argument("--device", default="cpu")
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--out", required=True)
     t = sub.add_parser("table", help="the exactness-cost table and figure")
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
             ap.error("--prompts-per-domain must be at least 1")
         prompts = read_prompt_set(args.prompts).groupby("domain", sort=True).head(args.prompts_per_domain)
         cells = settings(base, args.precisions, args.attentions, args.guards)
-        df = measure(args.model_path, args.model_name, prompts, cells)
+        df = measure(args.model_path, args.model_name, prompts, cells, args.device)
         write_parquet(args.out, df)
         print(f"[frontier] {len(cells)} settings x {len(prompts)} prompts -> {args.out}", file=sys.stderr)
         return 0

@@ -166,16 +166,11 @@ def draft_input(wildcards):
     return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
 
 
-def reference_input(precisions, attentions):
-    """An input function: the oracle's drafts, the ar-ref reference of each of its cells. A
-    factory for the same reason as grid_options."""
-
-    def reference(wildcards):
-        if wildcards.decoder != "oracle":
-            return []
-        return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for p in precisions for a in attentions]
-
-    return reference
+def reference_input(wildcards):
+    """The oracle's drafts: the ar-ref reference of its cell."""
+    if wildcards.decoder != "oracle":
+        return []
+    return [f"{R}/decode/{TEACHER}/ar-ref-{wildcards.precision}-{wildcards.attention}.parquet"]
 
 
 def draft_args(wildcards):
@@ -218,17 +213,6 @@ def cell_options(section, decoder, precision, attention):
     """One decoding cell's whole setting as `DecodeOptions` JSON, built from the validated config
     (`section`: `decode`, or `decode` updated by `tpf`) by the one function that does it."""
     return DecodeOptions.from_config(section, decoder, precision, attention).to_json()
-
-
-def grid_options(precisions, attentions):
-    """A params function: the options of every (precision, attention) cell of a decoding job, in
-    its output order (an argument list, each quoted by `:q`). A factory, so that each rule the
-    decode.smk loop generates keeps its own grid (a lambda there would see the loop's last one)."""
-
-    def options(wildcards):
-        return [cell_options(config["decode"], wildcards.decoder, p, a) for p in precisions for a in attentions]
-
-    return options
 
 
 def corpus_shards():
@@ -286,43 +270,6 @@ def cells(decoder, model=None):
         grid = {}
     precisions, attentions = _grid(grid)
     return [(p, a) for p in precisions for a in attentions]
-
-
-def _rule_name(base, used):
-    """`base` made a valid identifier for a rule, not one in `used` (a suffix makes it unique)."""
-    name = re.sub(r"\W", "_", base)
-    unique, i = name, 1
-    while unique in used:
-        i += 1
-        unique = f"{name}_{i}"
-    used.add(unique)
-    return unique
-
-
-def _not_models(names):
-    """A `model` wildcard constraint for any model name except `names` (whole names: excluding
-    kl-k8 keeps kl-k8b)."""
-    if not names:
-        return contracts.NAME
-    return f"(?!(?:{'|'.join(map(re.escape, names))})(?![A-Za-z0-9_.-])){contracts.NAME}"
-
-
-def decode_groups():
-    """The decoding rules, one per grid, as (name, decoders, models, precisions, attentions);
-    `models` is a `model` wildcard constraint. Each job decodes every cell of its grid (one
-    start-up), so a narrower grid needs its own rule: one per narrowed speculative decoder (any
-    model, i.e. the teacher) and one per narrowed Orthrus model (only that model, only its
-    Orthrus loop and AR view). The full-grid rule takes the other decoders on every other model,
-    so no file matches two rules."""
-    used = set()
-    groups = [(_rule_name("decode_shard", used), [d for d in contracts.DECODERS if d not in GRIDS],
-               _not_models(list(MODEL_GRIDS)), PRECISIONS, ATTENTIONS)]
-    for d, grid in GRIDS.items():
-        groups.append((_rule_name(f"decode_shard_{d}", used), [d], _not_models([]), *_grid(grid)))
-    for m, grid in MODEL_GRIDS.items():
-        groups.append((_rule_name(f"decode_shard_model_{m}", used), [d for d in MODEL_LOOPS if d not in GRIDS],
-                       re.escape(m), *_grid(grid)))
-    return groups
 
 
 TABLE_FILES = list(contracts.TABLES)

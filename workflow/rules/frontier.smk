@@ -18,6 +18,7 @@ rule frontier:
         precisions=FRONTIER["precisions"],
         attentions=FRONTIER["attentions"],
         guards=FRONTIER["guards"],
+        device=DEVICE,
     log:
         f"{R}/logs/frontier/{{model}}.log",
     benchmark:
@@ -34,7 +35,7 @@ rule frontier:
         "orthrus frontier measure --model-path {params.model:q} --model-name {wildcards.model:q}"
         " --prompts {input.prompts:q} --options {params.options:q} --prompts-per-domain {params.per_domain:q}"
         " --precisions {params.precisions:q} --attentions {params.attentions:q} --guards {params.guards:q}"
-        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule frontier_table:
@@ -50,7 +51,6 @@ rule frontier_table:
         figure=lambda w, output: os.path.splitext(output.figure[0])[0],
     log:
         f"{R}/logs/frontier/table.log",
-    localrule: True
     resources:
         mem_mb=RES["light"]["mem_mb"],
         runtime=RES["light"]["runtime"],
