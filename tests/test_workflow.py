@@ -292,6 +292,8 @@ def test_end_to_end_smoke_study(tmp_path):
     assert len(cost) == 3 * 2 + 2 and cost.n.nunique() == 1 and cost.cheapest_exact.sum() <= 1
     base = cost[(cost.precision == "bf16") & (cost.attention == "sdpa") & (cost.verify_guard == 0)]
     assert base.time_vs_base.tolist() == [1.0] and (work / "results/figures/exactness_cost.png").stat().st_size > 0
+    guarded = cost[cost.verify_guard > 0]
+    assert len(guarded) == 2 and (guarded.match_rate >= base.match_rate.iloc[0]).all(), cost.to_string()
     decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
     assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
     # a rerun has nothing to do; a lost corpus shard is regenerated alone
