@@ -32,6 +32,7 @@ include: "workflow/rules/decode.smk"
 include: "workflow/rules/external.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/benchmarks.smk"
+include: "workflow/rules/frontier.smk"
 
 
 report: "workflow/report/workflow.rst"

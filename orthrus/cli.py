@@ -25,6 +25,7 @@ COMMANDS = {
     "compare-tables": "orthrus.compare",
     "compare-runs": "orthrus.compare_runs",
     "replay": "orthrus.replay",
+    "frontier": "orthrus.frontier",
     "rehearsal-standins": "orthrus.rehearsal",
 }
 

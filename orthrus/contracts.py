@@ -134,6 +134,13 @@ CLAIM_VERDICTS = ("holds", "fails", "untestable")
 CLAIMS_COLUMNS = ["claim", "subject", "description", "source", "statistic_name", "statistic", "ci_low", "ci_high", "n",
                   "test", "threshold", "p_value", "verdict", "reason", ERRORS]
 CLAIMS_TABLES = {"claims.csv": CLAIMS_COLUMNS}
+# the price of exactness (`orthrus frontier`): one row per (setting, prompt), then one per setting
+FRONTIER_COLUMNS = ["model", "precision", "attention", "verify_guard", "prompt_id", "domain", "tokens", "ar_tokens",
+                    "match", "n_prefill", "n_verify", "n_diffusion", "seconds", "env"]
+EXACTNESS_COST_COLUMNS = ["model", "precision", "attention", "verify_guard", "n", "n_match", "match_rate", "ci_low",
+                          "ci_high", "tpf_verify", "seconds_per_token", "time_vs_base", "exact", "cheapest_exact"]
+FRONTIER_TABLES = {"exactness_cost.csv": EXACTNESS_COST_COLUMNS + [ERRORS]}
+FRONTIER_FIGURE = "exactness_cost"
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
     "trajectories.parquet": "`reference` names the trajectory each row is compared with: the reference model's "
@@ -154,6 +161,13 @@ TABLE_NOTES = {
                      "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
                      "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
                      "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
+    "exactness_cost.csv": "One row per setting that could restore the AR trajectory (each precision and attention "
+                          "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
+                          "side by side on the same few prompts per domain: `match_rate` against the model's own AR "
+                          "view in the same cell (Wilson CI), `tpf_verify` tokens per prefill and verify forward, "
+                          "`seconds_per_token` the loop's wall time and `time_vs_base` its ratio to the unguarded "
+                          "base loop; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
+                          "lowest time.",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
                   "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
                   "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
@@ -271,6 +285,15 @@ ARTEFACTS.update({
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin.")
     for name, cols in BENCHMARK_TABLES.items()})
+ARTEFACTS["Frontier measurement"] = Artefact(
+    "results/frontier/{model}.parquet", "orthrus frontier measure", FRONTIER_COLUMNS,
+    "One row per (setting, prompt): the Orthrus loop's `tokens` in the setting (`precision`, `attention`, "
+    "`verify_guard`), the model's own AR view's `ar_tokens` in the same cell, `match`, the forward counts, the "
+    "loop's wall `seconds` (the settings interleaved prompt by prompt) and the cell's numerical `env`.")
+ARTEFACTS.update({
+    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus frontier table", cols,
+                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
+    for name, cols in FRONTIER_TABLES.items()})
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus claims", cols,
                                 f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
@@ -287,7 +310,8 @@ def design_section() -> str:
         out.append(f"{a.about}\n")
     figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
     out.append(f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
-               f"`orthrus figures` from the tables (and `{BENCHMARK_FIGURE}` by `orthrus lm-eval table`):\n\n{figures}\n")
+               f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
+               f"`orthrus frontier table`):\n\n{figures}\n")
     return "\n".join(out)
 
 

@@ -60,24 +60,3 @@ def test_guard_is_a_greedy_loop_option():
         DecodeOptions(verify_guard=0.1, temperature=0.5)
     with pytest.raises(OptionsError, match="verify_guard"):
         DecodeOptions(decoder="ar-ref", verify_guard=0.1)
-
-
-def test_the_exactness_cost_benchmark_measures_each_setting(tmp_path):
-    """benchmarks/exactness_cost.py: one row per setting, the guard's among them, each compared
-    with the model's AR view in the same cell; fp32 is exact."""
-    import importlib.util
-    from pathlib import Path
-
-
-    spec = importlib.util.spec_from_file_location(
-        "exactness_cost", Path(__file__).resolve().parent.parent / "benchmarks" / "exactness_cost.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.settings([0.25])[-1] == ("bf16", "sdpa", 0.25) and len(bench.settings([0.25])) == 7
-    tiny_orthrus(0, 4, "noisy", noise=1e-2, peaked=1.0).save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    prompts = ["w5 w6 w7", "w9 w3", "w40 w41 w42 w43"]
-    opts = DecodeOptions(decoder="orthrus", max_new_tokens=16)
-    row = bench.measure(str(tmp_path / "m"), opts, prompts, "fp32", "eager", 0.25)
-    assert row["n"] == 3 and row["match_rate"] == 1.0 and row["tpf_verify"] > 0 and row["seconds_per_token"] > 0
-    assert (row["precision"], row["attention"], row["verify_guard"]) == ("fp32", "eager", 0.25)

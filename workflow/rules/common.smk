@@ -168,16 +168,11 @@ def draft_input(wildcards):
     return [draft_path()] if DRAFT["source"] == "tiny" else model_files(draft_path())
 
 
-def reference_input(precisions, attentions):
-    """An input function: the oracle's drafts, the ar-ref reference of each of its cells. A
-    factory for the same reason as grid_options."""
-
-    def reference(wildcards):
-        if wildcards.decoder != "oracle":
-            return []
-        return [f"{R}/decode/{TEACHER}/ar-ref-{p}-{a}.parquet" for p in precisions for a in attentions]
-
-    return reference
+def reference_input(wildcards):
+    """The oracle's drafts: the ar-ref reference of its cell."""
+    if wildcards.decoder != "oracle":
+        return []
+    return [f"{R}/decode/{TEACHER}/ar-ref-{wildcards.precision}-{wildcards.attention}.parquet"]
 
 
 def draft_args(wildcards):
@@ -222,17 +217,6 @@ def cell_options(section, decoder, precision, attention):
     return DecodeOptions.from_config(section, decoder, precision, attention).to_json()
 
 
-def grid_options(precisions, attentions):
-    """A params function: the options of every (precision, attention) cell of a decoding job, in
-    its output order (an argument list, each quoted by `:q`). A factory, so that each rule the
-    decode.smk loop generates keeps its own grid (a lambda there would see the loop's last one)."""
-
-    def options(wildcards):
-        return [cell_options(config["decode"], wildcards.decoder, p, a) for p in precisions for a in attentions]
-
-    return options
-
-
 def corpus_shards():
     return gather.corpus(f"{R}/corpus/shard_{{scatteritem}}.parquet")
 
@@ -244,11 +228,14 @@ def final_outputs():
     outputs = study_outputs() if studied else corpus_shards() + decode_files()
     if config["benchmarks"]["enabled"]:
         outputs += [f"{R}/tables/benchmarks.csv"]
+    if frontier_files():
+        outputs += [f"{R}/tables/exactness_cost.csv"]
     return outputs
 
 
 wildcard_constraints:
-    decoder="|".join(contracts.DECODERS),
+    # an engine's file is ingested (workflow/rules/external.smk), never decoded
+    decoder="|".join(d for d in contracts.DECODERS if d != contracts.EXTERNAL_DECODER),
     precision="|".join(contracts.PRECISIONS),
     attention="|".join(contracts.ATTENTIONS),
     model=contracts.NAME,
@@ -302,33 +289,6 @@ def _rule_name(base, used):
     return unique
 
 
-def _not_models(names):
-    """A `model` wildcard constraint for any model name except `names` (whole names: excluding
-    kl-k8 keeps kl-k8b)."""
-    if not names:
-        return contracts.NAME
-    return f"(?!(?:{'|'.join(map(re.escape, names))})(?![A-Za-z0-9_.-])){contracts.NAME}"
-
-
-def decode_groups():
-    """The decoding rules, one per grid, as (name, decoders, models, precisions, attentions);
-    `models` is a `model` wildcard constraint. Each job decodes every cell of its grid (one
-    start-up), so a narrower grid needs its own rule: one per narrowed speculative decoder (any
-    model, i.e. the teacher) and one per narrowed Orthrus model (only that model, only its
-    Orthrus loop and AR view). The full-grid rule takes the other decoders on every other model,
-    so no file matches two rules."""
-    used = set()
-    decoders = [d for d in contracts.DECODERS if d not in GRIDS and d != contracts.EXTERNAL_DECODER]  # ingested, not decoded
-    groups = [(_rule_name("decode_shard", used), decoders,
-               _not_models(list(MODEL_GRIDS)), PRECISIONS, ATTENTIONS)]
-    for d, grid in GRIDS.items():
-        groups.append((_rule_name(f"decode_shard_{d}", used), [d], _not_models([]), *_grid(grid)))
-    for m, grid in MODEL_GRIDS.items():
-        groups.append((_rule_name(f"decode_shard_model_{m}", used), [d for d in MODEL_LOOPS if d not in GRIDS],
-                       re.escape(m), *_grid(grid)))
-    return groups
-
-
 TABLE_FILES = list(contracts.TABLES)
 BENCHMARK_TABLE_FILES = list(contracts.BENCHMARK_TABLES)
 CLAIMS_FILES = list(contracts.CLAIMS_TABLES)
@@ -373,6 +333,14 @@ def decode_files():
 
 
 TPF = config["tpf"]
+FRONTIER = config["frontier"]
+
+
+def frontier_files():
+    """The price-of-exactness measurement (frontier.enabled): its model, or the first Orthrus model."""
+    if not FRONTIER["enabled"] or not ORTHRUS_MODELS:
+        return []
+    return [f"{R}/frontier/{FRONTIER['model'] or ORTHRUS_MODELS[0]}.parquet"]
 
 
 def tpf_files():

@@ -1,56 +1,43 @@
-# One rule per decoding grid (decode_groups): the full grid, each speculative decoder that decode.grids
-# narrows, and each Orthrus model it narrows (that model's Orthrus loop and AR view).
-for _name, _decoders, _models, _precisions, _attentions in decode_groups():
-
-    rule:
-        name:
-            _name
-        input:
-            model_input,
-            prompts=rules.prompts.output.eval,
-            draft=draft_input,
-            reference=reference_input(_precisions, _attentions),
-        output:
-            # every (precision, attention) pair in one job: one start-up, one output each
-            expand(
-                f"{R}/decode/{{{{model}}}}/shards/{{{{decoder}}}}-{{p}}-{{a}}/{{{{scatteritem}}}}.parquet",
-                p=_precisions,
-                a=_attentions,
-            ),
-        wildcard_constraints:
-            decoder="|".join(_decoders),
-            model=_models,
-        params:
-            precisions=_precisions,
-            attentions=_attentions,
-            model=model_arg,
-            shard=lambda w: scatter_index(w.scatteritem)[0],
-            n=lambda w: scatter_index(w.scatteritem)[1],
-            device=DEVICE,
-            max_error_share=config["decode"]["max_error_share"],
-            # each output's whole decoding setting, as DecodeOptions JSON (an argument list, each quoted by :q)
-            options=grid_options(_precisions, _attentions),
-            draft=draft_args,
-            reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
-            weights=decode_weights,
-        log:
-            f"{R}/logs/decode/{{model}}/{{decoder}}/{{scatteritem}}.log",
-        benchmark:
-            f"{R}/timing/decode/{{model}}/{{decoder}}/{{scatteritem}}.tsv"
-        threads: config["threads"]
-        priority: 1
-        resources:
-            mem_mb=RES["decode"]["mem_mb"],
-            runtime=RES["decode"]["runtime"],
-            gpu=RES["decode"]["gpus"],
-            slurm_extra=RES["decode"]["slurm_extra"],
-        conda:
-            ENV
-        shell:
-            "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
-            " --options {params.options:q} {params.draft:q} {params.reference:q} --shard {params.shard:q} --num-shards {params.n:q}"
-            " --device {params.device:q} --max-error-share {params.max_error_share:q}"
-            " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+# One job per decoding cell (model, decoder, precision, attention) and shard: the cells of a model
+# run side by side on as many cores or GPUs as there are (decode_files says which cells the study
+# asks for: decode.grids narrows them).
+rule decode_shard:
+    input:
+        model_input,
+        prompts=rules.prompts.output.eval,
+        draft=draft_input,
+        reference=reference_input,
+    output:
+        f"{R}/decode/{{model}}/shards/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.parquet",
+    params:
+        model=model_arg,
+        shard=lambda w: scatter_index(w.scatteritem)[0],
+        n=lambda w: scatter_index(w.scatteritem)[1],
+        device=DEVICE,
+        max_error_share=config["decode"]["max_error_share"],
+        # the cell's whole decoding setting, as DecodeOptions JSON
+        options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
+        draft=draft_args,
+        reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
+        weights=decode_weights,
+    log:
+        f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
+    benchmark:
+        f"{R}/timing/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.tsv"
+    threads: config["threads"]
+    priority: 1
+    resources:
+        mem_mb=RES["decode"]["mem_mb"],
+        runtime=RES["decode"]["runtime"],
+        gpu=RES["decode"]["gpus"],
+        slurm_extra=RES["decode"]["slurm_extra"],
+    conda:
+        ENV
+    shell:
+        "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
+        " --options {params.options:q} {params.draft:q} {params.reference:q} --shard {params.shard:q} --num-shards {params.n:q}"
+        " --device {params.device:q} --max-error-share {params.max_error_share:q}"
+        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode:

@@ -64,10 +64,6 @@ for _name, _entry in EXTERNAL_TRAJ.items():
             " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
-# an engine's file, not a decoding job: this rule, not `decode` (which gathers shards), writes it
-ruleorder: ingest_external > decode
-
-
 # the model wildcard of the external rules: one of the entries' names (none: no file matches)
 _EXTERNAL_NAMES = "|".join(re.escape(n) for n in EXTERNAL_TRAJ) or "(?!)"
 

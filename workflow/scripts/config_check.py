@@ -379,6 +379,7 @@ def cross_key_problems(cfg: dict, schema: dict) -> list[str]:
     problems += _grid_problems(cfg)
     problems += _external_problems(cfg)
     problems += _architecture_problems(cfg)
+    problems += _frontier_problems(cfg)
     model_defaults = _code_defaults(props["models"]["additionalProperties"])
     for name, s in models.items():
         s = {**model_defaults, **(s or {})}
@@ -509,6 +510,16 @@ def _architecture_problems(cfg: dict) -> list[str]:
         problems.append(f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
                         f"package's AR loop: it {why}; set it to hf")
     return problems
+
+
+def _frontier_problems(cfg: dict) -> list[str]:
+    """frontier.model: an Orthrus model of the study (the loop it measures needs a diffusion view)."""
+    frontier = cfg.get("frontier") or {}
+    models = list(cfg.get("models") or {}) + list(cfg.get("external_models") or {})
+    name = frontier.get("model")
+    if frontier.get("enabled", True) and name is not None and name not in models:
+        return [f"frontier.model: {name!r} is not an Orthrus model of models / external_models {models}"]
+    return []
 
 
 def _draft_problems(cfg: dict, props: dict) -> list[str]:
