@@ -632,3 +632,16 @@ def test_a_model_narrowed_by_decode_grids_in_every_table_and_figure(world, tmp_p
     analysis.write_tables(t, tmp_path / "tables")
     assert figures.main(["--tables", str(tmp_path / "tables"), "--out-dir", str(tmp_path / "figs")]) == 0
     _check_figures(tmp_path / "figs")
+
+
+def test_analyze_fills_the_declared_uncertainty_of_the_tiny_world(world, tmp_path):
+    """`orthrus analyze --world-domains` reaches uncertainty_by_domain.csv's `declared` column (an
+    engine pair's references, a table of their own, must not take its place)."""
+    ppl = pd.read_parquet(world["ppl"]).assign(entropy=1.0, margins=[[0.05, 3.0]] * len(pd.read_parquet(world["ppl"])),
+                                               attention="eager")
+    ppl["domain"] = "math"
+    path = tmp_path / "ppl.parquet"
+    ppl.to_parquet(path)
+    for declared, want in ((True, "determined"), (False, "")):
+        t = analyze(list(world["paths"].values()), REF, path, world["fx"], declared=declared)["uncertainty_by_domain.csv"]
+        assert t.set_index("domain").loc["math", "declared"] == want

@@ -83,8 +83,8 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     ppl = load_ppl(ppl_path, reference) if ppl_path is not None else None
     fx = load_forensics(forensics_path) if forensics_path is not None else None
     # engine pairs (decode.external's `reference`): compared with, and error-counted by, their declared reference
-    declared = declared_references(decode, errors)
-    pair_ppl = load_pair_ppl(ppl_path, {r[0] for r in declared.values()}) if ppl_path is not None else None
+    pairs = declared_references(decode, errors)
+    pair_ppl = load_pair_ppl(ppl_path, {r[0] for r in pairs.values()}) if ppl_path is not None else None
     traj = attach_ppl(compare_trajectories(decode, reference), ppl, pair_ppl)
     overall = match_overall(traj)
     empty_fx = pd.DataFrame({c: pd.Series(dtype=object) for c in FORENSICS_ROW_COLUMNS})
@@ -102,7 +102,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "decoders.csv": decoders_table(overall, decode, fx),
     }
     # a configuration or a domain whose every prompt errored keeps its row, with its error count
-    configs, cells = errored_cells(traj, errors, reference, declared)
+    configs, cells = errored_cells(traj, errors, reference, pairs)
     tables["match_overall.csv"] = with_rows(overall, CONFIG, configs)
     tables["match_by_domain.csv"] = with_rows(tables["match_by_domain.csv"], CONFIG + ["domain"], cells)
     tpf_keys = CONFIG + TPF_RUN + ["domain"]
@@ -113,7 +113,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     for name, df in tables.items():
         if name.endswith(".csv"):
             errs = tpf_errors if name == "tpf_by_domain.csv" else errors
-            df[ERRORS] = pd.array(error_counts(name, df, errs, reference, declared), dtype="int64")
+            df[ERRORS] = pd.array(error_counts(name, df, errs, reference, pairs), dtype="int64")
     return tables
 
 
