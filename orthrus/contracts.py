@@ -165,8 +165,8 @@ TABLE_NOTES = {
                           "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
                           "side by side on the same few prompts per domain: `match_rate` against the model's own AR "
                           "view in the same cell (Wilson CI), `tpf_verify` tokens per prefill and verify forward, "
-                          "`seconds_per_token` the loop's wall time and `time_vs_base` its ratio to the unguarded "
-                          "base loop; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
+                          "`seconds_per_token` the loop's wall time and `time_vs_base` the median over the prompts of "
+                          "its ratio to the unguarded base loop's on the same prompt; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
                           "lowest time.",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
                   "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "

@@ -73,3 +73,13 @@ def test_measure_refuses_another_decoder(tmp_path):
     with pytest.raises(SystemExit):
         main(["measure", "--model-path", "x", "--model-name", "m", "--prompts", "p", "--options",
               DecodeOptions(decoder="ar-ref").to_json(), "--out", str(tmp_path / "f.parquet")])
+
+
+def test_time_vs_base_is_the_median_of_per_prompt_ratios():
+    """One prompt slowed by the machine's load (10x) does not decide a setting's ratio."""
+    base = _rows(("bf16", "sdpa", 0.0), [True] * 3, 10, 1.0)
+    fast = _rows(("fp32", "sdpa", 0.0), [True] * 3, 10, 0.5)
+    fast[0]["seconds"] = 10.0
+    df = table(pd.DataFrame(base + fast), ("bf16", "sdpa")).set_index("precision")
+    assert df.loc["fp32", "time_vs_base"] == pytest.approx(0.5)
+    assert df.loc["fp32", "seconds_per_token"] == pytest.approx(11.0 / 30)  # the totals stay totals
