@@ -2,8 +2,8 @@
 
 `orthrus decode --model-path DIR --model-name NAME --prompts eval.parquet --options JSON... --out F...
  [--draft-path DIR] [--shard I --num-shards N]` decodes one file per options object (one model load
-each, one start-up in all); the workflow passes each cell's options whole, built from the config by
-`DecodeOptions.from_config`. By hand, `--decoder D --precision P... --attention A... [--max-new-tokens
+each, one start-up in all); the workflow runs one job per cell and passes its options whole, built
+from the config by `DecodeOptions.from_config`. By hand, `--decoder D --precision P... --attention A... [--max-new-tokens
 T] [--message M] [--eos E] [--last-block L] [--prefill-logits P] [--block-size K]
 [--prompt-lookup-tokens N] [--no-deterministic]` builds them instead, one per (precision, attention)
 pair in precision-major order; a flag left out takes the option's default.
