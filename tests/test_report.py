@@ -20,8 +20,9 @@ CAPTIONS = ROOT / "workflow" / "report"
 
 def workflow_lists():
     """The tables and figures the workflow declares (common.smk reads them from orthrus.contracts)."""
-    return {"TABLE_FILES": list(contracts.CLAIMS_TABLES) + list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES),
-            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE]}
+    return {"TABLE_FILES": list(contracts.CLAIMS_TABLES) + list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES)
+            + list(contracts.FRONTIER_TABLES),
+            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE]}
 
 
 def test_every_caption_belongs_to_an_output_and_back():
