@@ -19,36 +19,24 @@ import sys
 import time
 
 
-class _Steps:
-    """A generate() streamer: the tokens each put carries (the prompt first, then each step's)."""
-
-    def __init__(self):
-        self.sizes = []
-
-    def put(self, value):
-        self.sizes.append(int(value.numel()))
-
-    def end(self):
-        pass
-
-
 def run(model, tokenizer, exported: list[dict], options, device: str) -> list[dict]:
     """One trajectory record per exported prompt (see the module docstring)."""
     import torch
     import transformers
 
+    from .trajectories import StepSizes, count_forwards
+
     lookup = {"prompt_lookup_num_tokens": options.prompt_lookup_tokens} if options.decoder == "prompt-lookup" else {}
     env = {"engine": "transformers (orthrus engine-standin)", "version": transformers.__version__,
            "dtype": options.precision, "kernel": options.attention, "batch_size": 1, "device": device,
            "speculative": "prompt-lookup" if lookup else None}
-    forwards = [0]
-    hook = model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+    forwards, hook = count_forwards(model)
     records = []
     try:
         for r in exported:
             ids = torch.tensor([r["prompt_token_ids"]], dtype=torch.long, device=device)
             stop = r["stop_token_ids"]
-            steps, forwards[0] = _Steps(), 0
+            steps, forwards[0] = StepSizes(), 0
             t0 = time.perf_counter()
             with torch.inference_mode():
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,

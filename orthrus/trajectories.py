@@ -55,7 +55,7 @@ from .precision import numerical_env
 from .prompt_set import length_error, read_prompt_set
 
 
-class _Steps:
+class StepSizes:
     """A generate() streamer that records how many tokens each put carries: the prompt first,
     then the tokens of every decoding step."""
 
@@ -69,7 +69,7 @@ class _Steps:
         pass
 
 
-def _count_forwards(module) -> tuple[list[int], object]:
+def count_forwards(module) -> tuple[list[int], object]:
     n = [0]
     return n, module.register_forward_hook(lambda *_: n.__setitem__(0, n[0] + 1))
 
@@ -92,8 +92,8 @@ def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, lo
             return batched_generate(model, [ids], options)[0]
         rows, scores = batched_generate(model, [ids], options, logits=True)
         return rows[0], [x[0] for x in scores]
-    steps = _Steps()
-    counters = [_count_forwards(m) for m in (model, speculative.get("assistant_model")) if m is not None]
+    steps = StepSizes()
+    counters = [count_forwards(m) for m in (model, speculative.get("assistant_model")) if m is not None]
     try:
         t0 = time.perf_counter()
         with torch.inference_mode():
