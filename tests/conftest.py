@@ -51,12 +51,14 @@ def tiny_orthrus(seed=0, block_size=8, diffusion="random", attn="eager", init=0.
 def word_tokenizer(size=MASK):
     """A word-level tokenizer for the tiny models: `w{i}` is token i, w1 EOS, w0 padding, and a
     chat template that joins the messages' text."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(size)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1", pad_token="w0")
+    # special tokens match inside words unless `single_word`: "w19" would read as w1 + "9"
+    eos, pad = (AddedToken(t, single_word=True, special=True) for t in ("w1", "w0"))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=pad)
     fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     return fast
 
