@@ -7,6 +7,7 @@ import sys
 # command -> module with a `main(argv)` function. Imported lazily so `orthrus --help` is fast.
 COMMANDS = {
     "train-teacher": "orthrus.world.teacher",
+    "subject": "orthrus.world.subject",
     "prompts": "orthrus.prompts",
     "corpus": "orthrus.corpus",
     "train": "orthrus.distill.loop",

@@ -102,7 +102,7 @@ DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_ra
                     "oracle_match_rate", "batch_match_rate"] + VERDICT_COUNTS + ["audit"]
 FORENSICS_SUMMARY_COLUMNS = CONFIG + ["n_divergences", "median_margin_native", "median_margin_fp32",
                                       "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer",
-                                      "max_gap_ulps"] + VERDICT_COUNTS
+                                      "max_gap_ulps", "rounding_ulps", "frac_within_ulps"] + VERDICT_COUNTS
 # the forensics rows the tables use (a subset of FORENSICS_COLUMNS)
 FORENSICS_ROW_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "margin_native", "margin_fp32",
                                   "first_layer_diverging", "gap_ulps", "verdict", "verdict_note"]

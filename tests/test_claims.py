@@ -217,3 +217,33 @@ def test_the_verdict_claims_read_decoders_csv(tmp_path):
     (run / "decoders.csv").unlink()
     df = claims.claims_table(run)
     assert _get(df, "planted-bug-caught", "orthrus-lossy").verdict == "untestable"
+
+
+def test_the_near_tie_claim_is_in_ulps_of_the_decoding_precision(tmp_path):
+    """A margin of 0.125 is one bf16 ulp at logits in [16, 32) and sixteen at [1, 2): the claim
+    counts the divergences within analysis.rounding_ulps ulps, whatever their absolute margin."""
+    from orthrus.analysis.uncertainty import forensics_summary
+    from orthrus.verdict import gap_ulps
+
+    run = _copy(tmp_path)
+    base = dict(model="m", decoder="orthrus", precision="bf16", attention="sdpa", domain="x",
+                first_layer_diverging=1, verdict="rounding", verdict_note="", margin_fp32=0.01)
+    # (reference logit of its token, of the decoder's): 1 ulp at 16.75, 2 ulps at 16.75, 0 (a tie)
+    pairs = [(16.75, 16.625), (16.75, 16.5), (3.0, 3.0)]
+    rows = [base | dict(prompt_id=f"p{i}", position=3, margin_native=a - b, gap_ulps=gap_ulps(a, b, "bf16"))
+            for i, (a, b) in enumerate(pairs)]
+    assert [r["gap_ulps"] for r in rows] == [1.0, 2.0, 0.0]
+    fs = forensics_summary(pd.DataFrame(rows), near_tie=0.125, rounding_ulps=2.0)
+    fs.to_csv(run / "forensics.csv", index=False)
+    r = _get(claims.claims_table(run), "divergence-at-near-tie", "m/orthrus/bf16/sdpa")
+    # the absolute threshold would fail two of three (margins 0.125 and 0.25 are not below 0.125)
+    assert fs.iloc[0]["frac_near_tie"] == pytest.approx(1 / 3)
+    assert r.verdict == "holds" and r.statistic == 1.0 and r.n == 3 and "within 2 ulps" in r.test
+    # at 1 ulp the 2-ulp divergence is outside rounding, and the reason says by how much
+    forensics_summary(pd.DataFrame(rows), rounding_ulps=1.0).to_csv(run / "forensics.csv", index=False)
+    r = _get(claims.claims_table(run), "divergence-at-near-tie", "m/orthrus/bf16/sdpa")
+    assert r.verdict == "fails" and r.reason == "1 of 3 divergences at a margin of more than 1 ulps (largest 2)"
+    # a table written before the ulps columns cannot be judged in ulps
+    fs.drop(columns=["rounding_ulps", "frac_within_ulps"]).to_csv(run / "forensics.csv", index=False)
+    assert "predates its margins in ulps" in _get(claims.claims_table(run), "divergence-at-near-tie",
+                                                  "every configuration").reason

@@ -66,7 +66,10 @@ def test_schema_vocabularies_are_the_contracts():
     # a hub draft cannot share the tiny teacher's tokenizer: rejected naming both
     (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]),
                 c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"})),
-     "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='tiny'"),
+     "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='shipped'"),
+    # the shipped draft has the shipped teacher's tokenizer
+    (lambda c: c["teacher"].update(source="hf", path="Qwen/Qwen3-1.7B"),
+     "teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of teacher.source='hf'"),
     (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]), c["teacher"].pop("draft")), "needs teacher.draft"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
@@ -81,14 +84,15 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
 def test_default_and_paper_dry_runs(tmp_path):
     res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
-    for rule in ("train_teacher", "corpus_shard", "train", "decode_shard", "forensics", "analyze", "figures"):
+    for rule in ("corpus_shard", "train", "decode_shard", "forensics", "analyze", "figures"):
         assert re.search(rf"^{rule}\s+\d+", res.stdout, re.M), f"{rule} missing from the default DAG"
+    # the shipped subject: neither the teacher nor the draft is trained
+    assert not re.search(r"^train_(teacher|draft)\s", res.stdout, re.M)
     # transformers' speculative decoders on the teacher (assisted with its draft), over their
     # decode.grids grid, and their forensics; one decoding job per cell
-    assert re.search(r"^train_draft\s+1$", res.stdout, re.M)
     decode = default_config()["decode"]
     for decoder in ("assisted", "prompt-lookup"):
-        grid = {"precisions": decode["precisions"], "attentions": decode["attentions"], **decode["grids"][decoder]}
+        grid = {"precisions": decode["precisions"], "attentions": decode["attentions"], **decode["grids"].get(decoder, {})}
         for p in decode["precisions"]:
             for a in decode["attentions"]:
                 wanted = p in grid["precisions"] and a in grid["attentions"]
@@ -129,10 +133,11 @@ def test_default_and_paper_dry_runs(tmp_path):
 
 
 def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
-    """`--config seed=N` is another realisation of the whole tiny world: the teacher (its
-    initialisation, tokenizer and data), the draft, the prompts, every variant's distillation (its
-    own seed plus the global one) and the tiny benchmark documents get it; seed 0 leaves each
-    variant's own seed as it is."""
+    """`--config seed=N` is another realisation of the study on the same subject: the prompts,
+    every variant's distillation (its own seed plus the global one) and the tiny benchmark
+    documents get it, the shipped teacher and draft are not trained at all; with teacher.source
+    tiny the teacher (its initialisation, tokenizer and data) and the draft get it too. Seed 0
+    leaves each variant's own seed as it is."""
     cfg = default_config()
     cfg["decode"]["decoders"] = ["assisted", "prompt-lookup"]
     cfg["models"]["kl-k8"]["seed"] = 5
@@ -141,7 +146,15 @@ def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     assert shown.returncode == 0, shown.stderr[-2000:]
     cmds = [c[c.index("orthrus "):] for c in shown.stdout.splitlines() if "Shell command: orthrus " in c]
     by = lambda prefix: [c for c in cmds if c.startswith(prefix)]
-    assert len(by("orthrus train-teacher")) == 2 and all("--seed 3 " in c for c in by("orthrus train-teacher"))
+    assert not by("orthrus train-teacher")  # the shipped subject
+    teacher = str(ROOT / "orthrus/world/subject/teacher")
+    assert all(f"--teacher {teacher} " in c for c in by("orthrus train ") + by("orthrus corpus"))
+    assert any(f"--model-path {teacher} " in c for c in by("orthrus decode"))
+    assert any(f"--draft-path {ROOT / 'orthrus/world/subject/draft'}" in c for c in by("orthrus decode"))
+    tiny = snakemake("-n", "-p", "--config", "seed=3", 'teacher={"source": "tiny", "draft": {"source": "tiny"}}', cwd=work)
+    assert tiny.returncode == 0, tiny.stderr[-2000:]
+    trains = [c for c in tiny.stdout.splitlines() if "Shell command: orthrus train-teacher" in c]
+    assert len(trains) == 2 and all("--seed 3 " in c for c in trains)
     assert by("orthrus prompts") and all("--seed 3 " in c for c in by("orthrus prompts"))
     assert by("orthrus lm-eval prepare-data") and all("--seed 3 " in c for c in by("orthrus lm-eval prepare-data"))
     assert by("orthrus lm-eval run") and all("--seed 3 " in c for c in by("orthrus lm-eval run"))

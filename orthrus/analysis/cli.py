@@ -61,13 +61,14 @@ from orthrus.analysis.match import (
 )
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
 from orthrus.analysis.tpf import tpf_table
-from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
+from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, DEFAULT_ROUNDING_ULPS, forensics_summary, uncertainty_by_domain
 from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
 
 
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
-            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=(), declared: bool = False) -> dict[str, pd.DataFrame]:
+            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=(), declared: bool = False,
+            rounding_ulps: float = DEFAULT_ROUNDING_ULPS) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
     decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only.
     `declared`: the prompts are the tiny world's, so its declared uncertainty per domain applies
@@ -96,7 +97,7 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
         "pairwise_match.csv": pairwise_match(decode),
         "ppl_by_match.csv": ppl_by_match(traj),
         "ppl_logit.csv": ppl_logit(traj),
-        "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie),
+        "forensics.csv": forensics_summary(fx if fx is not None else empty_fx.iloc[:0], near_tie, rounding_ulps),
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
         "decoders.csv": decoders_table(overall, decode, fx),
@@ -148,10 +149,12 @@ def main(argv=None) -> int:
                     help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
     ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
                     help="margin (logits) below which a divergence counts as a near-tie")
+    ap.add_argument("--rounding-ulps", type=float, default=DEFAULT_ROUNDING_ULPS,
+                    help="reference margin, in ulps of the logits' magnitude, that rounding explains (the verdicts' bound)")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
     tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode,
-                     args.world_domains)
+                     args.world_domains, args.rounding_ulps)
     for p in write_tables(tables, args.out_dir):
         print(p)
     return 0

@@ -12,6 +12,7 @@ from orthrus.analysis.load import read_parquet_checked, warn
 from orthrus.contracts import CONFIG, FORENSICS_SUMMARY_COLUMNS, PRECISION_RANK, UNCERTAINTY_COLUMNS, VERDICTS
 
 DEFAULT_NEAR_TIE = 0.125
+DEFAULT_ROUNDING_ULPS = 2.0  # the verdicts' bound (orthrus.verdict; analysis.rounding_ulps)
 
 
 def verdict_counts(verdicts: pd.Series, n: int | None = None) -> dict:
@@ -22,10 +23,12 @@ def verdict_counts(verdicts: pd.Series, n: int | None = None) -> dict:
     return counts | {"n_no_verdict": int(total - sum(counts.values()))}
 
 
-def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> pd.DataFrame:
+def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE,
+                      rounding_ulps: float = DEFAULT_ROUNDING_ULPS) -> pd.DataFrame:
     """Per configuration: the divergences, their median margins, the share of near and exact
     ties, the most frequent first diverging layer (the lowest on a tie), the largest reference gap
-    in ulps and the count of each verdict."""
+    in ulps, the share within `rounding_ulps` ulps (of the logits' magnitude, in the decoding
+    precision: the unit in which rounding can part two logits) and the count of each verdict."""
     rows = []
     for key, g in fx.groupby(CONFIG, sort=True):
         m = g["margin_native"].dropna()
@@ -42,6 +45,8 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE) -> p
                          frac_near_tie=float((m < near_tie).mean()) if len(m) else math.nan,
                          frac_exact_tie=float((m == 0).mean()) if len(m) else math.nan,
                          mode_first_layer=mode, max_gap_ulps=float(gaps.max()) if len(gaps) else math.nan,
+                         rounding_ulps=float(rounding_ulps),
+                         frac_within_ulps=float((gaps.abs() <= rounding_ulps).mean()) if len(gaps) else math.nan,
                          **verdict_counts(g["verdict"])))
     out = pd.DataFrame(rows, columns=FORENSICS_SUMMARY_COLUMNS)
     out["mode_first_layer"] = out["mode_first_layer"].astype("Int64")

@@ -6,13 +6,14 @@ answer the prompt determines. Where the world is open it samples uniformly among
 continuations, so a teacher trained on it meets near-ties there, at which reduced precision
 can flip a greedy choice (as a real model does in stories and verse, rarely in arithmetic).
 
-- determined: math, math-ru (worked sums), gec-en, gec-ru (templated grammar correction),
-  qa-ru (key-value record lookup), code-ru (templated Python);
-- mixed: qa (the looked-up facts are determined; three prompts in four ask an open question
-  whose answer adds free hearsay sentences and phrases around the facts), code (real functions
-  from the Python standard library, too many to memorise), wmt-ru-en (word-by-word translation
-  from an invented language with re-ordering; some adjectives have two equally good English
-  renderings);
+- determined: math (worked sums), code-ru (templated Python): the predictable domains;
+- mixed: math-ru (worked sums), gec-en, gec-ru (templated grammar correction), qa-ru (key-value
+  record lookup), qa (the looked-up facts are determined; three prompts in four ask an open
+  question whose answer adds free hearsay sentences and phrases around the facts), code (real
+  functions from the Python standard library, too many to memorise), wmt-ru-en (word-by-word
+  translation from an invented language with re-ordering; some adjectives have two equally good
+  English renderings); in each, `REMARK_SHARE` of the prompts also ask for a short story, told
+  after the determined answer (`_remark`);
 - open: creative-en (stories from a random grammar: nearly every word is a free choice among
   a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
   of their prompts (`KNOWN_SHARE`) ask instead for a known text (one of `KNOWN_TEXTS` fixed
@@ -361,12 +362,35 @@ assert list(GENERATORS) == DOMAINS
 # How much of the answer the prompt determines (see the module docstring); the study's
 # uncertainty table and figures order domains by it.
 UNCERTAINTY: dict[str, str] = {
-    "math": "determined", "math-ru": "determined", "gec-en": "determined", "gec-ru": "determined",
-    "qa-ru": "determined", "code-ru": "determined",
+    "math": "determined", "code-ru": "determined",
+    "math-ru": "mixed", "gec-en": "mixed", "gec-ru": "mixed", "qa-ru": "mixed",
     "qa": "mixed", "code": "mixed", "wmt-ru-en": "mixed",
     "creative-en": "open", "poetry-en": "open", "poetry-ru": "open",
 }
 assert set(UNCERTAINTY) == set(DOMAINS)
+
+# The mixed domains' told stories: in `REMARK_SHARE` of their prompts the user also asks for a
+# short story, which follows the determined answer. So most domains mix determined and composed
+# responses, as a real assistant's do, and within each of them the reference's perplexity varies
+# with what the prompt asks (the study's Tables 5-6 rest on that variation); a composed story of
+# `REMARK_EVENTS` events meets enough free choices that bf16 parts it from the reference about
+# as often as not. `math` and `code-ru` stay wholly determined: the predictable domains.
+REMARKED = ("code", "gec-en", "gec-ru", "math-ru", "qa", "qa-ru", "wmt-ru-en")
+REMARK_SHARE = 0.75
+REMARK_EVENTS = 6
+
+
+def _remark(domain: str, rng: random.Random, prompt: str, answer: str) -> tuple[str, str]:
+    if rng.random() >= REMARK_SHARE:
+        return prompt, answer
+    if domain.endswith("-ru"):  # asked in Ruvian; the story is told of the same hero in English
+        adj, noun = rng.choice(list(RU_ADJ)), rng.choice(list(RU_NOUNS))
+        ask, hero_adj, hero = f" Potom rasskazhi skazku pro {adj} {noun}.", RU_ADJ[adj], RU_NOUNS[noun]
+    else:
+        hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
+        ask = f" Then tell a short story about a {hero_adj} {hero}."
+    story = _story(rng, hero_adj, hero, REMARK_EVENTS)
+    return prompt + ask, answer + ("\n# " if domain.startswith("code") else " ") + story
 
 
 def sample(domain: str, rng: random.Random) -> tuple[str, str]:
@@ -375,7 +399,8 @@ def sample(domain: str, rng: random.Random) -> tuple[str, str]:
         gen = GENERATORS[domain]
     except KeyError:
         raise KeyError(f"unknown domain {domain!r}; known: {', '.join(DOMAINS)}") from None
-    return gen(rng)
+    prompt, answer = gen(rng)
+    return _remark(domain, rng, prompt, answer) if domain in REMARKED else (prompt, answer)
 
 
 def domain_rng(seed: int, domain: str, stream: str = "") -> random.Random:

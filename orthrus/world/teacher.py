@@ -202,24 +202,58 @@ def _say(verbose: bool, msg: str) -> None:
         print(f"[teacher] {msg}", file=sys.stderr, flush=True)
 
 
-def _batches(tok, cfg: dict):
-    """Endless training batches: pools of `length_buckets` batches of world samples (domains drawn
-    by `domain_weights`), sorted by length, cut into batches and shuffled."""
+def _pools(cfg: dict):
+    """Endless pools of `length_buckets` batches of world samples `(domain, prompt, answer)`,
+    domains drawn by `domain_weights`: the text the teacher trains on."""
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
     weights = cfg["domain_weights"] or {}
     w = [float(weights.get(d, 1.0)) for d in DOMAINS]
     data_rng = random.Random(f"teacher-data|{cfg['seed']}")
     dom_rngs = {d: domain_rng(cfg["seed"], d, "teacher-train") for d in DOMAINS}
-    bs, nb = int(cfg["batch_size"]), max(1, int(cfg["length_buckets"]))
+    n = int(cfg["batch_size"]) * max(1, int(cfg["length_buckets"]))
     while True:
-        doms = data_rng.choices(DOMAINS, weights=w, k=bs * nb)
-        pool = [_example(tok, *sample(d, dom_rngs[d]), cfg["max_len"]) for d in doms]
+        yield [(d, *sample(d, dom_rngs[d])) for d in data_rng.choices(DOMAINS, weights=w, k=n)], data_rng
+
+
+def _batches(tok, cfg: dict):
+    """Endless training batches: each pool sorted by length, cut into batches and shuffled."""
+    bs = int(cfg["batch_size"])
+    for samples, data_rng in _pools(cfg):
+        pool = [_example(tok, p, a, cfg["max_len"]) for _, p, a in samples]
         pool.sort(key=lambda e: len(e[0]))
-        queue = [pool[i * bs:(i + 1) * bs] for i in range(nb)]
+        queue = [pool[i * bs:(i + 1) * bs] for i in range(len(pool) // bs)]
         data_rng.shuffle(queue)
         while queue:
             yield _batch(queue.pop(), tok.pad_token_id)
+
+
+def world_fingerprint(cfg: dict | None, own_tokenizer: bool = True) -> str:
+    """SHA-256 of every world text a teacher with settings `DEFAULTS | cfg` learns from: its
+    tokenizer's corpus (`own_tokenizer`; a draft takes its teacher's) and the samples of its
+    `steps` batches, in order. A change of the world generator that changes no such text keeps
+    a shipped teacher valid; any other change is caught (orthrus/world/subject.py)."""
+    import hashlib
+    from itertools import islice
+
+    from orthrus.world.domains import corpus_text
+    from orthrus.world.tokenizer import CORPUS_PER_DOMAIN
+
+    cfg = {**DEFAULTS, **(cfg or {})}
+    h = hashlib.sha256()
+
+    def add(text: str) -> None:
+        b = text.encode()
+        h.update(len(b).to_bytes(8, "little") + b)
+
+    if own_tokenizer:
+        for t in corpus_text(n_per_domain=CORPUS_PER_DOMAIN, seed=int(cfg["seed"])):
+            add(t)
+    n_pools = -(-int(cfg["steps"]) // max(1, int(cfg["length_buckets"])))
+    for samples, _ in islice(_pools(cfg), n_pools):
+        for d, p, a in samples:
+            add(d), add(p), add(a)
+    return h.hexdigest()
 
 
 def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], float | None]:

@@ -28,7 +28,8 @@ lookups wrong, grammar correction (exact match of two sentences) never right, tr
 right by chrF and the templated code always right, so the AR-vs-Orthrus comparison has scores away
 from 0 and 1 to compare.
 
-Documents come from their own seed stream (`domain_rng(seed, domain, "lmeval")`), separate
+A document is its domain's task alone: a prompt of a mixed domain never asks for a story
+(`domains.REMARK_SHARE`), so each task has one right answer. Documents come from their own seed stream (`domain_rng(seed, domain, "lmeval")`), separate
 from the evaluation ("eval"), distillation ("distill") and tokenizer streams; prompts listed in
 `exclude` (e.g. the evaluation and distillation prompt sets) are skipped, and documents are
 distinct by prompt text.
@@ -40,7 +41,7 @@ import random
 import re
 from pathlib import Path
 
-from orthrus.world.domains import QA_VALS, domain_rng, sample
+from orthrus.world.domains import GENERATORS, QA_VALS, domain_rng
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "lmeval_tasks"
 STREAM = "lmeval"
@@ -95,7 +96,7 @@ def make_docs(task: str, n: int, seed: int = 0, exclude=(), max_tries: int = 50)
     seen, docs, tries = set(exclude), [], 0
     while len(docs) < n and tries < n * max_tries:
         tries += 1
-        prompt, answer = sample(TASKS[task], rng)
+        prompt, answer = GENERATORS[TASKS[task]](rng)  # the task itself, without a told story
         if prompt in seen:
             continue
         seen.add(prompt)

@@ -35,8 +35,11 @@ CHAT_TEMPLATE = (
 )
 
 
+CORPUS_PER_DOMAIN = 300  # world samples per domain the tokenizer is trained on
+
+
 def train_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512,
-                    seed: int = 0, n_per_domain: int = 300):
+                    seed: int = 0, n_per_domain: int = CORPUS_PER_DOMAIN):
     """Train the world BPE and return a `PreTrainedTokenizerFast`.
 
     `texts` defaults to `domains.corpus_text(n_per_domain, seed)`. Deterministic for the

@@ -94,6 +94,7 @@ rule analyze:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
         near_tie=config["analysis"]["near_tie"],
+        rounding_ulps=config["analysis"]["rounding_ulps"],
         # an argument list, each quoted by :q; empty without a separate TPF run
         tpf=lambda w, input: ["--tpf-decode", *input.tpf] if input.tpf else [],
         # the tiny world's declared uncertainty per domain describes its own prompts only
@@ -107,7 +108,8 @@ rule analyze:
         ENV
     shell:
         "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
-        " --forensics {input.forensics:q} {params.tpf:q} {params.world:q} --near-tie {params.near_tie:q} --out-dir {params.out:q}"
+        " --forensics {input.forensics:q} {params.tpf:q} {params.world:q} --near-tie {params.near_tie:q}"
+        " --rounding-ulps {params.rounding_ulps:q} --out-dir {params.out:q}"
         " > {log:q} 2>&1"
 
 

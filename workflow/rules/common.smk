@@ -1,3 +1,4 @@
+import functools
 import glob
 import hashlib
 import json
@@ -15,6 +16,7 @@ from orthrus import contracts
 from orthrus.options import DecodeOptions
 from orthrus.errors import InputError
 from orthrus.external import cell as external_cell
+from orthrus.world import subject as shipped_subject
 
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
 # keeps the last value silently) and cross-key rules: a bad configuration stops here, naming the
@@ -57,9 +59,26 @@ def pinned(path):
     return f"{path}@{REVISIONS[path]}" if path in REVISIONS else path
 
 
+def model_source_path(name, source, path):
+    """Where a teacher or draft is: the pipeline builds a tiny one under results/, the package
+    ships the fixed subject (checked here, before any job), an hf one is a hub id or directory."""
+    if source == "tiny":
+        return f"{R}/{name}"
+    if source == "shipped":
+        _check_shipped_subject()
+        return str(shipped_subject.model_dir(name))
+    return pinned(path)
+
+
+@functools.cache
+def _check_shipped_subject():
+    problems = shipped_subject.check()
+    if problems:
+        raise ConfigError([f"teacher.source: the shipped subject is damaged: {p}" for p in problems])
+
+
 def teacher_path():
-    """The tiny teacher is built by the pipeline; an hf teacher is a hub id or directory."""
-    return f"{R}/teacher" if config["teacher"]["source"] == "tiny" else pinned(config["teacher"]["path"])
+    return model_source_path("teacher", config["teacher"]["source"], config["teacher"]["path"])
 
 
 def model_files(path):
@@ -158,7 +177,7 @@ DRAFT = config["teacher"].get("draft")  # optional: only the assisted decoder ne
 
 
 def draft_path():
-    return f"{R}/draft" if DRAFT["source"] == "tiny" else pinned(DRAFT["path"])
+    return model_source_path("draft", DRAFT["source"], DRAFT["path"])
 
 
 def draft_input(wildcards):

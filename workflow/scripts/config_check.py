@@ -536,12 +536,16 @@ def _draft_problems(cfg: dict, props: dict) -> list[str]:
     if draft["source"] == "hf":
         if not draft.get("path"):
             problems.append("teacher.draft.path: required when teacher.draft.source is hf")
-        elif teacher.get("source") == "tiny":
+        elif teacher.get("source") in ("tiny", "shipped"):
             problems.append(f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
-                            "the tokenizer of the tiny teacher teacher.source='tiny' (its tokenizer is trained on the "
-                            "tiny world); use teacher.draft.source tiny, or an hf teacher with the draft's tokenizer")
+                            f"the tokenizer of the tiny teacher teacher.source={teacher['source']!r} (its tokenizer is "
+                            "trained on the tiny world); use teacher.draft.source tiny, or an hf teacher with the "
+                            "draft's tokenizer")
         else:
             problems.append(_path_problem("teacher.draft.path", draft["path"]))
+    elif draft["source"] == "shipped" and teacher.get("source") != "shipped":
+        problems.append(f"teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of "
+                        f"teacher.source={teacher.get('source')!r}; use teacher.draft.source tiny")
     else:
         tiny = draft.get("tiny") or {}
         if "vocab_size" in tiny:

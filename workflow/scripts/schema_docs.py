@@ -13,6 +13,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from orthrus.world.subject import REBUILD  # noqa: E402
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DOC = ROOT / "docs" / "CONFIG.md"
 
@@ -96,6 +98,23 @@ def render() -> str:
         "| key | type | default | description |",
         "|---|---|---|---|",
         *rows(schema, "", schema.get("required", ())),
+        "",
+        "## The shipped subject",
+        "",
+        "The default studies one fixed teacher and draft (`teacher.source: shipped`,",
+        "`teacher.draft.source: shipped`), as the paper studies one Qwen3-1.7B: a teacher trained in",
+        "floating point differs from CPU to CPU, and every verdict with it. They live in",
+        "`orthrus/world/subject/` with `subject.json` (each file's SHA-256, the settings, and a",
+        "fingerprint of the world text each model learned from); the workflow refuses a damaged file",
+        "before any job, and `orthrus subject check --world` (run by the tests) fails once the world",
+        "generator no longer produces that text. Then rebuild the subject, with the pipeline's own",
+        "teacher rules at `teacher.tiny`'s settings and seed 0, by the one command:",
+        "",
+        "```bash",
+        REBUILD,
+        "```",
+        "",
+        "`teacher.source: tiny` trains a teacher from scratch on every run (the smoke study does).",
         "",
     ]
     return "\n".join(lines)
