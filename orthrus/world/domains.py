@@ -12,8 +12,8 @@ can flip a greedy choice (as a real model does in stories and verse, rarely in a
   question whose answer adds free hearsay sentences and phrases around the facts), code (real
   functions from the Python standard library, too many to memorise), wmt-ru-en (word-by-word
   translation from an invented language with re-ordering; some adjectives have two equally good
-  English renderings); in each, `REMARK_SHARE` of the prompts also ask for a short story, told
-  after the determined answer (`_remark`);
+  English renderings); each of their prompts also asks for a story, told after the determined
+  answer: a new one (`REMARK_SHARE`) or an old tale of the same length (`_remark`);
 - open: creative-en (stories from a random grammar: nearly every word is a free choice among
   a few equally good ones), poetry-en, poetry-ru (rhyming verse from random word choices). Half
   of their prompts (`KNOWN_SHARE`) ask instead for a known text (one of `KNOWN_TEXTS` fixed
@@ -369,27 +369,34 @@ UNCERTAINTY: dict[str, str] = {
 }
 assert set(UNCERTAINTY) == set(DOMAINS)
 
-# The mixed domains' told stories: in `REMARK_SHARE` of their prompts the user also asks for a
-# short story, which follows the determined answer. So most domains mix determined and composed
-# responses, as a real assistant's do, and within each of them the reference's perplexity varies
-# with what the prompt asks (the study's Tables 5-6 rest on that variation); a composed story of
-# `REMARK_EVENTS` events meets enough free choices that bf16 parts it from the reference about
-# as often as not. `math` and `code-ru` stay wholly determined: the predictable domains.
+# The mixed domains' told stories: every prompt of theirs also asks for a story, told after the
+# determined answer; in `REMARK_SHARE` of them a new one (composed: free choices at nearly every
+# slot), else an old tale the teacher knows by heart (one of `KNOWN_TEXTS` fixed texts, as long as
+# a new one, so that within a domain the reference's perplexity, not its length, tells the two
+# apart, as in the open domains). So most domains mix determined and composed text, as a real
+# assistant's responses do, and a new story of `REMARK_EVENTS` events meets enough free choices
+# that bf16 parts it from the reference about as often as not. `math` and `code-ru` stay wholly
+# determined: the predictable domains.
 REMARKED = ("code", "gec-en", "gec-ru", "math-ru", "qa", "qa-ru", "wmt-ru-en")
-REMARK_SHARE = 0.75
+REMARK_SHARE = 0.6
 REMARK_EVENTS = 6
 
 
 def _remark(domain: str, rng: random.Random, prompt: str, answer: str) -> tuple[str, str]:
-    if rng.random() >= REMARK_SHARE:
-        return prompt, answer
-    if domain.endswith("-ru"):  # asked in Ruvian; the story is told of the same hero in English
-        adj, noun = rng.choice(list(RU_ADJ)), rng.choice(list(RU_NOUNS))
-        ask, hero_adj, hero = f" Potom rasskazhi skazku pro {adj} {noun}.", RU_ADJ[adj], RU_NOUNS[noun]
+    ru = domain.endswith("-ru")  # asked in Ruvian; the story is told in English
+    if rng.random() < REMARK_SHARE:
+        if ru:
+            adj, noun = rng.choice(list(RU_ADJ)), rng.choice(list(RU_NOUNS))
+            ask, hero_adj, hero = f" Potom rasskazhi skazku pro {adj} {noun}.", RU_ADJ[adj], RU_NOUNS[noun]
+        else:
+            hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
+            ask = f" Then tell a short story about a {hero_adj} {hero}."
+        story = _story(rng, hero_adj, hero, REMARK_EVENTS)
     else:
-        hero_adj, hero = rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
-        ask = f" Then tell a short story about a {hero_adj} {hero}."
-    story = _story(rng, hero_adj, hero, REMARK_EVENTS)
+        theme = rng.choice(_THEMES[:KNOWN_TEXTS])
+        fixed = random.Random(f"tale|{theme}")
+        story = _story(fixed, fixed.choice(EN_ADJ), fixed.choice(EN_NOUNS), REMARK_EVENTS)
+        ask = f" Potom rasskazhi staruju skazku pro {theme}." if ru else f" Then tell the old tale about {theme}."
     return prompt + ask, answer + ("\n# " if domain.startswith("code") else " ") + story
 
 
