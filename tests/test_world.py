@@ -90,6 +90,25 @@ def test_known_and_new_open_texts_have_the_same_length():
         assert sizes[True] == sizes[False] == {expected}, (d, sizes)
 
 
+def test_mixed_domains_tell_a_new_story_or_an_old_tale_of_the_same_length():
+    """Every prompt of a mixed domain asks for a story after its determined answer: a new one in
+    REMARK_SHARE of them, else one of KNOWN_TEXTS old tales, each REMARK_EVENTS events long, so
+    that length does not tell them apart; math and code-ru stay determined."""
+    start = re.compile("(?:%s), there (?:was|lived) " % "|".join(domains._STORY_OPENERS))
+    for d in domains.REMARKED:
+        rng = domains.domain_rng(0, d, "test")
+        told = {True: [], False: []}
+        for _ in range(400):
+            p, a = domains.sample(d, rng)
+            story = a[list(start.finditer(a))[-1].start():]
+            assert story.count(".") == domains.REMARK_EVENTS + 2, (d, story)  # opener, events, ending
+            told["old tale" in p or "staruju skazku" in p].append(story)
+        assert abs(len(told[False]) / 400 - domains.REMARK_SHARE) < 0.1, d
+        assert len(set(told[True])) == domains.KNOWN_TEXTS and len(set(told[False])) == len(told[False]), d
+    for d in ("math", "code-ru"):
+        assert domains.UNCERTAINTY[d] == "determined" and d not in domains.REMARKED
+
+
 def test_code_uses_local_stdlib():
     funcs = code.stdlib_functions()
     assert len(funcs) > 50 and list(funcs) == sorted(funcs)
