@@ -11,7 +11,8 @@ claim and the table it rests on cannot disagree.
 
 - `fp32-exact` (Table 8): every lossless decoder on every kernel emits the AR reference's tokens
   in fp32, up to fp32's own rounding: a cell that parts does so on few prompts (Wilson lower
-  bound >= `FP32_FLOOR`), each at a reference margin within `rounding_ulps` fp32 ulps (forensics);
+  bound >= `FP32_FLOOR`), each at a reference margin within the verdicts' fp32 bound
+  (`analysis.rounding_ulps.fp32` ulps, forensics);
   the statistic is the lowest fp32 match rate, with its Wilson interval.
 - `bf16-inexact` (Tables 3-4), per bf16 speculative decoder and model: the Wilson 95% upper
   bound of the match rate is below 1 on the kernel where it is lowest.
@@ -26,8 +27,8 @@ claim and the table it rests on cannot disagree.
   `fails` means equivalence is not shown, which is not a loss either. A corpus-level metric
   (chrF) has no per-document score: untestable.
 - `divergence-at-near-tie` (forensics), per configuration with divergences: at every first
-  divergence the reference ranks its token above the decoder's by at most `rounding_ulps` ulps
-  of the two logits' magnitude in the decoding precision (the unit in which rounding parts two
+  divergence the reference ranks its token above the decoder's by at most the precision's
+  `rounding_ulps` ulps of the two logits' magnitude in the decoding precision (the unit in which rounding parts two
   logits: a fixed margin in logits, e.g. 0.125, is one bf16 ulp at 16 and eight at 2); the
   share below the absolute near-tie threshold stays in forensics.csv as a statistic.
 
@@ -134,8 +135,8 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
     return [_row("fp32-exact", "every fp32 cell", "lowest match rate", worst["match_rate"],
                  (worst["ci_low"], worst["ci_high"]), int(worst["n"]),
                  "exact trajectory match with the AR reference in every cell, up to fp32's own rounding: a cell "
-                 f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each at a tie within "
-                 "analysis.rounding_ulps fp32 ulps",
+                 f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each a rounding within "
+                 "analysis.rounding_ulps.fp32 ulps",
                  f"= 1, or >= {FP32_FLOOR:g} with every divergence within rounding",
                  verdict=HOLDS if rounding[0] else FAILS, reason=reason, errors=_errors(d))]
 

@@ -53,10 +53,10 @@ from .decoding import generate
 from .io import write_parquet
 from .loading import load_draft, load_model
 from .options import LOOP_DECODERS, DecodeOptions, env_record
-from .prompt_set import length_error, read_prompt_set
+from .prompt_set import first_per_domain, length_error, read_prompt_set
 from .stats import first_divergence
 from .trajectories import batched_generate, batches, hf_generate
-from .verdict import external_verdict, gap_ulps, verdict
+from .verdict import ROUNDING_ULPS, external_verdict, gap_ulps, rounding_ulps_arg, verdict
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -134,9 +134,9 @@ def divergences(orth: pd.DataFrame, ref: pd.DataFrame):
 
 def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict, prompt_id: str, positions: int):
     """The ar-batched control's batch of `prompt_id`, rebuilt as the decode stage built it
-    (`orthrus.trajectories.batches` over the prompts of the row's shard that fit): (the prompts'
-    ids, its index in the batch)."""
-    shard = prompts.iloc[env.get("shard", 0):: env.get("num_shards", 1)]
+    (`orthrus.trajectories.batches` over the prompts of the row's shard, of its prompts per
+    domain, that fit): (the prompts' ids, its index in the batch)."""
+    shard = first_per_domain(prompts, env.get("prompts_per_domain")).iloc[env.get("shard", 0):: env.get("num_shards", 1)]
     todo = [(pid, render_chat(tokenizer, p, options.message)) for pid, p in zip(shard["prompt_id"], shard["prompt"])]
     todo = [(pid, ids) for pid, ids in todo if length_error(len(ids), options.max_new_tokens, positions) is None]
     for batch in batches(todo, options.batch_size):
@@ -146,7 +146,7 @@ def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict
     raise RuntimeError(f"prompt {prompt_id} is not in any batch of its shard")
 
 
-def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 2.0, draft=None) -> list[dict]:
+def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = ROUNDING_ULPS, draft=None) -> list[dict]:
     """One row per case, with its verdict; the block replay and hidden states for our loop's
     decoders only (see the module docstring)."""
     text = prompts.set_index("prompt_id")["prompt"]
@@ -183,7 +183,7 @@ def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float = 2.0, dr
     return rows
 
 
-def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, max_ulps: float, consistent: bool) -> dict:
+def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, consistent: bool) -> dict:
     """The verdict columns of one divergence (`orthrus.verdict`): the four logits, whether the
     decoder's token is its own pass's argmax, the reference's gap in ulps, the verdict."""
     step, ver = step_logits.float(), ver_logits.float()
@@ -199,7 +199,7 @@ def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, m
     return logits | {"verify_argmax": argmax, "gap_ulps": gap, "verdict": v, "verdict_note": note}
 
 
-def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float, reproduced: bool) -> dict:
+def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, reproduced: bool) -> dict:
     """The verdict columns of a divergence of an engine's file: the reference's two logits; the
     engine's pass is not in the file (verify columns empty) and the verdict is
     `orthrus.verdict.external_verdict`'s."""
@@ -220,14 +220,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
-    ap.add_argument("--rounding-ulps", type=float, default=2.0,
-                    help="the largest reference margin, in ulps, that a `rounding` verdict accepts (orthrus/verdict.py)")
+    ap.add_argument("--rounding-ulps", type=rounding_ulps_arg, default=dict(ROUNDING_ULPS),
+                    help="the largest reference margin, in ulps, that a `rounding` verdict accepts: one number or "
+                         "precision=ulps,... (orthrus/verdict.py)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    if not 0 <= args.rounding_ulps < float("inf"):  # NaN fails too
-        ap.error(f"--rounding-ulps must be a finite number >= 0, got {args.rounding_ulps}")
     if len(args.decoded) != len(args.reference):
         ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)

@@ -134,7 +134,7 @@ def fig_exactness_cost(df: pd.DataFrame, base: tuple[str, str]):
 
 def main(argv=None) -> int:
     from .io import save_figure, write_parquet, write_table
-    from .prompt_set import read_prompt_set
+    from .prompt_set import first_per_domain, read_prompt_set
 
     ap = argparse.ArgumentParser(prog="orthrus frontier", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
             ap.error(f"--options: the frontier measures the orthrus loop, got decoder {base.decoder!r}")
         if args.prompts_per_domain < 1:
             ap.error("--prompts-per-domain must be at least 1")
-        prompts = read_prompt_set(args.prompts).groupby("domain", sort=True).head(args.prompts_per_domain)
+        prompts = first_per_domain(read_prompt_set(args.prompts), args.prompts_per_domain)
         cells = settings(base, args.precisions, args.attentions, args.guards)
         df = measure(args.model_path, args.model_name, prompts, cells, args.device)
         write_parquet(args.out, df)

@@ -117,6 +117,12 @@ def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
     return df
 
 
+def first_per_domain(prompts: pd.DataFrame, n: int | None) -> pd.DataFrame:
+    """The first `n` prompts of each domain, in the set's order (None: all): a cell decoded on
+    fewer prompts than the study's (decode.grids' `prompts_per_domain`, the frontier)."""
+    return prompts if n is None else prompts.groupby("domain", sort=False).head(n)
+
+
 def length_error(n_prompt: int, max_new_tokens: int, limit: int) -> str | None:
     """The one rule for over-length prompts (see the module doc): None when the prompt fits."""
     if n_prompt + max_new_tokens <= limit:

@@ -49,6 +49,7 @@ from orthrus.precision import numerical_env
 from orthrus.prompt_set import read_prompt_set
 from orthrus.stats import as_token_list, first_divergence
 from orthrus.trajectories import batched_generate, decode_one
+from orthrus.verdict import ROUNDING_ULPS
 
 VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval",
              "orthrus")
@@ -123,7 +124,7 @@ def _forward(logits, tokenizer, k, own: int | None, other: int | None, **extra) 
 
 def replay(results, model: str, decoder: str, precision: str, attention: str, prompt_id: str, reference=None,
            model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu",
-           rounding_ulps: float = 2.0) -> dict:
+           rounding_ulps: float | dict = ROUNDING_ULPS) -> dict:
     """The replay record (see the module docstring)."""
     results = Path(results)
     dec_row = _row(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet", prompt_id)

@@ -52,7 +52,7 @@ from .io import write_parquet
 from .loading import eos_ids, load_draft, load_model, snapshot_commit
 from .options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 from .precision import numerical_env
-from .prompt_set import length_error, read_prompt_set
+from .prompt_set import first_per_domain, length_error, read_prompt_set
 
 
 class StepSizes:
@@ -185,16 +185,19 @@ def speculative_settings(options: DecodeOptions, model, draft, draft_name: str |
 
 def decode_prompts(model, tokenizer, prompts: pd.DataFrame, options: DecodeOptions, model_name: str,
                    progress: bool = True, draft=None, draft_name: str | None = None,
-                   reference: dict | None = None, shard: tuple[int, int] = (0, 1)) -> pd.DataFrame:
+                   reference: dict | None = None, shard: tuple[int, int] = (0, 1),
+                   per_domain: int | None = None) -> pd.DataFrame:
     """One row per prompt of `options`' trajectory (docs/DESIGN.md, "Decoding result").
     `reference` maps prompt ids to the reference tokens (the oracle's drafts); `shard` is (shard,
-    shards) of `prompts`, recorded for the ar-batched control, whose batches it decides."""
+    shards) of `prompts`, and `per_domain` the prompts per domain taken before sharding, both
+    recorded for the ar-batched control, whose batches they decide."""
     loop = "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate"
     # provenance: the model as read (a hub snapshot's commit, pinned by the config's `revisions` or not)
     run = ({"loop": loop, "options": options.record(), "model_path": str(model.name_or_path),
             "model_commit": snapshot_commit(model.name_or_path)}
            | speculative_settings(options, model, draft, draft_name)
-           | ({"shard": shard[0], "num_shards": shard[1]} if options.decoder == "ar-batched" else {}))
+           | ({"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
+              if options.decoder == "ar-batched" else {}))
     env = json.dumps(numerical_env(model) | run, sort_keys=True)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings
@@ -273,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", nargs="+", help="oracle: the ar-ref decoding result of each --out file's cell")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
+    ap.add_argument("--prompts-per-domain", type=int, default=None,
+                    help="decode the first N prompts of each domain only (before sharding; default: all)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
@@ -304,15 +309,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--reference goes with the oracle decoder, one ar-ref decoding result per --out file")
     if not 0 <= args.shard < args.num_shards:
         ap.error(f"--shard {args.shard} outside 0..{args.num_shards - 1}")
+    if args.prompts_per_domain is not None and args.prompts_per_domain < 1:
+        ap.error(f"--prompts-per-domain must be >= 1, got {args.prompts_per_domain}")
     torch.set_num_threads(args.threads)
-    prompts = read_prompt_set(args.prompts).iloc[args.shard :: args.num_shards]
+    prompts = first_per_domain(read_prompt_set(args.prompts), args.prompts_per_domain).iloc[args.shard :: args.num_shards]
     for i, (options, out) in enumerate(zip(cells, args.out)):
         model, tokenizer = load_model(args.model_path, options, args.device)
         draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
         reference = reference_tokens(args.reference[i], options) if args.reference else None
         df = decode_prompts(model, tokenizer, prompts, options, args.model_name, progress=not args.no_progress,
                             draft=draft, draft_name=args.draft_path, reference=reference,
-                            shard=(args.shard, args.num_shards))
+                            shard=(args.shard, args.num_shards), per_domain=args.prompts_per_domain)
         failed = df[df["finish_reason"] == "error"]
         cell = f"{options.decoder}/{options.precision}/{options.attention}"
         if len(failed) > args.max_error_share * len(df):

@@ -9,7 +9,8 @@ the logits of the same two tokens in the decoder's own pass at t (its verify row
   the argmax's index order, and any other rounding picks the other as legitimately;
 - `rounding`: the decoder emitted its own pass's argmax, and the reference ranks r above d by
   at most `max_ulps` units in the last place of the precision at those logits' magnitude: a
-  verify block that computes the same sums in another order moves each logit by about that much;
+  verify block that computes the same sums in another order moves each logit by about that much
+  (the bound is the precision's own, `ROUNDING_ULPS`);
 - `structural`: the decoder emitted a token its own pass does not rank first, or the reference's
   margin is larger than rounding explains: a bug, not numerics.
 
@@ -18,10 +19,54 @@ step-by-step recomputation does not reproduce the reference's token.
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 # machine epsilon (the spacing of numbers in [1, 2)) of each decoding precision
 EPS = {"fp32": 2.0 ** -23, "fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
+
+# The verdicts' bound in each precision (analysis.rounding_ulps), measured on the shipped teacher
+# by benchmarks/rounding_noise.py: bf16 and fp16 logits are rounded to their format at the end, so
+# a verify block and single steps part by at most a fraction of one ulp at the row's largest
+# logit; fp32 logits keep every rounding of the network's sums, several ulps of the result.
+ROUNDING_ULPS = {"bf16": 2.0, "fp16": 2.0, "fp32": 32.0}
+
+
+def rounding_bound(max_ulps: float | dict, precision: str) -> float:
+    """The bound in `precision`: `max_ulps` is one number for every precision or {precision: ulps}."""
+    if isinstance(max_ulps, dict):
+        if precision not in max_ulps:
+            raise ValueError(f"no rounding bound for {precision!r} (have {', '.join(max_ulps)})")
+        return float(max_ulps[precision])
+    return float(max_ulps)
+
+
+def parse_rounding_ulps(text: str) -> dict:
+    """A command line's bound, {precision: ulps}: one number for all (`2`) or one per precision
+    (`bf16=2,fp16=2,fp32=32`, a precision left out keeping `ROUNDING_ULPS`'s)."""
+    try:
+        if "=" not in text:
+            bounds = dict.fromkeys(EPS, float(text))
+        else:
+            bounds = dict(ROUNDING_ULPS)
+            for part in text.split(","):
+                p, v = (x.strip() for x in part.split("="))
+                if p not in EPS:
+                    raise ValueError(f"unknown precision {p!r}")
+                bounds[p] = float(v)
+    except ValueError as e:
+        raise ValueError(f"expected ulps or precision=ulps,... ({', '.join(EPS)}), got {text!r} ({e})") from None
+    if not all(0 <= v < float("inf") for v in bounds.values()):  # NaN fails too
+        raise ValueError(f"every bound must be a finite number >= 0, got {text!r}")
+    return bounds
+
+
+def rounding_ulps_arg(text: str) -> dict:
+    """`parse_rounding_ulps` as an argparse type (its message in the usage error)."""
+    try:
+        return parse_rounding_ulps(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def ulp(x: float, precision: str) -> float:
@@ -39,12 +84,13 @@ def gap_ulps(ref_logit_ref: float, ref_logit_dec: float, precision: str) -> floa
 
 
 def verdict(ref_logit_ref: float, ref_logit_dec: float, verify_logit_dec: float | None,
-            verify_max: float | None, precision: str, max_ulps: float) -> tuple[str | None, str]:
+            verify_max: float | None, precision: str, max_ulps: float | dict) -> tuple[str | None, str]:
     """(verdict, note) for one first divergence (see the module docstring). `verify_logit_dec`
     is the decoder's own logit of the token it emitted, `verify_max` its pass's largest logit
     (None or NaN: the pass could not be recomputed)."""
     if verify_logit_dec is None or verify_max is None or math.isnan(verify_logit_dec) or math.isnan(verify_max):
         return None, "the decoder's own pass could not be recomputed"
+    max_ulps = rounding_bound(max_ulps, precision)
     if not verify_logit_dec >= verify_max:
         return "structural", "emitted a token that its own pass does not rank first"
     gap = gap_ulps(ref_logit_ref, ref_logit_dec, precision)
@@ -57,7 +103,7 @@ def verdict(ref_logit_ref: float, ref_logit_dec: float, verify_logit_dec: float 
     return "structural", f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g})"
 
 
-def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str, max_ulps: float,
+def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str, max_ulps: float | dict,
                      reproduced: bool) -> tuple[str | None, str]:
     """(verdict, note) for a first divergence of an engine's file (decoder `external`), from the
     in-process reference's logits alone: the engine's own pass is not in the file, so whether it
@@ -66,6 +112,7 @@ def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str,
     an engine's own plain run is the reference and its kernel ranks otherwise)."""
     if not reproduced:
         return None, "the reference model does not pick the compared trajectory's token here (another engine's kernel)"
+    max_ulps = rounding_bound(max_ulps, precision)
     gap = gap_ulps(ref_logit_ref, ref_logit_dec, precision)
     if gap == 0:
         return "tie", "the reference's two logits are equal (the engine's own logits are not in its file)"

@@ -15,7 +15,7 @@ from orthrus.forensics import main as forensics
 from orthrus.options import DecodeOptions, OptionsError
 from orthrus.trajectories import batched_generate, hf_generate
 from orthrus.trajectories import main as decode
-from orthrus.verdict import gap_ulps, ulp, verdict
+from orthrus.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
 
 
 def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
@@ -47,6 +47,24 @@ CASES = [
 def test_each_verdict_class_on_a_constructed_case(ref_r, ref_d, ver_d, ver_max, precision, expected):
     v, note = verdict(ref_r, ref_d, ver_d, ver_max, precision, max_ulps=4)
     assert v == expected and note
+
+
+def test_the_bound_is_each_precisions_own():
+    """analysis.rounding_ulps per precision: 5 fp32 ulps (what a 4-layer network's sums leave in
+    fp32 logits) is rounding under the fp32 bound and structural under bf16's 2; a precision left
+    out of a command line's bound keeps the default, and a bad bound is refused naming it."""
+    case = (3.0 + 5 * 2 ** -22, 3.0, 3.5, 3.5, "fp32")
+    assert verdict(*case, max_ulps=ROUNDING_ULPS)[0] == "rounding"
+    assert verdict(*case, max_ulps={"fp32": 2.0})[0] == "structural"
+    assert verdict(10.125, 10.0, 10.1875, 10.1875, "bf16", max_ulps=ROUNDING_ULPS)[0] == "rounding"
+    assert verdict(10.25, 10.0, 10.1875, 10.1875, "bf16", max_ulps=ROUNDING_ULPS)[0] == "structural"  # 4 bf16 ulps
+    assert parse_rounding_ulps("fp32=8") == ROUNDING_ULPS | {"fp32": 8.0}
+    assert parse_rounding_ulps("3") == {"bf16": 3.0, "fp16": 3.0, "fp32": 3.0}
+    for bad, why in [("fp8=1", "unknown precision 'fp8'"), ("fp32=-1", "finite number >= 0"), ("two", "expected ulps")]:
+        with pytest.raises(ValueError, match=why):
+            parse_rounding_ulps(bad)
+    with pytest.raises(ValueError, match="no rounding bound for 'fp16'"):
+        verdict(*case[:4], "fp16", max_ulps={"fp32": 2.0})
 
 
 def test_no_verdict_without_the_decoders_pass_or_a_reproduced_reference():

@@ -61,14 +61,15 @@ from orthrus.analysis.match import (
 )
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
 from orthrus.analysis.tpf import tpf_table
-from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, DEFAULT_ROUNDING_ULPS, forensics_summary, uncertainty_by_domain
+from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
 from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
+from orthrus.verdict import ROUNDING_ULPS, rounding_ulps_arg
 
 
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
             near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=(), declared: bool = False,
-            rounding_ulps: float = DEFAULT_ROUNDING_ULPS) -> dict[str, pd.DataFrame]:
+            rounding_ulps: float | dict = ROUNDING_ULPS) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
     decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only.
     `declared`: the prompts are the tiny world's, so its declared uncertainty per domain applies
@@ -149,8 +150,9 @@ def main(argv=None) -> int:
                     help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
     ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
                     help="margin (logits) below which a divergence counts as a near-tie")
-    ap.add_argument("--rounding-ulps", type=float, default=DEFAULT_ROUNDING_ULPS,
-                    help="reference margin, in ulps of the logits' magnitude, that rounding explains (the verdicts' bound)")
+    ap.add_argument("--rounding-ulps", type=rounding_ulps_arg, default=dict(ROUNDING_ULPS),
+                    help="reference margin, in ulps of the logits' magnitude, that rounding explains (the verdicts' "
+                         "bound): one number or precision=ulps,...")
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
     tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode,

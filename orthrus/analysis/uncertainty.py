@@ -10,9 +10,9 @@ import pandas as pd
 
 from orthrus.analysis.load import read_parquet_checked, warn
 from orthrus.contracts import CONFIG, FORENSICS_SUMMARY_COLUMNS, PRECISION_RANK, UNCERTAINTY_COLUMNS, VERDICTS
+from orthrus.verdict import ROUNDING_ULPS, rounding_bound
 
 DEFAULT_NEAR_TIE = 0.125
-DEFAULT_ROUNDING_ULPS = 2.0  # the verdicts' bound (orthrus.verdict; analysis.rounding_ulps)
 
 
 def verdict_counts(verdicts: pd.Series, n: int | None = None) -> dict:
@@ -24,7 +24,7 @@ def verdict_counts(verdicts: pd.Series, n: int | None = None) -> dict:
 
 
 def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE,
-                      rounding_ulps: float = DEFAULT_ROUNDING_ULPS) -> pd.DataFrame:
+                      rounding_ulps: float | dict = ROUNDING_ULPS) -> pd.DataFrame:
     """Per configuration: the divergences, their median margins, the share of near and exact
     ties, the most frequent first diverging layer (the lowest on a tie), the largest reference gap
     in ulps, the share within `rounding_ulps` ulps (of the logits' magnitude, in the decoding
@@ -38,6 +38,7 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE,
             counts = layers.astype(int).value_counts()
             mode = int(min(counts[counts == counts.max()].index))
         gaps = g["gap_ulps"].dropna()
+        k = rounding_bound(rounding_ulps, dict(zip(CONFIG, key))["precision"])
         rows.append(dict(zip(CONFIG, key), n_divergences=len(g),
                          median_margin_native=float(m.median()) if len(m) else math.nan,
                          median_margin_fp32=float(g["margin_fp32"].median()) if g["margin_fp32"].notna().any() else math.nan,
@@ -45,8 +46,7 @@ def forensics_summary(fx: pd.DataFrame, near_tie: float = DEFAULT_NEAR_TIE,
                          frac_near_tie=float((m < near_tie).mean()) if len(m) else math.nan,
                          frac_exact_tie=float((m == 0).mean()) if len(m) else math.nan,
                          mode_first_layer=mode, max_gap_ulps=float(gaps.max()) if len(gaps) else math.nan,
-                         rounding_ulps=float(rounding_ulps),
-                         frac_within_ulps=float((gaps.abs() <= rounding_ulps).mean()) if len(gaps) else math.nan,
+                         rounding_ulps=k, frac_within_ulps=float((gaps.abs() <= k).mean()) if len(gaps) else math.nan,
                          **verdict_counts(g["verdict"])))
     out = pd.DataFrame(rows, columns=FORENSICS_SUMMARY_COLUMNS)
     out["mode_first_layer"] = out["mode_first_layer"].astype("Int64")

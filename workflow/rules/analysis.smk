@@ -44,7 +44,7 @@ rule forensics:
         model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
         weights=lambda w: weights_fingerprint(teacher_path() if w.model == TEACHER else model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
-        rounding_ulps=config["analysis"]["rounding_ulps"],
+        rounding_ulps=ROUNDING_ULPS,
     log:
         f"{R}/logs/forensics/{{model}}.log",
     benchmark:
@@ -94,7 +94,7 @@ rule analyze:
         out=lambda w, output: os.path.dirname(output[0]),
         reference=TEACHER,
         near_tie=config["analysis"]["near_tie"],
-        rounding_ulps=config["analysis"]["rounding_ulps"],
+        rounding_ulps=ROUNDING_ULPS,
         # an argument list, each quoted by :q; empty without a separate TPF run
         tpf=lambda w, input: ["--tpf-decode", *input.tpf] if input.tpf else [],
         # the tiny world's declared uncertainty per domain describes its own prompts only

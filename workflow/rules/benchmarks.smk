@@ -5,6 +5,7 @@ rule benchmark_tasks:
         directory(f"{R}/benchmarks/tasks"),
     params:
         n=BENCH["n_docs"],
+        tasks=bench_tasks(),
         seed=config["seed"],
     log:
         f"{R}/logs/benchmarks/tasks.log",
@@ -15,7 +16,7 @@ rule benchmark_tasks:
     conda:
         ENV
     shell:
-        "orthrus lm-eval prepare-data --out {output:q} --n {params.n:q} --seed {params.seed:q}"
+        "orthrus lm-eval prepare-data --out {output:q} --n {params.n:q} --tasks {params.tasks:q} --seed {params.seed:q}"
         " --exclude {input.prompts:q} > {log:q} 2>&1"
 
 

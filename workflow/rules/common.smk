@@ -297,6 +297,14 @@ def cells(decoder, model=None):
     return [(p, a) for p in precisions for a in attentions]
 
 
+def cell_prompts(decoder, model=None):
+    """`--prompts-per-domain` for `decoder`'s cells (on `model`), from the same decode.grids entry
+    as `cells`; none: every prompt."""
+    grid = GRIDS.get(decoder) or (MODEL_GRIDS.get(model, {}) if decoder in MODEL_LOOPS else {})
+    n = grid.get("prompts_per_domain")
+    return ["--prompts-per-domain", n] if n else []
+
+
 def _rule_name(base, used):
     """`base` made a valid identifier for a rule, not one in `used` (a suffix makes it unique)."""
     name = re.sub(r"\W", "_", base)
@@ -352,6 +360,8 @@ def decode_files():
 
 
 TPF = config["tpf"]
+# the verdicts' bound per precision, as the forensics and analyze commands take it
+ROUNDING_ULPS = ",".join(f"{p}={v:g}" for p, v in config["analysis"]["rounding_ulps"].items())
 FRONTIER = config["frontier"]
 
 
@@ -456,8 +466,10 @@ if CODE_TASKS_LEFT_OUT and BENCH["enabled"]:
 
 
 def bench_tasks():
-    if BENCH["tiny_tasks"]:
+    if BENCH["tiny_tasks"] is True:
         return "tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate"
+    if BENCH["tiny_tasks"]:
+        return ",".join(BENCH["tiny_tasks"])
     return ",".join(t for t in BENCH["tasks"] if t not in CODE_TASKS_LEFT_OUT)
 
 

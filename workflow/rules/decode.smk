@@ -19,6 +19,7 @@ rule decode_shard:
         options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
         draft=draft_args,
         reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
+        subset=lambda w: cell_prompts(w.decoder, w.model),
         weights=decode_weights,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
@@ -35,7 +36,8 @@ rule decode_shard:
         ENV
     shell:
         "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
-        " --options {params.options:q} {params.draft:q} {params.reference:q} --shard {params.shard:q} --num-shards {params.n:q}"
+        " --options {params.options:q} {params.draft:q} {params.reference:q} {params.subset:q}"
+        " --shard {params.shard:q} --num-shards {params.n:q}"
         " --device {params.device:q} --max-error-share {params.max_error_share:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 

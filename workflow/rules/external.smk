@@ -113,7 +113,7 @@ rule forensics_external:
         teacher=teacher_path(),
         weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
-        rounding_ulps=config["analysis"]["rounding_ulps"],
+        rounding_ulps=ROUNDING_ULPS,
     log:
         f"{R}/logs/forensics/external/{{model}}.log",
     benchmark:
