@@ -111,7 +111,8 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
                 raise ValueError("mask_token_id=None adds a new mask token, which needs the tokenizer")
             mask_token_id = model._add_mask_token(tokenizer, mask_token)
         elif not 0 <= mask_token_id < model.config.vocab_size:
-            raise ValueError(f"mask_token_id {mask_token_id} outside the vocabulary (size {model.config.vocab_size})")
+            raise ModelError(f"mask_token_id {mask_token_id} outside the vocabulary of {model.config.vocab_size} ids "
+                             "(0..vocab_size-1); use an id of the vocabulary, or None for a new mask token")
         model.config.mask_token_id = int(mask_token_id)
         model.generation_config = base.generation_config
         model.tokenizer = tokenizer
