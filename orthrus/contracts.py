@@ -78,7 +78,7 @@ EXPORT_FIELDS = ["prompt_id", "domain", "prompt", "messages", "prompt_text", "pr
                  "stop_token_ids", "temperature", "message"]
 EXTERNAL_REQUIRED = ["prompt_id", "token_ids", "env"]
 EXTERNAL_FIELDS = EXTERNAL_REQUIRED + ["text", "finish_reason", "prompt_token_ids", "accepted", "forwards",
-                                       "draft_forwards", "seconds", "extra"]
+                                       "draft_forwards", "seconds", "settings", "extra"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
@@ -251,9 +251,11 @@ ARTEFACTS = {
         "`text` (checked against the tokens), `finish_reason` (`stop`/`eos`, `length`; anything else is an error "
         "row), `prompt_token_ids` (checked against the study's), `accepted` (accepted draft tokens per verify step), "
         "`forwards` (the target model's forwards, prefill included; with `accepted`, gives tokens per forward), "
-        "`draft_forwards`, `seconds`, `extra` (anything else, kept in `env`). A bad record fails naming the file, "
-        "the line and the field; a prompt without a record becomes an error row (counted in every table's "
-        "`n_errors_excluded`)."),
+        "`draft_forwards`, `seconds`, `settings` (the export's `max_new_tokens`, `stop_token_ids`, `message` and "
+        "`temperature`, echoed: each must be the study's), `extra` (anything else, kept in `env`). A bad record "
+        "fails naming the file, the line and the field; so does a file decoded with another token budget "
+        "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
+        "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`)."),
     "Perplexity file": Artefact(
         "results/ppl/reference.parquet", "orthrus perplexity", PPL_COLUMNS,
         "One row per reference (`ar-ref`) trajectory, and per trajectory of an engine's plain run that another "

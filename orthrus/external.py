@@ -18,12 +18,17 @@ study's prompts, or given twice; token ids that are not integers or lie outside 
 vocabulary; more tokens than the study's max_new_tokens; `prompt_token_ids` other than the study's
 rendering (another tokenizer, chat template or message format: the file does not fit); `text` the
 tokens do not decode to; finish_reason `stop` without a stop id at the end (an engine that leaves
-the stop token out); an `env` that is not an object, has no `engine`, or records a dtype other than
-the precision the file is compared at. What is not an error is kept and counted: a prompt of the
-set without a record becomes an error row (`Missing: ...`, in every table's n_errors_excluded), an
-engine's own failure (finish_reason other than stop, eos or length) too; a trajectory that ends
-before the budget without a stop id, or goes on past one, is kept as the engine emitted it (it
-diverges where it parts from the reference) and counted in the job's report.
+the stop token out); finish_reason `length` with fewer tokens than max_new_tokens, `settings` (the
+export's max_new_tokens, stop_token_ids, message, temperature, echoed) other than the study's, and
+records ending early without a stop id in bulk (EARLY_MIN and more than EARLY_SHARE of the records):
+the file was decoded with another token budget or from prompts exported with other settings; an
+`env` that is not an object, has no `engine`, or records a dtype other than the precision the file
+is compared at. A line cut short is reported at the column where it was cut. What is not an error
+is kept and counted: a prompt of the set without a record becomes an error row (`Missing: ...`, in
+every table's n_errors_excluded), an engine's own failure (finish_reason other than stop, eos or
+length) too; a few trajectories that end before the budget without a stop id (and without a
+finish_reason), or go on past one, are kept as the engine emitted them (they diverge where they
+part from the reference) and counted in the job's report.
 
 The cell (precision, attention) a file joins is the config entry's `precision` and `attention`
 where given, else its first record's `env.dtype` and `env.kernel` (`cell`, which the workflow calls
@@ -54,6 +59,14 @@ DTYPES = {"bf16": ("bf16", "bfloat16", "torch.bfloat16"),
           "fp32": ("fp32", "float32", "float", "torch.float32")}
 # engines' finish reasons -> the decoding result's (anything else is the engine's own failure)
 FINISH = {"stop": "eos", "eos": "eos", "length": "length"}
+# Records ending before max_new_tokens without a stop id (and without a finish_reason to say why): a
+# few are the engine's own (a stop string, its context limit) and are kept; this many in bulk say the
+# file was decoded with another token budget, and fail the ingest.
+EARLY_MIN, EARLY_SHARE = 2, 0.05
+# the export's generation settings a record may echo (field `settings`), each checked against the study's
+SETTINGS = ("max_new_tokens", "stop_token_ids", "message", "temperature")
+_REEXPORT = ("export them with the study's settings (snakemake results/export/prompts.jsonl) and run the engine "
+             "again")
 
 
 class ExternalFileError(InputError):
@@ -87,11 +100,13 @@ def _lines(path):
 
 
 def _object(path, i: int, text: str) -> dict:
-    try:
-        rec = json.loads(text)
+    line = text.rstrip("\r\n")
+    try:  # without the line's own newline: a record cut short is reported where it was cut
+        rec = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ExternalFileError(f"{path}:{i}: not a JSON object ({e.msg} at column {e.colno}; a record cut "
-                                "short?)") from None
+        msg = e.msg.removesuffix(" at")  # "Unterminated string starting at"
+        raise ExternalFileError(f"{path}:{i}: not a JSON object ({msg} at column {e.colno} of a {len(line)}-character "
+                                "line; a record cut short?)") from None
     if not isinstance(rec, dict):
         raise ExternalFileError(f"{path}:{i}: not a JSON object (a {type(rec).__name__})")
     return rec
@@ -212,6 +227,7 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
         if not isinstance(text, str) or text not in decoded:
             raise ExternalFileError(f"{where}: field 'text': the token ids do not decode to it with the study's tokenizer "
                                     "(a record of another tokenizer?)")
+    _check_settings(where, rec.get("settings"), study)
     reason = rec.get("finish_reason")
     ends_at_stop = bool(tokens) and tokens[-1] in study.stop
     error = None
@@ -224,6 +240,11 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
         if finish == "eos" and not ends_at_stop:
             raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r}, but token_ids does not end with a stop "
                                     f"id {sorted(study.stop)}: write the stop token back (docs/EXTERNAL.md)")
+        if finish == "length" and len(tokens) < o.max_new_tokens:
+            raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r} after {len(tokens)} tokens, fewer than "
+                                    f"the study's max_new_tokens {o.max_new_tokens}: the engine ran with another token "
+                                    "budget (prompts exported with another --max-new-tokens, whose default is "
+                                    f"{DecodeOptions.max_new_tokens}?) or hit its context limit; {_REEXPORT}")
     else:
         finish, error = "error", f"EngineFinish: the engine ended this prompt with finish_reason {reason!r}"
     counts = {}
@@ -253,6 +274,40 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
             "early": finish == "length" and len(tokens) < o.max_new_tokens}
 
 
+def _check_settings(where: str, settings, study: _Study) -> None:
+    """The export's generation settings a record echoes (`settings`: max_new_tokens, stop_token_ids,
+    message, temperature), each the study's: a file made from prompts exported with other settings
+    is another experiment."""
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        raise ExternalFileError(f"{where}: field 'settings': must be an object (the export's {', '.join(SETTINGS)})")
+    o = study.options
+    for key, value in settings.items():
+        field = f"field 'settings.{key}'"
+        if key not in SETTINGS:
+            raise ExternalFileError(f"{where}: {field}: unknown setting (known: {', '.join(SETTINGS)})")
+        ours = {"max_new_tokens": o.max_new_tokens, "stop_token_ids": sorted(study.stop), "message": o.message,
+                "temperature": 0}[key]
+        given = sorted(value) if key == "stop_token_ids" and isinstance(value, list) else value
+        if given != ours or isinstance(given, bool):
+            raise ExternalFileError(f"{where}: {field}: {value!r}, not the study's {ours!r}: the prompts were exported "
+                                    f"with other settings than the study's; {_REEXPORT}")
+
+
+def _early_in_bulk(path, records: dict, options: DecodeOptions) -> None:
+    """Fail where many records end before max_new_tokens without a stop id (EARLY_MIN, EARLY_SHARE)."""
+    early = [r for r in records.values() if r["early"]]
+    if len(early) >= EARLY_MIN and len(early) > EARLY_SHARE * len(records):
+        first = min(early, key=lambda r: r["line"])
+        lengths = sorted({len(r["tokens"]) for r in early})
+        raise ExternalFileError(
+            f"{path}:{first['line']}: field 'token_ids': {len(first['tokens'])} tokens, no stop id, fewer than the study's "
+            f"max_new_tokens {options.max_new_tokens}, and so end {len(early)} of {len(records)} records (lengths "
+            f"{lengths[0]}..{lengths[-1]}): decoded with another token budget (prompts exported with another "
+            f"--max-new-tokens, whose default is {DecodeOptions.max_new_tokens}?); {_REEXPORT}")
+
+
 def read_records(path, study: _Study) -> dict[str, dict]:
     """prompt id -> checked record of every line of `path`; a prompt id given twice fails naming both lines."""
     records = {}
@@ -276,6 +331,7 @@ def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: li
         raise ExternalFileError(f"--options: an engine's file is decoder {EXTERNAL_DECODER}, got {options.decoder}")
     study = _Study(prompts, tokenizer, options, stop)
     records = read_records(path, study)
+    _early_in_bulk(path, records, options)
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     base = {"model": name, "decoder": EXTERNAL_DECODER, "precision": options.precision, "attention": options.attention}
     rows = []

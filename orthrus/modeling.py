@@ -111,7 +111,8 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
                 raise ValueError("mask_token_id=None adds a new mask token, which needs the tokenizer")
             mask_token_id = model._add_mask_token(tokenizer, mask_token)
         elif not 0 <= mask_token_id < model.config.vocab_size:
-            raise ValueError(f"mask_token_id {mask_token_id} outside the vocabulary (size {model.config.vocab_size})")
+            raise ModelError(f"mask_token_id {mask_token_id} outside the vocabulary of {model.config.vocab_size} ids "
+                             "(0..vocab_size-1); use an id of the vocabulary, or None for a new mask token")
         model.config.mask_token_id = int(mask_token_id)
         model.generation_config = base.generation_config
         model.tokenizer = tokenizer
@@ -148,8 +149,13 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         for key in ("block_size", "mask_token_id"):
             if getattr(config, key, None) is None:
                 raise ModelError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
+        check_orthrus_config(path, config)
         config.auto_map = None  # released configs point at remote code; we never use it
         check_weights(path, cls, config)
+        bad = _non_float_tensors(path, with_file=True)
+        if bad:  # transformers would cast them to the load dtype without a word: a diffusion view of noise
+            raise ModelError(f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}"
+                             + (f" (+{len(bad) - 8})" if len(bad) > 8 else ""))
         if dtype is not None:
             kwargs["dtype"] = parse_dtype(dtype)
         model = super().from_pretrained(
@@ -212,6 +218,19 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_orthrus_config(path, config) -> None:
+    """The Orthrus keys of a checkpoint's config.json: `block_size` an integer >= 2 (one anchor plus
+    at least one proposal), `mask_token_id` an id of the vocabulary (0..vocab_size-1)."""
+    where = f"{path}/config.json"
+    k, m, vocab = config.block_size, config.mask_token_id, getattr(config, "vocab_size", None)
+    if not _is_int(k) or k < 2:
+        raise ModelError(f"{where}: key 'block_size' is {k!r}, not an integer >= 2 (one anchor plus at least one "
+                         "proposal): not a usable Orthrus checkpoint")
+    if not _is_int(m) or not _is_int(vocab) or not 0 <= m < vocab:
+        raise ModelError(f"{where}: key 'mask_token_id' is {m!r}, not an id of the vocabulary (0..{vocab - 1 if _is_int(vocab) else '?'}, "
+                         "vocab_size): the diffusion view would read a token the model has no embedding for")
 
 
 def check_weights(path, cls, config) -> None:
@@ -305,15 +324,18 @@ def load_complete(cls, path, **kwargs):
     return model
 
 
-def _non_float_tensors(path) -> list[str]:
+def _non_float_tensors(path, with_file: bool = False) -> list[str]:
     """Tensors of the checkpoint's safetensors files stored as integers or bools (transformers casts
-    them to the load dtype without a word); headers only."""
+    them to the load dtype without a word); headers only. `with_file`: each as `FILE:NAME (DTYPE)`."""
     from safetensors import safe_open
 
     bad = []
     for f in sorted(Path(path).glob("*.safetensors")):
         with safe_open(f, framework="pt") as handle:
-            bad += [k for k in handle.keys() if not handle.get_slice(k).get_dtype().startswith(("F", "BF"))]
+            for k in handle.keys():
+                dtype = handle.get_slice(k).get_dtype()
+                if not dtype.startswith(("F", "BF")):
+                    bad.append(f"{f.name}:{k} ({dtype})" if with_file else k)
     return sorted(bad)
 
 

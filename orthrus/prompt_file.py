@@ -20,6 +20,7 @@ import hashlib
 import json
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -77,6 +78,10 @@ def _download(src: str, timeout: float) -> bytes:
 def read_source(src: str, sha256: str | None = None, timeout: float = TIMEOUT) -> bytes:
     """The bytes of a local path or a URL (fetched within `timeout` seconds), checked against
     `sha256` when given."""
+    if src.lower().startswith("file:"):
+        local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(src).path))
+        if local.exists() and not local.is_file():  # file:///dev/zero, a named pipe: never a prompt file
+            raise PromptFileError(f"prompt file {src}: not a regular file")
     if "://" in src:
         try:
             data = _download(src, timeout)

@@ -48,7 +48,10 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
                             "finish_reason": "stop" if tokens and tokens[-1] in stop else "length",
                             "prompt_token_ids": r["prompt_token_ids"], "forwards": forwards[0],
                             **({"accepted": [n - 1 for n in steps.sizes[1:]]} if lookup else {}),
-                            "seconds": time.perf_counter() - t0, "env": env})
+                            "seconds": time.perf_counter() - t0, "env": env,
+                            # the export's generation settings, echoed: ingest checks them against the study's
+                            "settings": {k: r[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature")
+                                         if k in r}})
     finally:
         hook.remove()
     return records

@@ -191,6 +191,39 @@ BAD = [
     ("draft tiny typo", _set("teacher.draft.tiny.stpes", 10), "teacher.draft.tiny.stpes"),
     ("draft tiny vocab", _set("teacher.draft.tiny.vocab_size", 300), "teacher.draft.tiny.vocab_size"),
     ("draft tiny heads", _set("teacher.draft.tiny.num_heads", 3), "teacher.draft.tiny.num_heads"),
+    # issue 35: settings that would train or measure nothing, each refused naming its key
+    ("model block longer than max_len", _set("models.smoke-ce.block_size", 512), "models.smoke-ce.block_size"),
+    ("model block as long as max_len", _both(_set("models.smoke-ce.block_size", 16), _set("models.smoke-ce.max_len", 16)),
+     "models.smoke-ce.block_size"),
+    ("model offset weights all zero", _set("models.smoke-ce.offset_weights", [0, 0, 0]), "models.smoke-ce.offset_weights"),
+    ("model lr 1e6", _set("models.smoke-ce.lr", 1.0e6), "models.smoke-ce.lr"),
+    ("tiny teacher lr 1e6", _set("teacher.tiny.lr", 1.0e6), "teacher.tiny.lr"),
+    ("model warmup beyond max_steps", _set("models.smoke-ce.warmup_steps", 6), "models.smoke-ce.warmup_steps"),
+    ("model warmup beyond the epochs' steps", _both(_set("models.smoke-ce.max_steps", None),
+                                                    _set("models.smoke-ce.warmup_steps", 5)), "models.smoke-ce.warmup_steps"),
+    ("model global batch above the corpus", _both(_set("models.smoke-ce.max_steps", None),
+                                                  _set("models.smoke-ce.batch_size", 64)), "models.smoke-ce.batch_size"),
+    ("tiny teacher warmup beyond steps", _set("teacher.tiny.warmup_steps", 300), "teacher.tiny.warmup_steps"),
+    ("draft warmup beyond steps", _set("teacher.draft.tiny.warmup_steps", 10), "teacher.draft.tiny.warmup_steps"),
+    ("model mask token outside the vocabulary", _set("models.smoke-ce.mask_token_id", 10**6), "models.smoke-ce.mask_token_id"),
+    ("corpus shards above the distill prompts", _set("corpus.shards", 33), "corpus.shards"),
+    ("near_tie a percent", _set("analysis.near_tie", 12.5), "analysis.near_tie"),
+    ("seed beyond torch", _set("seed", 2**64), "seed"),
+    ("seed negative", _set("seed", -1), "seed"),
+    ("model seed beyond torch", _set("models.smoke-ce.seed", 2**64), "models.smoke-ce.seed"),
+    ("model seed plus global beyond torch", _both(_set("seed", 2**63), _set("models.smoke-ce.seed", 2**63)),
+     "models.smoke-ce.seed"),
+    ("benchmark task ..", _set("benchmarks.tasks", [".."]), "benchmarks.tasks[0]"),
+    ("benchmark task with a slash", _set("benchmarks.tasks", ["a/b"]), "benchmarks.tasks[0]"),
+    ("benchmark task like an option", _set("benchmarks.tasks", ["--help"]), "benchmarks.tasks[0]"),
+    ("benchmark task with a newline", _set("benchmarks.tasks", ["gsm8k\n"]), "benchmarks.tasks[0]"),
+    ("prompts eval domain ..", _both(_set("prompts.source", "hf"), _set("prompts.eval", {"..": {"path": "x"}}),
+                                     _set("prompts.distill", [{"path": "y"}])), "prompts.eval"),
+    ("prompts eval file /dev/zero URL", _set("prompts.eval_file", "file:///dev/zero"), "prompts.eval_file"),
+    ("prompts eval file /dev/zero", _set("prompts.eval_file", "/dev/zero"), "prompts.eval_file"),
+    ("prompts eval file URL of a directory", _set("prompts.eval_file", "file:///tmp"), "prompts.eval_file"),
+    ("prompts eval file URL missing", _set("prompts.eval_file", "file:///no/such/prompts.json"), "prompts.eval_file"),
+    ("prompts eval file URL of another host", _set("prompts.eval_file", "file://server/p.json"), "prompts.eval_file"),
     ("duplicate nested key", SMOKE_TEXT.replace("steps: 300,", "steps: 300, steps: 3,"), "teacher.tiny.steps"),
     ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
 ]
@@ -346,9 +379,9 @@ def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
     cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
     cc.check_config(cfg, SCHEMA)
     assert cfg["teacher"]["draft"]["threads"] == 1  # defaults filled in
-    cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5}}
+    cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5, "warmup_steps": 1}}
     cc.check_config(cfg, SCHEMA)
-    assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5}  # the draft's settings stay as written
+    assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5, "warmup_steps": 1}  # the draft's settings stay as written
 
 
 def test_integer_valued_floats_are_integers_everywhere(tmp_path):
@@ -578,3 +611,48 @@ def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
     assert any(p.startswith("corpus.dataset:") and "glob characters" in p for p in problems), problems
     with pytest.raises(InputError, match=r"glob characters"):
         load_split(str(data))
+
+
+# --------------------------------------------------------------------------- issue 35: scatter, seeds, the checked-where table
+
+
+@pytest.mark.parametrize("scatter, where", [({"corpus": 0}, "--set-scatter corpus=0"),
+                                            ({"decode": 5000}, "--set-scatter decode=5000"),
+                                            ({"corpsu": 2}, "--set-scatter corpsu=2"),
+                                            ({"corpus": 33}, "--set-scatter corpus:")])
+def test_set_scatter_counts_are_checked_with_the_config(scatter, where):
+    """`--set-scatter corpus=0` (Snakemake itself takes 0) or more shards than distillation prompts
+    (32 in the smoke config) is refused naming the option."""
+    with pytest.raises(cc.ConfigError) as err:
+        cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter=scatter)
+    assert len(err.value.problems) == 1 and err.value.problems[0].startswith(where), err.value.problems
+    cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter={"corpus": 32, "decode": 3})
+
+
+def test_set_scatter_zero_stops_a_real_dry_run(tmp_path):
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    rc, out = _dry(tmp_path, "--set-scatter", "corpus=0")
+    assert rc != 0 and "--set-scatter corpus=0: a scatter count is 1 to 4096" in out, out[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("seed", [2**32, 2**63, 2**64 - 1])
+def test_huge_but_legal_seeds_are_accepted_silently(seed):
+    """Any seed torch's and numpy's generators take (0 .. 2^64 - 1) passes; lm-eval's numpy seed is
+    taken modulo 2^32 (orthrus/lmeval/run.py)."""
+    cfg = copy.deepcopy(SMOKE)
+    cfg["seed"] = seed
+    cc.check_config(cfg, SCHEMA)
+
+
+def test_a_file_url_is_checked_like_a_path(tmp_path):
+    """A file URL of a regular file passes, one of a FIFO is refused before any job."""
+    (tmp_path / "p.json").write_text('{"qa": ["What is 2+2?"]}')
+    os.mkfifo(tmp_path / "fifo")
+    cfg = copy.deepcopy(SMOKE)
+    cfg["prompts"]["eval_file"] = (tmp_path / "p.json").as_uri()
+    cc.check_config(cfg, SCHEMA)
+    cfg = copy.deepcopy(SMOKE)
+    cfg["prompts"]["eval_file"] = (tmp_path / "fifo").as_uri()
+    with pytest.raises(cc.ConfigError, match="prompts.eval_file: .* is not a regular file"):
+        cc.check_config(cfg, SCHEMA)

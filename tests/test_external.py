@@ -135,7 +135,8 @@ def test_planted_changes_give_exactly_those_divergences_counts_and_errors(tmp_pa
     t = by["p0"]["token_ids"]
     t[flip_at] = 40 if t[flip_at] != 40 else 41
     by["p0"].update(text=None, forwards=None)
-    by["p2"].update(token_ids=by["p2"]["token_ids"][:cut_at], text=None, finish_reason="length", forwards=cut_at)
+    # cut short without a finish_reason (one record of three: kept; `length` would say another budget, refused)
+    by["p2"].update(token_ids=by["p2"]["token_ids"][:cut_at], text=None, finish_reason=None, forwards=cut_at)
     path = write(tmp_path / "planted.jsonl", [by["p0"], by["p2"], by["p3"]])  # p1 left out
     rc, out = ingest_cli(tmp_path, teacher, prompts, path, "planted")
     assert rc == 0
@@ -220,6 +221,16 @@ def _record(**changes):
     ([_record(text="w5 w7")], ":1: field 'text': the token ids do not decode to it"),
     ([_record(finish_reason="stop")], ":1: field 'finish_reason': 'stop', but token_ids does not end with a stop id"),
     ([_record(forwards=0)], ":1: field 'forwards': must be an integer >= 1"),
+    # issue 35: a file decoded with another token budget, or from prompts exported with other settings
+    ([_record(finish_reason="length")], ":1: field 'finish_reason': 'length' after 2 tokens, fewer than the study's "
+                                        "max_new_tokens 12: the engine ran with another token budget"),
+    ([_record(settings={"max_new_tokens": 128})], ":1: field 'settings.max_new_tokens': 128, not the study's 12"),
+    ([_record(settings={"stop_token_ids": [2]})], ":1: field 'settings.stop_token_ids': [2], not the study's [1]"),
+    ([_record(settings={"message": "none"})], ":1: field 'settings.message': 'none', not the study's 'empty'"),
+    ([_record(settings={"top_p": 0.9})], ":1: field 'settings.top_p': unknown setting"),
+    ([_record(settings=[12])], ":1: field 'settings': must be an object"),
+    ([_record(prompt_id=p, token_ids=[5] * (3 + k)) for k, p in enumerate(PROMPTS)],
+     ":1: field 'token_ids': 3 tokens, no stop id, fewer than the study's max_new_tokens 12, and so end 4 of 4 records"),
 ])
 def test_a_bad_record_fails_naming_the_file_the_line_and_the_field(tmp_path, lines, message):
     path = tmp_path / "bad.jsonl"
@@ -241,6 +252,8 @@ def test_a_record_cut_off_mid_line_and_a_bad_cell_fail_in_one_line(tmp_path, cap
     rc, out = ingest_cli(tmp_path, teacher, prompts, path, "cut")
     err = capsys.readouterr().err
     assert rc == 2 and not out.exists() and f"{path}:2: not a JSON object" in err and err.count("\n") == 1
+    # the column in the line (the string cut open at 21 of 25 characters), not column 1 of a line after it
+    assert "Unterminated string starting at column 21 of a 25-character line" in err, err
     # the cell: the entry's, else the first record's env; a kernel of the engine's own needs the entry's attention
     assert cell("cut", {"path": str(path), "attention": "sdpa"}) == ("fp32", "sdpa")
     with pytest.raises(InputError, match="decode.external.x.attention: not set.*'flashinfer'"):
@@ -281,3 +294,33 @@ def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
     assert all(r["forwards"] == len(r["token_ids"]) for r in runs["ar-ref"])
     assert all("accepted" in r and r["forwards"] >= 1 for r in runs["prompt-lookup"])
     assert runs["ar-ref"][0]["env"]["dtype"] == "fp32" and runs["ar-ref"][0]["env"]["kernel"] == "eager"
+
+
+def test_a_file_made_from_prompts_exported_with_another_budget_fails_ingest(tmp_path, capsys):
+    """Issue 35: prompts exported with a smaller --max-new-tokens than the study's, decoded by the engine,
+    fail ingest naming file, line and field, with the likely cause (not an exit 0 and a lower match rate):
+    through the records' finish_reason `length`, through their echoed export settings, and, where the
+    engine gives neither, through the records that end early in bulk."""
+    teacher, prompts, _ = world(tmp_path)
+    out = tmp_path / "short.jsonl"
+    assert cli(["export-prompts", "--model-path", str(teacher), "--prompts", str(prompts), "--max-new-tokens", "6",
+                "--out", str(out)]) == 0
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    records = engine_run(teacher, exported)
+    early = [i for i, r in enumerate(records, 1) if r["finish_reason"] == "length"]
+    assert len(early) >= 2, records  # the micro teacher runs to the budget on most prompts
+    capsys.readouterr()
+    rc, _ = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "a.jsonl", records), "a")
+    err = capsys.readouterr().err
+    assert rc == 2 and f"a.jsonl:{early[0]}: field 'finish_reason': 'length' after 6 tokens, fewer than the study's " \
+                       f"max_new_tokens {MAX_NEW}" in err and "another token budget" in err, err
+    echoed = [dict(r, finish_reason=None, settings={k: e[k] for k in ("max_new_tokens", "stop_token_ids", "message")})
+              for r, e in zip(records, exported)]
+    rc, _ = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "b.jsonl", echoed), "b")
+    err = capsys.readouterr().err
+    assert rc == 2 and f"b.jsonl:1: field 'settings.max_new_tokens': 6, not the study's {MAX_NEW}" in err, err
+    bare = [{k: v for k, v in r.items() if k != "finish_reason"} for r in records]
+    rc, _ = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "c.jsonl", bare), "c")
+    err = capsys.readouterr().err
+    assert rc == 2 and f"c.jsonl:{early[0]}: field 'token_ids': 6 tokens, no stop id" in err, err
+    assert f"and so end {len(early)} of {len(records)} records" in err

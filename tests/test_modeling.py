@@ -205,3 +205,48 @@ def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
     save_file(state, str(weights), metadata={"format": "pt"})
     with pytest.raises(InputError, match="not floating point|misshaped"):
         load_model(tmp_path / "t", DecodeOptions(decoder="ar-ref"))
+
+
+def _doctor(tmp_path, case):
+    """A saved Orthrus checkpoint with one thing wrong (issue 35's doctored-checkpoint probe)."""
+    from safetensors.torch import load_file
+
+    d = tmp_path / case
+    tiny_orthrus(0, 4).save_pretrained(d)
+    cfg = json.loads((d / "config.json").read_text())
+    if case == "int-diffusion":
+        state = load_file(d / "model.safetensors")
+        key = "model.layers.0.self_attn.q_proj_diff.weight"
+        state[key] = state[key].to(torch.int32)
+        save_file(state, str(d / "model.safetensors"), metadata={"format": "pt"})
+    elif case == "block-size-0":
+        cfg["block_size"] = 0
+    elif case == "mask-outside":
+        cfg["mask_token_id"] = cfg["vocab_size"] + 1000
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+DOCTORED = [("int-diffusion", r"model\.safetensors:model\.layers\.0\.self_attn\.q_proj_diff\.weight \(I32\)"),
+            ("block-size-0", r"config\.json: key 'block_size' is 0, not an integer >= 2"),
+            ("mask-outside", r"config\.json: key 'mask_token_id' is 1096, not an id of the vocabulary")]
+
+
+@pytest.mark.parametrize("case, what", DOCTORED, ids=[c for c, _ in DOCTORED])
+def test_a_doctored_checkpoint_is_refused_at_load_naming_file_and_key(tmp_path, case, what, capsys):
+    """Integer diffusion weights, block_size 0 or a mask token outside the vocabulary: refused by the
+    library's from_pretrained and by `orthrus decode` alike, naming the file and the key or weight."""
+    import pandas as pd
+
+    from orthrus.cli import main as cli
+    from orthrus.errors import ModelError
+
+    d = _doctor(tmp_path, case)
+    with pytest.raises(ModelError, match=what) as err:
+        OrthrusForCausalLM.from_pretrained(d)
+    assert str(d) in str(err.value) and "\n" not in str(err.value)
+    pd.DataFrame({"prompt_id": ["a"], "domain": ["qa"], "prompt": ["w3 w4"]}).to_parquet(tmp_path / "p.parquet")
+    assert cli(["decode", "--decoder", "orthrus", "--model-path", str(d), "--model-name", "m", "--prompts",
+                str(tmp_path / "p.parquet"), "--precision", "fp32", "--out", str(tmp_path / "o.parquet")]) == 2
+    out = capsys.readouterr().err
+    assert __import__("re").search(what, out) and str(d) in out, out

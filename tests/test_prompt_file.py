@@ -146,6 +146,9 @@ def test_duplicate_keys_url_errors_and_endless_sources_are_one_line(tmp_path):
     os.mkfifo(tmp_path / "pipe.json")
     with pytest.raises(PromptFileError, match="not a regular file"):
         load_eval_file(str(tmp_path / "pipe.json"))
+    for url in ((tmp_path / "pipe.json").as_uri(), "file:///dev/zero"):  # refused before a byte is read
+        with pytest.raises(PromptFileError, match="not a regular file"):
+            load_eval_file(url)
     from orthrus import prompt_file
 
     big = tmp_path / "big.json"

@@ -138,9 +138,16 @@ def test_settings_validation():
     for bad, msg in [({"objective": "mse"}, "objective must be one of"), ({"block_size": 1}, "block_size"),
                      ({"blocks_per_seq": 0}, "blocks_per_seq"), ({"offset_weights": [1, 2]}, "offset_weights"),
                      ({"block_size": 4, "min_loss_tokens": 4}, "min_loss_tokens"), ({"kl_weight": 2}, "kl_weight"),
-                     ({"max_steps": 0}, "max_steps")]:
+                     ({"max_steps": 0}, "max_steps"),
+                     # issue 35: settings that would train nothing
+                     ({"block_size": 8, "max_len": 8}, "block_size=8 must be below max_len=8"),
+                     ({"warmup_steps": 6, "max_steps": 6}, "warmup_steps=6 must be below max_steps=6"),
+                     ({"lr": 1e6}, r"lr must be in \(0, 1\]"), ({"seed": -1}, "seed must be an integer in 0..2"),
+                     ({"seed": 2**64}, "seed must be an integer in 0..2"),
+                     ({"block_size": 4, "offset_weights": [0, 0, 0]}, "not all zero")]:
         with pytest.raises(ValueError, match=msg):
             resolve_settings(bad)
+    assert resolve_settings({"seed": 2**64 - 1, "lr": 1.0}).seed == 2**64 - 1  # huge but legal: accepted
     s = resolve_settings({"block_size": 4, "offset_weights": [1, 1, 1, 1]})
     assert offset_weights(s.offset_weights, 4).tolist() == [1, 1, 1, 1]
     for bad, msg in [({"schedule": "linear"}, "schedule must be one of"), ({"mask_token": ""}, "mask_token")]:
@@ -151,7 +158,7 @@ def test_settings_validation():
 def test_settings_types_follow_the_schema():
     """Values the config schema rejects are rejected by a direct `orthrus train` too, each named
     (rather than failing later inside float() or the optimizer)."""
-    for bad, msg in [({"lr": "fast"}, "lr must be > 0"), ({"lr": None}, "lr must be > 0"),
+    for bad, msg in [({"lr": "fast"}, "lr must be in"), ({"lr": None}, "lr must be in"),
                      ({"kl_weight": "0.5"}, "kl_weight must be in"), ({"grad_clip": -1}, "grad_clip must be null or"),
                      ({"weight_decay": -0.1}, "weight_decay must be a number"), ({"bf16": "yes"}, "bf16 must be true"),
                      ({"betas": [0.9, "x"]}, "betas must be a list"), ({"offset_weights": 3}, "offset_weights must be null"),
@@ -197,6 +204,10 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
         assert a.min() >= c.prompt_len[i] and a.max() <= len(c.ids[i]) - 3
     with pytest.raises(ValueError, match="fewer than one global batch"):
         train({**FAST, "batch_size": 3}, teacher, [mixed], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # 2 usable sequences in batches of 2, one epoch: 1 step, inside the warm-up of 2 (what the plan could not know)
+    with pytest.raises(ValueError, match="warmup_steps 2 is not below the run's 1 optimizer steps"):
+        train({**FAST, "batch_size": 2, "max_steps": None, "epochs": 1}, teacher, [mixed], tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -99,6 +99,10 @@ def setup(s: Settings, teacher, corpus_files, eval_prompts, device) -> Run:
         raise InputError(f"the corpus has {len(corpus)} usable sequences, fewer than one global batch "
                          f"(batch_size {s.batch_size} x grad_accum {s.grad_accum} x world {world} = {G})")
     total = int(s.max_steps) if s.max_steps is not None else batches.per_epoch * int(s.epochs)
+    if 0 < s.warmup_steps >= total:
+        raise InputError(f"warmup_steps {s.warmup_steps} is not below the run's {total} optimizer steps "
+                         f"({batches.per_epoch} per epoch of {len(corpus)} sequences, global batch {G}): the learning "
+                         "rate would never leave warm-up; lower warmup_steps, or raise epochs or max_steps")
     dist.log(f"{total} optimizer steps ({batches.per_epoch} per epoch, global batch {G} sequences)")
     opt, sched = make_optimizer(params, s, total)
     autocast_dtype = torch.bfloat16 if (device.type == "cuda" and s.bf16) else None

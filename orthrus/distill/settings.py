@@ -87,6 +87,8 @@ MIN_INT = {"block_size": 2, "blocks_per_seq": 1, "min_loss_tokens": 1, "batch_si
            "max_len": 2, "warmup_steps": 0, "log_every": 0, "save_every": 0, "eval_every": 0,
            "eval_per_domain": 0, "eval_max_new_tokens": 0, "length_bucket_pool": 0}
 CHOICES = {"objective": OBJECTIVES, "schedule": SCHEDULES, "attention": ATTENTIONS}
+MAX_LR = 1.0          # above it, every AdamW step overwrites the weights (the schema's maximum)
+SEED_MAX = 2**64 - 1  # torch.manual_seed's largest; numpy's generators take any seed >= 0
 
 
 def resolve_settings(settings: dict | Settings | None) -> Settings:
@@ -119,13 +121,13 @@ def problems(s: Settings) -> list[str]:
             errors.append(f"epochs must be an integer >= 1 (or set max_steps), got {s.epochs!r}")
     elif not isinstance(s.max_steps, int) or s.max_steps < 1:
         errors.append(f"max_steps must be null or an integer >= 1, got {s.max_steps!r}")
-    if not isinstance(s.seed, int):
-        errors.append(f"seed must be an integer, got {s.seed!r}")
+    if not isinstance(s.seed, int) or isinstance(s.seed, bool) or not 0 <= s.seed <= SEED_MAX:
+        errors.append(f"seed must be an integer in 0..2^64-1 (torch's range), got {s.seed!r}")
     for key in ("kl_weight", "min_lr_ratio"):
         if not (_number(getattr(s, key)) and 0.0 <= getattr(s, key) <= 1.0):
             errors.append(f"{key} must be in [0, 1], got {getattr(s, key)!r}")
-    if not (_number(s.lr) and s.lr > 0):
-        errors.append(f"lr must be > 0, got {s.lr!r}")
+    if not (_number(s.lr) and 0 < s.lr <= MAX_LR):
+        errors.append(f"lr must be in (0, {MAX_LR:g}] (AdamW moves every weight by about lr per step), got {s.lr!r}")
     if not (_number(s.weight_decay) and s.weight_decay >= 0):
         errors.append(f"weight_decay must be a number >= 0, got {s.weight_decay!r}")
     if not (s.grad_clip is None or (_number(s.grad_clip) and s.grad_clip >= 0)):
@@ -141,6 +143,14 @@ def problems(s: Settings) -> list[str]:
             errors.append(f"{key} must be true or false, got {getattr(s, key)!r}")
     if not isinstance(s.description, str):
         errors.append(f"description must be a string, got {s.description!r}")
+    if (isinstance(s.block_size, int) and isinstance(s.max_len, int) and s.block_size >= 2
+            and s.max_len >= 2 and s.block_size >= s.max_len):
+        errors.append(f"block_size={s.block_size} must be below max_len={s.max_len} (a sequence holds a prompt token "
+                      "and a whole block)")
+    if (isinstance(s.max_steps, int) and isinstance(s.warmup_steps, int) and s.max_steps >= 1
+            and 0 < s.warmup_steps >= s.max_steps):
+        errors.append(f"warmup_steps={s.warmup_steps} must be below max_steps={s.max_steps} (the learning rate would "
+                      "never leave warm-up)")
     return errors + _slot_problems(s)
 
 

@@ -153,7 +153,7 @@ class OrthrusLM(HFLM):
             if sample:
                 options = options.replace(temperature=float(kwargs["temperature"]), top_k=kwargs.get("top_k"),
                                           top_p=kwargs.get("top_p"))
-                generator = torch.Generator(device=self.model.device).manual_seed(self.seed + len(self.generation_log))
+                generator = torch.Generator(device=self.model.device).manual_seed((self.seed + len(self.generation_log)) % 2**64)
             res = generate(self.model, torch.tensor(ids, dtype=torch.long), options, generator=generator,
                            trace=self._stop_at(until))
             tokens = res.tokens.tolist()

@@ -43,7 +43,8 @@ def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, pr
             gen_kwargs={"max_gen_toks": int(max_gen_toks)} if max_gen_toks else None,
             apply_chat_template=chat, fewshot_as_multiturn=chat and bool(num_fewshot),
             log_samples=True, bootstrap_iters=bootstrap_iters, confirm_run_unsafe_code=bool(unsafe),
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            # numpy's legacy seed takes 0 .. 2^32 - 1 only: a larger legal seed of the study is folded into it
+            random_seed=seed, numpy_random_seed=seed % 2**32, torch_random_seed=seed, fewshot_random_seed=seed,
         )
         if part is None:
             raise BenchmarkError("lm-eval returned no results")

@@ -168,6 +168,8 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
     unknown = set(cfg) - set(DEFAULTS)
     if unknown:
         raise InputError(f"unknown teacher settings: {sorted(unknown)}")
+    if not 0 < cfg["lr"] <= 1:
+        raise InputError(f"lr must be in (0, 1], got {cfg['lr']!r}")
     torch.set_num_threads(int(cfg["threads"]))
     t0 = time.perf_counter()
     if tokenizer:

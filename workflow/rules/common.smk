@@ -25,7 +25,8 @@ _SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.y
 # `--config` values typed by the schema (config_check.typed_overrides): a nested override arrives
 # with every value a string
 update_config(config, typed_overrides(dict(workflow.config_settings.config), load_yaml(_SCHEMA)))
-check_config(config, _SCHEMA, workflow.configfiles)
+# `--set-scatter corpus=N` replaces corpus.shards: checked with it (Snakemake itself takes 0)
+check_config(config, _SCHEMA, workflow.configfiles, scatter=dict(workflow.resource_settings.overwrite_scatter))
 
 scattergather:
     corpus=config["corpus"]["shards"],

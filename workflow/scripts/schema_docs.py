@@ -81,6 +81,37 @@ def rows(schema: dict, prefix="", required=(), defs=None):
             yield from rows(inner, path + "[].", inner.get("required", ()), defs)
 
 
+CHECKED_WHERE = """## What is checked where
+
+Every refusal is one line naming the key (or the file, line and field) and what to do.
+
+| where | when | what |
+|---|---|---|
+| the workflow profile (`profiles/default/config.yaml`, `config_check.guard_argv`) | before Snakemake reads a `--configfile` or `--config` value | more than data: `__use_yte__`, a YAML tag, an alias bomb, nesting over 64 levels, over 1 MiB |
+| the schema (`workflow/schemas/config.schema.yaml`, this page) | `snakemake -n`, before any job | one key: unknown, missing, type, range (e.g. `lr` ≤ 1, `analysis.near_tie` ≤ 2 logits, seeds 0 to 2^64 - 1, at most 4096 shards), names that would be path segments or options (models, grids, engines, benchmark tasks, eval domains); NaN and infinities; duplicate YAML keys. Integer-valued floats (`2.0`) are taken as integers |
+| cross-key rules (`config_check.cross_key_problems`) | `snakemake -n`, before any job | rules over two keys or the world: unique names, existing paths, the assisted decoder's draft, grids inside the decode grid; `block_size` below `max_len`; `offset_weights` of K-1 or K values, not all 0; `warmup_steps` below `max_steps`, or below epochs x (distillation prompts // global batch) where the prompt count is known (`prompts.distill_n`, the hf specs' `n`, `corpus.expected_rows`), and below `teacher.tiny.steps`; a global batch no larger than the distillation prompts; `mask_token_id` inside a tiny, shipped or local teacher's vocabulary; a variant's seed plus the global seed at most 2^64 - 1; no more corpus shards (or `--set-scatter corpus=N`) than distillation prompts, and `--set-scatter` counts 1 to 4096; a local or `file://` `prompts.eval_file` a regular file, not a device, FIFO, directory or file under /dev, /proc or /sys (an http(s) URL is read by the prompts job within its size cap and timeout) |
+| `orthrus train` (`orthrus/distill/settings.py`, `loop.py`) | the training job, before any step | the same one-key and in-settings rules for a direct call; a warm-up that outlasts the run's steps computed from the corpus it reads; fewer sequences than one global batch |
+| model loading (`orthrus/modeling.py`) | every job that loads a model (`orthrus decode`, `from_pretrained`) | missing, unexpected or misshaped tensors; integer-dtype or non-finite weights (file and tensor named); an Orthrus `config.json` whose `block_size` is below 2 or whose `mask_token_id` is outside the vocabulary; pickles unless opted in; never remote code |
+| `orthrus ingest` (`orthrus/external.py`) | the ingest job of each `decode.external` file | each record against the prompt set, the tokenizer and the study's settings; a file decoded with another token budget (`finish_reason: length` before `max_new_tokens`, early ends without a stop id in bulk, echoed `settings` other than the study's) |
+
+**Config files are data, and where that cannot be enforced.** Snakemake renders a config file that
+sets `__use_yte__` (a YTE template, whose `?` expressions run as Python) while it reads it, in its
+command line's settings (`ConfigSettings`), before any workflow code runs; the workflow profile is
+the one place of this repository that Snakemake runs earlier, so the guard lives there. With
+`--workflow-profile none` (or a config file named only in another profile) nothing of this
+repository runs before the rendering: the run still stops when the Snakefile checks the config,
+but after the expression ran. What was looked at (Snakemake 9): no hook runs between argument
+parsing and reading the config files (`onstart` and the Snakefile run later); no setting turns
+YTE off for config files (they are read with `yte.process_yaml(require_use_yte=True)`, so only the
+file's own `__use_yte__` decides); a wrapper entry point (a `snakemake` of this package calling
+`guard_argv` first) guards only who calls it, not `snakemake` itself; and the one earlier code path,
+Snakemake importing every installed `snakemake_executor_plugin_*` / `snakemake_logger_plugin_*`
+package while it builds its argument parser, would have to patch Snakemake for every workflow of the
+environment, which this repository does not do. So: do not pass `--workflow-profile none` with a
+config file you did not write, and read it first.
+""".splitlines()
+
+
 def render() -> str:
     schema = yaml.safe_load(SCHEMA.read_text())
     lines = [
@@ -116,6 +147,7 @@ def render() -> str:
         "",
         "`teacher.source: tiny` trains a teacher from scratch on every run (the smoke study does).",
         "",
+        *CHECKED_WHERE,
     ]
     return "\n".join(lines)
 
