@@ -11,6 +11,8 @@ in ulps of that precision at the row's largest logit. Printed per cell: the medi
 percentile and the largest, and the share of positions where the two passes agree bit for bit.
 bf16 and fp16 logits are rounded to their storage format at the end, so their differences are a
 few ulps; fp32 keeps every accumulated rounding of the network's sums, so its spread in ulps is wider.
+The verdicts' default bound per precision is twice the largest, rounded up to a power of two
+(orthrus/verdict.py, ROUNDING_ULPS).
 """
 from __future__ import annotations
 

@@ -71,13 +71,43 @@ def _forward(model, ids, cache):
 
 
 @torch.inference_mode()
-def stepwise(model, prompt: list[int], prefix: list[int]):
-    """Logits and per-layer hidden states at the last position, one token per forward."""
+def stepwise_at(model, prompt: list[int], tokens: list[int], positions) -> dict:
+    """{t: (logits, per-layer hidden states)} of the row that predicts token t of `tokens`, for
+    each t of `positions`, one token per forward: one pass serves every divergence of a prompt
+    (step t computes what it would after any later stop)."""
+    want, out = set(positions), {}
     cache = DynamicCache(config=model.config)
     logits, hidden = _forward(model, prompt, cache)
-    for tok in prefix:
-        logits, hidden = _forward(model, [tok], cache)
-    return logits[-1], [h[-1] for h in hidden]
+    for t in range(max(want) + 1):
+        if t:
+            logits, hidden = _forward(model, [tokens[t - 1]], cache)
+        if t in want:
+            out[t] = logits[-1], [h[-1] for h in hidden]
+    return out
+
+
+def stepwise(model, prompt: list[int], prefix: list[int]):
+    """Logits and per-layer hidden states at the last position, one token per forward."""
+    return stepwise_at(model, prompt, prefix, [len(prefix)])[len(prefix)]
+
+
+def reference_steps(model, model32, tokenizer, prompts, cases) -> dict:
+    """{(prompt id, message, t): (logits, hidden states, fp32 logits)} of the reference, step by
+    step, at every divergence of `cases`: one pass per prompt and precision, whichever decoders
+    parted there (`model32` may be `model`)."""
+    text = prompts.set_index("prompt_id")["prompt"]
+    want, tokens = {}, {}
+    for o, r_tokens, _, t in cases:
+        key = (o.prompt_id, row_options(o).message)
+        want.setdefault(key, set()).add(t)
+        tokens[key] = r_tokens
+    out = {}
+    for (pid, message), ts in want.items():
+        prompt = render_chat(tokenizer, text[pid], message)
+        native = stepwise_at(model, prompt, tokens[(pid, message)], ts)
+        fp32 = native if model32 is model else stepwise_at(model32, prompt, tokens[(pid, message)], ts)
+        out |= {(pid, message, t): (*native[t], fp32[t][0]) for t in ts}
+    return out
 
 
 def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int, oracle: list[int] | None = None):
@@ -146,16 +176,18 @@ def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict
     raise RuntimeError(f"prompt {prompt_id} is not in any batch of its shard")
 
 
-def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = ROUNDING_ULPS, draft=None) -> list[dict]:
+def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = ROUNDING_ULPS, draft=None,
+            steps: dict | None = None) -> list[dict]:
     """One row per case, with its verdict; the block replay and hidden states for our loop's
-    decoders only (see the module docstring)."""
+    decoders only (see the module docstring). `steps`: `reference_steps` of these cases, computed
+    here when not given."""
     text = prompts.set_index("prompt_id")["prompt"]
+    steps = reference_steps(model, model32, tokenizer, prompts, cases) if steps is None else steps
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
         options = row_options(o)
         prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
-        step_logits, step_hidden = stepwise(model, prompt, r_tokens[:t])
-        step32, _ = stepwise(model32, prompt, r_tokens[:t])
+        step_logits, step_hidden, step32 = steps[(o.prompt_id, options.message, t)]
         row = {"model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
                "prompt_id": o.prompt_id, "domain": o.domain, "position": t,
                "ref_token": r_tokens[t], "orthrus_token": o_tokens[t],
@@ -231,18 +263,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)
     prompts = read_prompt_set(args.prompts)
-    rows = []
-    for dec_file, ref_file in zip(args.decoded, args.reference):
-        dec, ref = pd.read_parquet(dec_file), pd.read_parquet(ref_file)
-        cases = list(divergences(dec, ref))[: args.max_cases]
+    pairs = [(ref_file, list(divergences(pd.read_parquet(dec_file), pd.read_parquet(ref_file)))[: args.max_cases])
+             for dec_file, ref_file in zip(args.decoded, args.reference)]
+    # the reference's steps are the same for every decoder compared with one reference file (one
+    # model, precision and kernel): computed once, at the divergences of all of them
+    steps, rows = {}, []
+    for ref_file, cases in pairs:
         if not cases:
             continue
         options = row_options(cases[0][0])  # the model as the run loaded it; transformers' decoders: the teacher
         model, tokenizer = load_model(args.model_path, options, args.device)
-        model32, _ = load_model(args.model_path, options.replace(precision="fp32"), args.device)
+        model32 = (model if options.precision == "fp32" else
+                   load_model(args.model_path, options.replace(precision="fp32"), args.device)[0])
         draft_path = env_record(cases[0][0].env).get("draft")
         draft = load_draft(draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
-        rows += analyse(model, model32, tokenizer, prompts, cases, args.rounding_ulps, draft)
+        if ref_file not in steps:
+            steps[ref_file] = reference_steps(model, model32, tokenizer, prompts,
+                                              [c for f, cs in pairs if f == ref_file for c in cs])
+        rows += analyse(model, model32, tokenizer, prompts, cases, args.rounding_ulps, draft, steps[ref_file])
     df = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
     write_parquet(args.out, df)
     print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)

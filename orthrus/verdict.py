@@ -25,11 +25,14 @@ import math
 # machine epsilon (the spacing of numbers in [1, 2)) of each decoding precision
 EPS = {"fp32": 2.0 ** -23, "fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
 
-# The verdicts' bound in each precision (analysis.rounding_ulps), measured on the shipped teacher
-# by benchmarks/rounding_noise.py: bf16 and fp16 logits are rounded to their format at the end, so
-# a verify block and single steps part by at most a fraction of one ulp at the row's largest
-# logit; fp32 logits keep every rounding of the network's sums, several ulps of the result.
-ROUNDING_ULPS = {"bf16": 2.0, "fp16": 2.0, "fp32": 32.0}
+# The verdicts' bound in each precision (analysis.rounding_ulps). benchmarks/rounding_noise.py
+# measures, on the shipped teacher over 3,072 positions per cell, the largest logit difference
+# between a verify block and single steps on the same tokens, in ulps at the row's largest logit:
+# 2.0 in bf16, 3.0 in fp16 (bf16 and fp16 logits are rounded to their format at the end), 21.75 in
+# fp32 (which keeps every rounding of the network's sums). Two logits that each move by at most d
+# change rank only where they are within 2d: the bound is twice the largest, rounded up to a
+# power of two.
+ROUNDING_ULPS = {"bf16": 4.0, "fp16": 8.0, "fp32": 64.0}
 
 
 def rounding_bound(max_ulps: float | dict, precision: str) -> float:
@@ -43,7 +46,7 @@ def rounding_bound(max_ulps: float | dict, precision: str) -> float:
 
 def parse_rounding_ulps(text: str) -> dict:
     """A command line's bound, {precision: ulps}: one number for all (`2`) or one per precision
-    (`bf16=2,fp16=2,fp32=32`, a precision left out keeping `ROUNDING_ULPS`'s)."""
+    (`bf16=4,fp32=64`, a precision left out keeping `ROUNDING_ULPS`'s)."""
     try:
         if "=" not in text:
             bounds = dict.fromkeys(EPS, float(text))

@@ -285,8 +285,8 @@ def test_fp32_exact_allows_rare_roundings_at_ties_only(tmp_path):
 
     r = with_fp32_row(5.0, "rounding")  # as the committed run's one fp32 divergence before the fp32 bound: 5 ulps
     assert r.verdict == "holds" and r.statistic == 191 / 192
-    assert "ce-k8/orthrus/fp32/sdpa 0.995" in r.reason and "1 divergence(s), each within 32 fp32 ulps" in r.reason
-    r = with_fp32_row(40.0, "structural")
+    assert "ce-k8/orthrus/fp32/sdpa 0.995" in r.reason and "1 divergence(s), each within 64 fp32 ulps" in r.reason
+    r = with_fp32_row(80.0, "structural")
     assert r.verdict == "fails" and "not every one of its 1 divergences is a rounding" in r.reason
     fx.to_csv(run / "forensics.csv", index=False)  # no forensics row: rounding cannot be told from a loss
     assert "has no forensics row" in _get(claims.claims_table(run), "fp32-exact", "every fp32 cell").reason

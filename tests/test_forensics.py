@@ -6,7 +6,7 @@ import yaml
 from conftest import tiny_orthrus
 
 import orthrus
-from orthrus.forensics import replay_verify, stepwise
+from orthrus.forensics import replay_verify, stepwise, stepwise_at
 from orthrus.options import DecodeOptions
 from orthrus.stats import first_divergence
 
@@ -49,6 +49,19 @@ def test_replay_equals_stepwise_in_fp32_on_matching_run():
         b, _, _, _ = replay_verify(model, prompt, opts, t)
         assert int(a.argmax()) == int(b.argmax()) == toks[t]
         assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_one_stepwise_pass_serves_every_divergence_of_a_prompt():
+    """forensics computes the reference's steps once per prompt, at every position some decoder
+    parted: each row is bit for bit the one a pass stopped there computes (bf16, where any other
+    order of the sums would show)."""
+    model = tiny_orthrus(0, 8, "noisy", attn="sdpa", noise=1e-2, peaked=1.0, dtype=torch.bfloat16)
+    prompt, tokens = [5, 6, 7, 8], torch.randint(2, 90, (24,), generator=torch.Generator().manual_seed(1)).tolist()
+    shared = stepwise_at(model, prompt, tokens, [0, 3, 17, 24])
+    assert sorted(shared) == [0, 3, 17, 24]
+    for t, (logits, hidden) in shared.items():
+        alone, alone_hidden = stepwise(model, prompt, tokens[:t])
+        assert torch.equal(logits, alone) and all(torch.equal(a, b) for a, b in zip(hidden, alone_hidden))
 
 
 def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_path):

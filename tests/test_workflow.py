@@ -195,12 +195,18 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     cfg = yaml.safe_load(SMOKE.read_text())
     ce = cfg["models"]["smoke-ce"]
     cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
-    cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"]}, "smoke-kl": {"attentions": ["sdpa"]}}
+    cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
+                              "smoke-kl": {"attentions": ["sdpa"]}}
     cfg["decode"]["controls"] = []  # test_controls_join_the_dag
     cfg["decode"]["external"] = {}  # test_engine_files_join_the_dag
     work = workdir_with(tmp_path, cfg)
     res = snakemake("-n", "-p", cwd=work)
     assert res.returncode == 0, res.stderr[-2000:]
+    # prompts_per_domain: prompt-lookup's jobs decode the first 2 prompts of each domain, no other's
+    commands = [c for c in res.stdout.splitlines() if "orthrus decode " in c]
+    subset = [c for c in commands if "--prompts-per-domain 2" in c]
+    assert subset and all('"decoder": "prompt-lookup"' in c for c in subset)
+    assert len(subset) == len([c for c in commands if '"decoder": "prompt-lookup"' in c])
     full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
     want = ({("teacher", d, p, a) for d in ("ar-ref", "assisted") for p, a in full}
@@ -240,7 +246,7 @@ def test_controls_join_the_dag(tmp_path):
     for a in ("eager", "sdpa"):  # each oracle cell reads the reference of its own cell
         job = re.search(rf"^    input: (.*)\n    output: (results/decode/teacher/shards/oracle-bf16-{a}\S*)", res.stdout, re.M)
         assert {c for c in DECODED.findall(job.group(1)) if c[1] == "ar-ref"} == {("teacher", "ar-ref", "bf16", a)}
-        assert f"--reference results/decode/teacher/ar-ref-bf16-{a}.parquet --shard" in res.stdout
+        assert re.search(rf"--reference results/decode/teacher/ar-ref-bf16-{a}\.parquet\s+--shard", res.stdout)
     assert '"batch_size": 4' in res.stdout and '"block_size": 4, "decoder": "oracle"' in res.stdout
     for model, wanted in (("teacher", {"oracle", "ar-batched"}), ("smoke-kl", {"orthrus", "orthrus-lossy"})):
         job = re.search(rf"^    input: (.*)\n    output: results/forensics/{model}\.parquet$", res.stdout, re.M)
