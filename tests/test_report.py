@@ -41,7 +41,7 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
 
     lists = workflow_lists()
     cfg = {"teacher": {"source": "tiny"}, "prompts": {"source": "tiny"}, "corpus": {"shards": 1, "max_new_tokens": 8},
-           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {}}}
+           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {"warmup_steps": 10}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
     tables.mkdir(parents=True)
