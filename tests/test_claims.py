@@ -117,6 +117,12 @@ def test_constructed_tables_fail_and_untestable_claims_say_why(tmp_path):
     mo.loc[(mo.model == "kl-k8") & (mo.precision == "fp32"), "match_rate"] = 0.99
     mo.to_csv(run / "match_overall.csv", index=False)
     pd.read_csv(run / "forensics.csv").iloc[:0].to_csv(run / "forensics.csv", index=False)
+    # a metric without per-document scores (corpus chrF: paired columns empty) cannot be tested
+    ag = pd.read_csv(run / "benchmarks_agreement.csv")
+    ag.loc[ag["task"] == "tiny_code", ["paired_diff", "paired_stderr"]] = np.nan
+    ag.to_csv(run / "benchmarks_agreement.csv", index=False)
+    r = _get(claims.claims_table(run), "benchmarks-equivalent", "ce-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_code exact_match,none")
+    assert r.verdict == "untestable" and "corpus-level" in r.reason
     (run / "benchmarks_agreement.csv").unlink()  # benchmarks off: no claim over them
     df = claims.claims_table(run)
     r = _get(df, "fp32-exact", "every fp32 cell")

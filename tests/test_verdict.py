@@ -2,6 +2,7 @@
 the planted lossy decoder the audit must catch."""
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -65,6 +66,17 @@ def test_the_bound_is_each_precisions_own():
             parse_rounding_ulps(bad)
     with pytest.raises(ValueError, match="no rounding bound for 'fp16'"):
         verdict(*case[:4], "fp16", max_ulps={"fp32": 2.0})
+
+
+def test_the_schema_states_the_verdicts_bounds():
+    """analysis.rounding_ulps's default is orthrus.verdict.ROUNDING_ULPS (stated twice until the
+    schema is generated from the settings: they must agree)."""
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).resolve().parent.parent / "workflow/schemas/config.schema.yaml").read_text())
+    node = schema["properties"]["analysis"]["properties"]["rounding_ulps"]
+    assert node["default"] == ROUNDING_ULPS
+    assert {p: v["default"] for p, v in node["properties"].items()} == ROUNDING_ULPS
 
 
 def test_no_verdict_without_the_decoders_pass_or_a_reproduced_reference():
