@@ -564,8 +564,8 @@ def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
     content fingerprints in params (common.smk) rerun the prompts job after the eval file changed
     (its mtime kept), and the draft's training after the teacher's weights changed."""
     cfg = yaml.safe_load(SMOKE_TEXT)
-    cfg["teacher"]["tiny"]["steps"] = 2
-    cfg["teacher"]["draft"]["tiny"]["steps"] = 1
+    cfg["teacher"]["tiny"] |= {"steps": 2, "warmup_steps": 1}  # a warm-up must end within the run
+    cfg["teacher"]["draft"]["tiny"] |= {"steps": 1, "warmup_steps": 0}
     cfg["prompts"]["eval_file"] = "eval.json"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is two?"]}')
