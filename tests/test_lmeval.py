@@ -9,6 +9,8 @@ import torch
 
 from conftest import tiny_base
 
+from orthrus.errors import InputError
+
 torch.set_num_threads(1)
 
 lmeval = pytest.importorskip("orthrus.lmeval")
@@ -74,6 +76,17 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
                         "--tasks", "tiny_arith", "--exclude", str(excl)]) == 0
     again = [json.loads(line) for line in (tmp_path / "d" / "tiny_arith.jsonl").read_text().splitlines()]
     assert arith[0]["question"] not in {d["question"] for d in again} and len(again) == 5
+    # a count per task (benchmarks.n_docs as a mapping): each task its own, every task named
+    assert lmeval.main(["prepare-data", "--out", str(tmp_path / "n"), "--n", "tiny_arith=7,tiny_qa=3", "--seed", "3",
+                        "--tasks", "tiny_arith,tiny_qa"]) == 0
+    counts = json.loads((tmp_path / "n" / "manifest.json").read_text())["tasks"]
+    assert {t: c["n"] for t, c in counts.items()} == {"tiny_arith": 7, "tiny_qa": 3}
+    assert [json.loads(x) for x in (tmp_path / "n" / "tiny_arith.jsonl").read_text().splitlines()][:5] == arith
+    for bad, says in (("tiny_arith=7", "missing tiny_qa"), ("tiny_arith=7,tiny_qa=3,tiny_gec=2", "not prepared: tiny_gec"),
+                      ("tiny_arith=x,tiny_qa=3", "count of tiny_arith"), ("0", "positive")):
+        with pytest.raises(InputError, match=says):
+            lmeval.main(["prepare-data", "--out", str(tmp_path / "bad"), "--n", bad, "--tasks", "tiny_arith,tiny_qa"])
+        assert not (tmp_path / "bad").exists()
     # the packaged templates are not tasks by themselves; the generated YAMLs are
     tm = lmeval.task_manager([data, bm.TEMPLATES_DIR], ["tiny_arith"])
     assert {"tiny_arith", "tiny_gec", "tiny_qa", "tiny_code", "tiny_translate"} <= set(tm.all_tasks)

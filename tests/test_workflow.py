@@ -196,6 +196,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     ce = cfg["models"]["smoke-ce"]
     cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
     cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
+                              "assisted": {"prompts_per_domain": {"fp32": 3}},
                               "smoke-kl": {"attentions": ["sdpa"]}}
     cfg["decode"]["controls"] = []  # test_controls_join_the_dag
     cfg["decode"]["external"] = {}  # test_engine_files_join_the_dag
@@ -207,6 +208,10 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     subset = [c for c in commands if "--prompts-per-domain 2" in c]
     assert subset and all('"decoder": "prompt-lookup"' in c for c in subset)
     assert len(subset) == len([c for c in commands if '"decoder": "prompt-lookup"' in c])
+    # a count per precision: assisted's fp32 cells decode 3 prompts per domain, its bf16 cells all
+    assisted = [c for c in commands if '"decoder": "assisted"' in c]
+    assert {('"precision": "fp32"' in c, "--prompts-per-domain 3" in c) for c in assisted} == {(True, True), (False, False)}
+    assert not any("--prompts-per-domain" in c for c in assisted if '"precision": "bf16"' in c)
     full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
     want = ({("teacher", d, p, a) for d in ("ar-ref", "assisted") for p, a in full}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from orthrus.contracts import PRECISIONS
+from orthrus.errors import InputError
 from orthrus.io import atomic_path, write_json
 from orthrus.lmeval.lm import DECODINGS
 from orthrus.lmeval.run import evaluate
@@ -30,6 +31,30 @@ def _split(s: str | None) -> list[str]:
     return [t.strip() for t in (s or "").split(",") if t.strip()]
 
 
+def _doc_counts(spec: str, tasks: list[str]) -> dict[str, int]:
+    """`--n`: one count for every task ("150"), or one per task ("tiny_arith=450,tiny_code=150"),
+    which must name each task prepared and no other."""
+    def count(text, what):
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise InputError(f"--n: {what} must be a positive whole number of documents, got {text!r}")
+        return n
+
+    if "=" not in spec:
+        return dict.fromkeys(tasks, count(spec.strip(), "the count"))
+    pairs = [part.partition("=") for part in spec.split(",") if part.strip()]
+    counts = {name.strip(): count(n.strip(), f"the count of {name.strip()}") for name, _, n in pairs}
+    missing, extra = [t for t in tasks if t not in counts], [t for t in counts if t not in tasks]
+    if missing or extra:
+        raise InputError(f"--n {spec}: a count per task needs one for each task prepared ({', '.join(tasks)}); "
+                         + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                                     + ([f"not prepared: {', '.join(extra)}"] if extra else [])))
+    return counts
+
+
 def cmd_prepare_data(args) -> int:
     from orthrus.world import tiny_tasks
 
@@ -40,13 +65,14 @@ def cmd_prepare_data(args) -> int:
 
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
+    counts = _doc_counts(args.n, tasks)
     manifest = {"seed": args.seed, "n": args.n, "stream": tiny_tasks.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for task in tasks:
-            docs = tiny_tasks.make_docs(task, args.n, seed=args.seed, exclude=exclude)
-            if len(docs) < args.n:
-                print(f"[lm-eval] {task}: only {len(docs)} distinct documents of {args.n}", file=sys.stderr)
+            docs = tiny_tasks.make_docs(task, counts[task], seed=args.seed, exclude=exclude)
+            if len(docs) < counts[task]:
+                print(f"[lm-eval] {task}: only {len(docs)} distinct documents of {counts[task]}", file=sys.stderr)
             tiny_tasks.write_task(tmp, task, docs, final_dir=out)
             manifest["tasks"][task] = {"n": len(docs), "domain": tiny_tasks.TASKS[task], "data": f"{task}.jsonl",
                                        "yaml": f"{task}.yaml", "primary_metrics": PRIMARY_METRICS.get(task, [])}
@@ -103,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare-data", help="tiny-world task data + lm-eval YAMLs into a directory")
     p.add_argument("--out", required=True, help="directory (written atomically; pass it as --include-path)")
-    p.add_argument("--n", type=int, default=40, help="documents per task")
+    p.add_argument("--n", default="40", help="documents per task: one count, or TASK=N,... for each task")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tasks", help="comma-separated subset of tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate (default: all)")
     p.add_argument("--exclude", nargs="*", help="prompt-set Parquet files whose prompts must not be used")

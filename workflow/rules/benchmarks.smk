@@ -4,7 +4,7 @@ rule benchmark_tasks:
     output:
         directory(f"{R}/benchmarks/tasks"),
     params:
-        n=BENCH["n_docs"],
+        n=bench_docs(),
         tasks=bench_tasks(),
         seed=config["seed"],
     log:

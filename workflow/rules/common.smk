@@ -298,11 +298,14 @@ def cells(decoder, model=None):
     return [(p, a) for p in precisions for a in attentions]
 
 
-def cell_prompts(decoder, model=None):
-    """`--prompts-per-domain` for `decoder`'s cells (on `model`), from the same decode.grids entry
-    as `cells`; none: every prompt."""
+def cell_prompts(decoder, model=None, precision=None):
+    """`--prompts-per-domain` for `decoder`'s cells (on `model`, at `precision`), from the same
+    decode.grids entry as `cells`: a number for every precision, or one per precision (a
+    precision left out of the mapping, and no entry at all: every prompt)."""
     grid = GRIDS.get(decoder) or (MODEL_GRIDS.get(model, {}) if decoder in MODEL_LOOPS else {})
     n = grid.get("prompts_per_domain")
+    if isinstance(n, dict):
+        n = n.get(precision)
     return ["--prompts-per-domain", n] if n else []
 
 
@@ -472,6 +475,12 @@ def bench_tasks():
     if BENCH["tiny_tasks"]:
         return ",".join(BENCH["tiny_tasks"])
     return ",".join(t for t in BENCH["tasks"] if t not in CODE_TASKS_LEFT_OUT)
+
+
+def bench_docs():
+    """prepare-data's --n: one count, or TASK=N for each task (benchmarks.n_docs)."""
+    n = BENCH["n_docs"]
+    return ",".join(f"{t}={c}" for t, c in n.items()) if isinstance(n, dict) else n
 
 
 def bench_files():

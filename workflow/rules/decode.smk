@@ -19,7 +19,7 @@ rule decode_shard:
         options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
         draft=draft_args,
         reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
-        subset=lambda w: cell_prompts(w.decoder, w.model),
+        subset=lambda w: cell_prompts(w.decoder, w.model, w.precision),
         weights=decode_weights,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",

@@ -390,6 +390,17 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
           and all("humaneval" in t for t in bench["tasks"])):
         problems.append("benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
                         "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
+    docs = bench.get("n_docs")
+    if bench.get("enabled", True) and isinstance(docs, dict):
+        tiny = bench.get("tiny_tasks", True)
+        runs = ["tiny_arith", "tiny_gec", "tiny_qa", "tiny_code", "tiny_translate"] if tiny is True else list(tiny or [])
+        missing, idle = [t for t in runs if t not in docs], [t for t in docs if t not in runs]
+        if missing:
+            problems.append(f"benchmarks.n_docs: no count for {', '.join(missing)}, which benchmarks.tiny_tasks runs "
+                            "(a mapping names each task that runs)")
+        if idle:
+            problems.append(f"benchmarks.n_docs: {', '.join(idle)} not in benchmarks.tiny_tasks, so its count "
+                            "would prepare nothing")
     problems += _kernel_problems(cfg)
     problems += _revision_problems(cfg)
     prompts_cfg = cfg.get("prompts") or {}
@@ -443,6 +454,13 @@ def _grid_problems(cfg: dict) -> list[str]:
             if extra:
                 problems.append(f"decode.grids.{key}.{sub}: {extra} not in decode.{sub} {decode.get(sub)} "
                                 "(the ar-ref reference runs only there)")
+        per = (grid or {}).get("prompts_per_domain")
+        if isinstance(per, dict):
+            runs = (grid or {}).get("precisions") or decode.get("precisions") or []
+            idle = [p for p in per if p not in runs]
+            if idle:
+                problems.append(f"decode.grids.{key}.prompts_per_domain: {idle} not among the precisions these cells "
+                                f"run {runs}, so the setting would decode nothing")
     return problems
 
 
