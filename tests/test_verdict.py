@@ -138,7 +138,9 @@ def test_the_planted_lossy_decoder_is_flagged_structural(study, tmp_path, p, a):
     assert len(fx) >= 3, "the planted bug must diverge to be caught"
     structural = fx[fx.verdict == "structural"]
     assert len(structural) >= 3 and fx.replay_consistent.all() and not structural.verify_argmax.any()
-    assert (fx.verdict == "structural").all() if p == "fp32" else set(fx.verdict) <= {"structural", "tie"}
+    # in bf16 a tie may decide first, or (where this CPU's sdpa parts a verify block from single
+    # steps) a rounding of the loop's honest part before the planted bug acts
+    assert (fx.verdict == "structural").all() if p == "fp32" else set(fx.verdict) <= {"structural", "tie", "rounding"}
     ties = fx[fx.verdict == "tie"]
     assert (ties.ref_logit_ref == ties.ref_logit_dec).all() and (ties.verify_logit_dec >= ties.verify_logit_ref).all()
     decoded = pd.concat([ref, lossy], ignore_index=True)
