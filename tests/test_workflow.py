@@ -157,9 +157,11 @@ def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     assert len(trains) == 2 and all("--seed 3 " in c for c in trains)
     assert by("orthrus prompts") and all("--seed 3 " in c for c in by("orthrus prompts"))
     assert by("orthrus lm-eval prepare-data") and all("--seed 3 " in c for c in by("orthrus lm-eval prepare-data"))
-    # the default's documents per task (benchmarks.n_docs as a mapping) reach the data, as given
-    docs = ",".join(f"{t}={n}" for t, n in cfg["benchmarks"]["n_docs"].items())
-    assert all(f"--n {docs} " in c for c in by("orthrus lm-eval prepare-data"))
+    # the documents per task reach the data: one count, or (benchmarks.n_docs as a mapping) one per task
+    assert all(f"--n {cfg['benchmarks']['n_docs']} " in c for c in by("orthrus lm-eval prepare-data"))
+    per_task = snakemake("-n", "-p", "--config", 'benchmarks={"n_docs": {"tiny_code": 7, "tiny_qa": 5}}', cwd=work)
+    assert per_task.returncode == 0, per_task.stderr[-2000:]
+    assert "--n tiny_code=7,tiny_qa=5 " in per_task.stdout
     assert by("orthrus lm-eval run") and all("--seed 3 " in c for c in by("orthrus lm-eval run"))
     train = {re.search(r"--out results/models/(\S+)", c).group(1): c for c in by("orthrus train ")}
     assert '"seed": 3' in train["ce-k8"] and '"seed": 8' in train["kl-k8"], train
