@@ -65,9 +65,11 @@ def critical_path(jobs: pd.DataFrame, slack: float = 2.0) -> list[dict]:
 
 
 def idle_share(jobs: pd.DataFrame, cores: int) -> float:
-    """The share of the cores' time over the run's span that no benchmarked job used (cpu_time)."""
+    """The share of the cores' time over the run's span that no benchmarked job held: each job
+    holds its core for its wall seconds. (Not the files' cpu_time: Snakemake samples it, so a job
+    of under a minute reads as 14 or 44 CPU seconds whatever it ran.)"""
     wall = float(jobs["end"].max() - jobs["start"].min())
-    return 1.0 - float(jobs["cpu_s"].sum()) / (cores * wall) if wall > 0 else float("nan")
+    return 1.0 - float(jobs["seconds"].sum()) / (cores * wall) if wall > 0 else float("nan")
 
 
 def main(argv=None) -> int:
