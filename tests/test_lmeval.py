@@ -79,8 +79,8 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
     # a count per task (benchmarks.n_docs as a mapping): each task its own, every task named
     assert lmeval.main(["prepare-data", "--out", str(tmp_path / "n"), "--n", "tiny_arith=7,tiny_qa=3", "--seed", "3",
                         "--tasks", "tiny_arith,tiny_qa"]) == 0
-    counts = json.loads((tmp_path / "n" / "manifest.json").read_text())["tasks"]
-    assert {t: c["n"] for t, c in counts.items()} == {"tiny_arith": 7, "tiny_qa": 3}
+    manifest = json.loads((tmp_path / "n" / "manifest.json").read_text())
+    assert {t: c["n"] for t, c in manifest["tasks"].items()} == manifest["n"] == {"tiny_arith": 7, "tiny_qa": 3}
     assert [json.loads(x) for x in (tmp_path / "n" / "tiny_arith.jsonl").read_text().splitlines()][:5] == arith
     for bad, says in (("tiny_arith=7", "missing tiny_qa"), ("tiny_arith=7,tiny_qa=3,tiny_gec=2", "not prepared: tiny_gec"),
                       ("tiny_arith=x,tiny_qa=3", "count of tiny_arith"), ("0", "positive")):

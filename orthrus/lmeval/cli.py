@@ -66,7 +66,7 @@ def cmd_prepare_data(args) -> int:
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
     counts = _doc_counts(args.n, tasks)
-    manifest = {"seed": args.seed, "n": args.n, "stream": tiny_tasks.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
+    manifest = {"seed": args.seed, "n": counts, "stream": tiny_tasks.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for task in tasks:

@@ -393,7 +393,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     docs = bench.get("n_docs")
     if bench.get("enabled", True) and isinstance(docs, dict):
         tiny = bench.get("tiny_tasks", True)
-        runs = ["tiny_arith", "tiny_gec", "tiny_qa", "tiny_code", "tiny_translate"] if tiny is True else list(tiny or [])
+        runs = props["benchmarks"]["properties"]["tiny_tasks"]["items"]["enum"] if tiny is True else list(tiny or [])
         missing, idle = [t for t in runs if t not in docs], [t for t in docs if t not in runs]
         if missing:
             problems.append(f"benchmarks.n_docs: no count for {', '.join(missing)}, which benchmarks.tiny_tasks runs "
