@@ -17,7 +17,7 @@ import time
 import pandas as pd
 import torch
 
-from orthrus.corpus import generate_responses, load_teacher
+from orthrus.data.corpus import generate_responses, load_teacher
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 import orthrus
-from orthrus.chat import render_chat
+from orthrus.data.chat import render_chat
 
 
 def timed(model):

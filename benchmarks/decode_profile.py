@@ -46,11 +46,11 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", default="sdpa")
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args(argv)
-    from orthrus.loading import load_model
-    from orthrus.options import DecodeOptions
+    from orthrus.models.loading import load_model
+    from orthrus.decode.options import DecodeOptions
 
     bare = seconds([sys.executable, "-c", "pass"])
-    imports = seconds([sys.executable, "-c", "import orthrus.trajectories, transformers.models.qwen3.modeling_qwen3"])
+    imports = seconds([sys.executable, "-c", "import orthrus.decode.stage, transformers.models.qwen3.modeling_qwen3"])
     torch.set_num_threads(1)
     opts = DecodeOptions(decoder="ar-ref", precision=args.precision, attention=args.attention, max_new_tokens=args.steps)
     t0 = time.perf_counter()

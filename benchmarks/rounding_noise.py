@@ -2,7 +2,7 @@
 
     python benchmarks/rounding_noise.py [--model orthrus/world/subject/teacher] [--prompts 24] [--tokens 128]
 
-The verdicts (`orthrus.verdict`) call a first divergence `rounding` when the reference ranks its
+The verdicts (`orthrus.audit.verdict`) call a first divergence `rounding` when the reference ranks its
 token above the decoder's by at most `analysis.rounding_ulps` ulps of the precision at the logits'
 magnitude. This measures the scale that bound must cover: for each precision and kernel, greedy AR
 trajectories of the teacher step by step, then the same tokens re-read in blocks of K (a verify
@@ -12,7 +12,7 @@ percentile and the largest, and the share of positions where the two passes agre
 bf16 and fp16 logits are rounded to their storage format at the end, so their differences are a
 few ulps; fp32 keeps every accumulated rounding of the network's sums, so its spread in ulps is wider.
 The verdicts' default bound per precision is twice the largest, rounded up to a power of two
-(orthrus/verdict.py, ROUNDING_ULPS).
+(orthrus/audit/verdict.py, ROUNDING_ULPS).
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from orthrus.chat import render_chat
-from orthrus.decoding import ar_forward
-from orthrus.loading import load_model
-from orthrus.options import DecodeOptions
-from orthrus.verdict import ulp
-from orthrus.prompts import tiny_prompts
+from orthrus.data.chat import render_chat
+from orthrus.decode.loop import ar_forward
+from orthrus.models.loading import load_model
+from orthrus.decode.options import DecodeOptions
+from orthrus.audit.verdict import ulp
+from orthrus.data.prompts import tiny_prompts
 
 
 @torch.inference_mode()

@@ -26,7 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orthrus.claims import load_or_compute  # noqa: E402
+from orthrus.report.claims import load_or_compute  # noqa: E402
 
 
 def tables_dir(path: Path) -> Path:

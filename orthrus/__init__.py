@@ -7,12 +7,12 @@ import importlib
 
 __version__ = "0.1.0"
 _EXPORTS = {
-    "OrthrusForCausalLM": "orthrus.modeling",
-    "GenerateOutput": "orthrus.decoding",
-    "generate": "orthrus.decoding",
-    "DecodeOptions": "orthrus.options",
-    "configure": "orthrus.precision",
-    "numerical_env": "orthrus.precision",
+    "OrthrusForCausalLM": "orthrus.models.modeling",
+    "GenerateOutput": "orthrus.decode.loop",
+    "generate": "orthrus.decode.loop",
+    "DecodeOptions": "orthrus.decode.options",
+    "configure": "orthrus.models.precision",
+    "numerical_env": "orthrus.models.precision",
 }
 __all__ = list(_EXPORTS)
 

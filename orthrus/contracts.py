@@ -42,7 +42,7 @@ CONTROLS = ("oracle", "ar-batched", "orthrus-lossy")
 TEACHER_CONTROLS = ("oracle", "ar-batched")
 # decoders compared against the reference trajectory
 COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS + (EXTERNAL_DECODER,)
-# why a first divergence happened (orthrus.verdict)
+# why a first divergence happened (orthrus.audit.verdict)
 VERDICTS = ("tie", "rounding", "structural")
 CONFIG = ["model", "decoder", "precision", "attention"]
 # A name that becomes a path component and a wildcard (teacher, model, grid names): letters,
@@ -96,7 +96,7 @@ TPF_COLUMNS = CONFIG + TPF_RUN + ["domain", "n", "tpf_verify", "tpf_verify_ci", 
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
 PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept"]
-# the per-divergence verdict counts (orthrus.verdict), in the forensics summary and decoders.csv
+# the per-divergence verdict counts (orthrus.audit.verdict), in the forensics summary and decoders.csv
 VERDICT_COUNTS = ["n_tie", "n_rounding", "n_structural", "n_no_verdict"]
 DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
                     "oracle_match_rate", "batch_match_rate"] + VERDICT_COUNTS + ["audit"]
@@ -173,7 +173,7 @@ TABLE_NOTES = {
                   "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
                   "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
                   "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
-                  "listed in `orthrus/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
+                  "listed in `orthrus/report/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
 }
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
@@ -210,7 +210,7 @@ ARTEFACTS = {
     "Prompt sets": Artefact(
         "results/prompts/{eval,distill}.parquet", "orthrus prompts", PROMPT_COLUMNS,
         "`prompt` is the raw user text; whoever tokenizes applies the chat template "
-        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.prompt_set.read_prompt_set` (UTF-8, no "
+        "(`orthrus.data.chat.render_chat`). Every reader goes through `orthrus.data.prompt_set.read_prompt_set` (UTF-8, no "
         "null or empty value, unique ids; errors name file, row id and column)."),
     "Teacher corpus shard": Artefact(
         "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)", "orthrus corpus", CORPUS_COLUMNS,
@@ -238,7 +238,7 @@ ARTEFACTS = {
         "results/export/prompts.jsonl", "orthrus export-prompts", EXPORT_FIELDS,
         "The evaluation set as an engine outside this package needs it, one JSON object per line and prompt: "
         "`prompt` the raw user text, `messages` its chat messages, `prompt_text` the chat-rendered text and "
-        "`prompt_token_ids` its tokens under the study's message format (`orthrus.chat.render_chat`; feed the ids, "
+        "`prompt_token_ids` its tokens under the study's message format (`orthrus.data.chat.render_chat`; feed the ids, "
         "not the text), and the generation settings of the study: greedy (`temperature` 0), `max_new_tokens`, "
         "`stop_token_ids` (the teacher's generation-config EOS ids, where transformers' generate stops) and the "
         "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang."),
@@ -270,10 +270,10 @@ ARTEFACTS = {
         "replaying the run reproduces the divergence, the logits of the reference's token (`_ref`) and the "
         "decoder's (`_dec`) in the reference's step and the decoder's own pass, whether the decoder's token is its "
         "own pass's argmax, the reference's gap between the two in ulps of the precision, and the `verdict` "
-        "(tie, rounding, structural; `orthrus.verdict`) with a note saying why (or why none could be given). An "
+        "(tie, rounding, structural; `orthrus.audit.verdict`) with a note saying why (or why none could be given). An "
         "engine's file (decoder `external`) is scored by the in-process teacher alone: its own pass cannot be "
         "recomputed, so the verify columns are empty and the verdict rests on the reference's gap "
-        "(`orthrus.verdict.external_verdict`: a tie or a rounding, else none)."),
+        "(`orthrus.audit.verdict.external_verdict`: a tie or a rounding, else none)."),
     "Benchmark record": Artefact(
         "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json", "orthrus lm-eval run", [],
         "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "

@@ -65,17 +65,3 @@ def save_figure(fig, stem) -> list[Path]:
             fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
         written.append(path)
     return written
-
-
-def main(argv=None) -> int:
-    """`orthrus gather PARTS... --out F`: concatenate Parquet shards into one file."""
-    import argparse
-
-    import pandas as pd
-
-    ap = argparse.ArgumentParser(prog="orthrus gather", description="Concatenate Parquet shards (atomically).")
-    ap.add_argument("parts", nargs="+")
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    write_parquet(args.out, pd.concat([pd.read_parquet(p) for p in args.parts], ignore_index=True))
-    return 0

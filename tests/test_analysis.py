@@ -6,13 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orthrus import analysis, figures
+from orthrus import analysis
+from orthrus.report import figures
 from orthrus.analysis import AnalysisError, analyze
 from orthrus.analysis.load import load_forensics
 from orthrus.analysis.ppl import fit_ppl_logit
 from orthrus.analysis.uncertainty import forensics_summary, uncertainty_by_domain
 from orthrus.contracts import TABLES, UNCERTAINTY_COLUMNS
-from orthrus.stats import wilson_ci
+from orthrus.analysis.stats import wilson_ci
 
 DOMAINS = ["code", "math", "qa"]
 N_PER_DOMAIN = 40

@@ -15,7 +15,7 @@ from conftest import EOS, VOCAB, word_tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from orthrus.cli import main as cli
-from orthrus.options import DecodeOptions
+from orthrus.decode.options import DecodeOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,

@@ -11,9 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from orthrus import claims, compare_runs, contracts, stats
+from orthrus import contracts
+from orthrus.report import claims
+from orthrus.report import compare_runs
+from orthrus.analysis import stats
 from orthrus.errors import InputError
-from orthrus.stats import paired_stderr, tost_paired
+from orthrus.analysis.stats import paired_stderr, tost_paired
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "results"
@@ -244,7 +247,7 @@ def test_the_near_tie_claim_is_in_ulps_of_the_decoding_precision(tmp_path):
     """A margin of 0.125 is one bf16 ulp at logits in [16, 32) and sixteen at [1, 2): the claim
     counts the divergences within analysis.rounding_ulps ulps, whatever their absolute margin."""
     from orthrus.analysis.uncertainty import forensics_summary
-    from orthrus.verdict import gap_ulps
+    from orthrus.audit.verdict import gap_ulps
 
     run = _copy(tmp_path)
     base = dict(model="m", decoder="orthrus", precision="bf16", attention="sdpa", domain="x",

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from orthrus import cli
-from orthrus.compare import cell_equal, compare_dirs, main
+from orthrus.report.compare_tables import cell_equal, compare_dirs, main
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_ignore_leaves_columns_out(tables, capsys):
 def test_dtype_change_and_cells():
     a = pd.DataFrame({"n": [1, 2]})
     b = pd.DataFrame({"n": [1.0, 2.0]})
-    from orthrus.compare import column_differences
+    from orthrus.report.compare_tables import column_differences
 
     assert column_differences(a, b) == ["n: dtype int64 vs float64"]
     assert cell_equal(np.nan, None) and cell_equal([1, 2], np.array([1, 2])) and not cell_equal([1], [1, 2])

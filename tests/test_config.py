@@ -621,7 +621,7 @@ def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
 def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
     """datasets reads a local path as a pattern: one line naming the key (config) or the dataset (library)."""
     from orthrus.errors import InputError
-    from orthrus.hf_corpus import load_split
+    from orthrus.data.hf_corpus import load_split
 
     data = tmp_path / "data[1]"
     data.mkdir()

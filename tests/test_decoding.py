@@ -5,8 +5,8 @@ from conftest import EOS, MASK, tiny_base, tiny_orthrus
 from scipy.stats import chi2_contingency
 
 import orthrus
-import orthrus.loading
-from orthrus.decoding import Sampler
+import orthrus.models.loading
+from orthrus.decode.loop import Sampler
 
 
 def match_rate(model, prompts, max_new):
@@ -161,8 +161,8 @@ def test_generate_rejects_bad_arguments_in_one_line(ids, kwargs, message):
 
 
 def test_tpf_authors_does_not_count_the_correction_token():
-    assert orthrus.tpf.tpf_authors([]) == 1.0
-    assert orthrus.tpf.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
+    assert orthrus.decode.tpf.tpf_authors([]) == 1.0
+    assert orthrus.decode.tpf.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     s = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[]).stats
     assert s["tpf_authors"] == pytest.approx((1 + sum(s["accepted"])) / (1 + len(s["accepted"])))
@@ -182,7 +182,7 @@ def test_tokens_per_forward_is_one_function_for_generate_and_the_tpf_table():
     import pandas as pd
 
     from orthrus.analysis.tpf import tpf_per_prompt
-    from orthrus.tpf import tokens_per_forward
+    from orthrus.decode.tpf import tokens_per_forward
 
     t = tokens_per_forward(24, 1, 5, 5, [3, 4, 5, 6, 1])
     assert t == {"tpf_verify": 24 / 6, "tpf_all": 24 / 11, "tpf_authors": (1 + 19) / 6}
@@ -212,7 +212,7 @@ def test_eos_policies_config_vs_generation_config():
     second = next(t for t in free[3:] if t != EOS)
     model.config.eos_token_id = EOS
     model.generation_config.eos_token_id = [EOS, second]
-    assert orthrus.loading.eos_ids(model, "config") == [EOS]
+    assert orthrus.models.loading.eos_ids(model, "config") == [EOS]
     by_gen = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30).tokens.tolist()
     by_cfg = orthrus.generate(model, torch.tensor([9, 9]), max_new_tokens=30, eos="config").tokens.tolist()
     assert by_gen == free[: free.index(second) + 1]
@@ -244,7 +244,7 @@ def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random
 
 
 def test_generate_names_a_missing_model_a_plain_model_and_a_float_eos():
-    from orthrus.options import OptionsError
+    from orthrus.decode.options import OptionsError
 
     ids = torch.tensor([5, 6])
     with pytest.raises(OptionsError, match="model must be a loaded causal LM"):

@@ -6,9 +6,9 @@ import yaml
 from conftest import tiny_orthrus
 
 import orthrus
-from orthrus.forensics import replay_verify, stepwise, stepwise_at
-from orthrus.options import DecodeOptions
-from orthrus.stats import first_divergence
+from orthrus.audit.forensics import replay_verify, stepwise, stepwise_at
+from orthrus.decode.options import DecodeOptions
+from orthrus.analysis.stats import first_divergence
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,8 +71,8 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     import pandas as pd
     from conftest import MASK, tiny_base, word_tokenizer
 
-    from orthrus.forensics import main as forensics
-    from orthrus.trajectories import main as decode
+    from orthrus.audit.forensics import main as forensics
+    from orthrus.decode.stage import main as decode
 
     fast = word_tokenizer()
     tiny_base(0).save_pretrained(tmp_path / "teacher")
@@ -140,8 +140,8 @@ def test_the_replay_is_the_run_for_every_config_setting(name, options, tmp_path)
     accepts the same lengths; the prefill computes the logits the options say."""
     import pandas as pd
 
-    from orthrus.forensics import row_options
-    from orthrus.trajectories import decode_prompts
+    from orthrus.audit.forensics import row_options
+    from orthrus.decode.stage import decode_prompts
 
     options = options.replace(max_new_tokens=29)
     model = tiny_orthrus(0, 8, "noisy", attn="sdpa", noise=1e-2, peaked=1.0, dtype=torch.bfloat16)

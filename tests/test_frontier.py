@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from conftest import tiny_orthrus, word_tokenizer
 
-from orthrus.frontier import main, settings, table
-from orthrus.options import DecodeOptions
+from orthrus.decode.frontier import main, settings, table
+from orthrus.decode.options import DecodeOptions
 
 
 def test_settings_are_every_cell_then_the_base_cell_guarded():

@@ -5,9 +5,9 @@ import torch
 from conftest import MASK, tiny_orthrus, word_tokenizer
 
 import orthrus
-from orthrus.forensics import replay_verify
-from orthrus.options import DecodeOptions, OptionsError
-from orthrus.stats import first_divergence
+from orthrus.audit.forensics import replay_verify
+from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.analysis.stats import first_divergence
 
 
 def _prompts(n, seed=0):

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
-from orthrus.decoding import diffusion_proposals
+from orthrus.decode.loop import diffusion_proposals
 from transformers import DynamicCache
 
 
@@ -136,8 +136,8 @@ def test_missing_path_is_named():
 def test_bad_model_files_are_named_in_one_line(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from orthrus.loading import load_model
-    from orthrus.options import DecodeOptions
+    from orthrus.models.loading import load_model
+    from orthrus.decode.options import DecodeOptions
 
     tiny_orthrus(0, 8).save_pretrained(tmp_path / "m")
     weights = tmp_path / "m" / "model.safetensors"
@@ -166,7 +166,7 @@ def test_bad_model_files_are_named_in_one_line(tmp_path):
 def test_library_arguments_are_checked_in_one_line(tmp_path):
     """Arguments that Python would take silently (a truthy string, a float id, a bool id) are refused."""
     from orthrus.errors import InputError
-    from orthrus.precision import numerical_env
+    from orthrus.models.precision import numerical_env
 
     with pytest.raises(InputError, match="block_size must be an integer >= 2"):
         OrthrusForCausalLM.from_base(tiny_orthrus(0, 4), block_size=4.7, mask_token_id=MASK)
@@ -184,10 +184,10 @@ def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
     noise. Every loader names the tensor instead."""
     from safetensors.torch import load_file, save_file
 
-    from orthrus.corpus import load_teacher
+    from orthrus.data.corpus import load_teacher
     from orthrus.errors import InputError
-    from orthrus.loading import load_model
-    from orthrus.options import DecodeOptions
+    from orthrus.models.loading import load_model
+    from orthrus.decode.options import DecodeOptions
 
     tiny_base(0).save_pretrained(tmp_path / "t")
     weights = tmp_path / "t" / "model.safetensors"

@@ -3,7 +3,7 @@ import math
 import torch
 from conftest import tiny_base
 
-from orthrus.perplexity import response_scores
+from orthrus.analysis.perplexity import response_scores
 
 
 def test_response_scores_ppl_entropy_margins_of_the_response_only():
@@ -35,8 +35,8 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from orthrus.perplexity import score
-    from orthrus.chat import render_chat
+    from orthrus.analysis.perplexity import score
+    from orthrus.data.chat import render_chat
 
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -44,7 +44,7 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     fast.chat_template = "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
     model = tiny_base(0)
     prompts = pd.DataFrame({"prompt_id": ["a"], "prompt": ["w5 w6"]})
-    from orthrus.options import DecodeOptions
+    from orthrus.decode.options import DecodeOptions
 
     # the options record as the decode stage writes it, and a record from before the options existed
     envs = [json.dumps({"options": DecodeOptions(decoder="ar-ref", message="none").record()}), json.dumps({"message": "empty"})]

@@ -9,8 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus import chat, prompt_set, prompts
-from orthrus.prompt_file import PromptFileError, load_eval_file
+from orthrus.data import chat
+from orthrus.data import prompt_set
+from orthrus.data import prompts
+from orthrus.data.prompt_file import PromptFileError, load_eval_file
 
 # The authors' file, kept outside the repository (shared/data/zarya-orthrus/README.md).
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "data" / "zarya-orthrus" / "speed_evaluation_dataset.json"
@@ -149,7 +151,7 @@ def test_duplicate_keys_url_errors_and_endless_sources_are_one_line(tmp_path):
     for url in ((tmp_path / "pipe.json").as_uri(), "file:///dev/zero"):  # refused before a byte is read
         with pytest.raises(PromptFileError, match="not a regular file"):
             load_eval_file(url)
-    from orthrus import prompt_file
+    from orthrus.data import prompt_file
 
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 64)

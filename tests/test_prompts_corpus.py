@@ -6,7 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from orthrus import contracts, corpus, prompt_set, prompts
+from orthrus import contracts
+from orthrus.data import corpus
+from orthrus.data import prompt_set
+from orthrus.data import prompts
 
 MICRO = {"steps": 2, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
          "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
@@ -115,7 +118,7 @@ def test_corpus_shards_deterministic_and_partition(setup, tmp_path):
     assert list(s0["prompt_id"]) == list(prompts_df["prompt_id"].iloc[0::2])
 
     from transformers import AutoTokenizer
-    from orthrus.chat import render_chat
+    from orthrus.data.chat import render_chat
     tok = AutoTokenizer.from_pretrained(root / "teacher")
     eos = tok.eos_token_id
     for r in s0.itertuples():
@@ -144,7 +147,7 @@ def test_corpus_batch_matches_single(setup, tmp_path):
 def test_corpus_batches_are_cut_by_domain(setup, monkeypatch):
     """Answers of one domain have like lengths, and a batch runs until its longest: the stage cuts
     batches from the prompts grouped by domain (then by length), and returns them in input order."""
-    from orthrus.chat import render_chat
+    from orthrus.data.chat import render_chat
 
     model, tok = corpus.load_teacher(str(setup / "teacher"))
     # by length alone the batches would be {w1, w2 w3} and {w3 w4 w5, w4 w5 w6 w7}: each mixed
@@ -278,7 +281,7 @@ def test_over_length_prompt_is_an_error_row_of_the_corpus(setup, tmp_path):
     assert df.finish_reason["b"] == "error" and df.error["b"].startswith("PromptTooLong") and not len(df.response_ids["b"])
     assert df.finish_reason["a"] != "error" and pd.isna(df.error["a"])
     # hashed once by the stage that wrote it; training skips (and counts) the error row
-    from orthrus.checkpoint import file_digest, _sha256
+    from orthrus.models.checkpoint import file_digest, _sha256
 
     assert (tmp_path / "shard.parquet.sha256").is_file() and file_digest(out) == _sha256(out)
     c = Corpus([out], resolve_settings({"block_size": 2, "max_len": 4096}), verbose=False)
@@ -290,7 +293,7 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
     shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
     from transformers import AutoTokenizer
 
-    from orthrus.chat import render_chat
+    from orthrus.data.chat import render_chat
 
     root = setup
     recs = [{"prompt": f"Compute {i} + 1.", "response": f"The answer is {i + 1}."} for i in range(7)]

@@ -16,8 +16,8 @@ import torch
 from conftest import MASK, teacher_and_orthrus, word_tokenizer
 
 from orthrus.cli import main as cli
-from orthrus.stats import first_divergence
-from orthrus.trajectories import main as decode
+from orthrus.analysis.stats import first_divergence
+from orthrus.decode.stage import main as decode
 
 
 def _run(root):

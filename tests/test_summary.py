@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus import summary
+from orthrus.report import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "results"

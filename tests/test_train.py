@@ -16,12 +16,12 @@ from safetensors.torch import load_file
 import orthrus
 from orthrus.distill.data import Corpus, make_batch, n_weighted
 from orthrus.distill.evaluate import eval_prompt_ids
-from orthrus.distill.loop import main, train
+from orthrus.distill.train import main, train
 from orthrus.distill.loss import block_loss
 from orthrus.distill.reference import blockwise_loss
 from orthrus.distill.settings import DEFAULTS, offset_weights, resolve_settings
 from orthrus.distill.student import load_student, lr_lambda
-from orthrus.modeling import OrthrusForCausalLM
+from orthrus.models.modeling import OrthrusForCausalLM
 
 torch.set_num_threads(1)
 
@@ -311,7 +311,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, teacher, corpus):
 
 
 def test_checkpoint_round_trip_without_pickle(tmp_path):
-    from orthrus import checkpoint
+    from orthrus.models import checkpoint
 
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
@@ -335,7 +335,7 @@ def test_changed_teacher_weights_at_the_same_path_start_afresh(tmp_path, teacher
 
     from safetensors.torch import save_file
 
-    from orthrus.checkpoint import file_digest, record_model_digests
+    from orthrus.models.checkpoint import file_digest, record_model_digests
 
     t = tmp_path / "teacher"
     shutil.copytree(teacher, t)

@@ -6,8 +6,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
-from orthrus.options import DecodeOptions
-from orthrus.trajectories import main
+from orthrus.decode.options import DecodeOptions
+from orthrus.decode.stage import main
 
 
 def save_models(tmp_path):
@@ -208,8 +208,8 @@ def test_decoding_prints_no_deprecation_warning(tmp_path):
 
     import transformers
 
-    from orthrus.trajectories import decode_prompts
-    from orthrus.loading import load_model
+    from orthrus.decode.stage import decode_prompts
+    from orthrus.models.loading import load_model
 
     save_models(tmp_path)
     prompts = pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5 w6 w7"]})

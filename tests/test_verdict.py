@@ -11,12 +11,12 @@ from conftest import MASK, teacher_and_orthrus, tiny_base, word_tokenizer
 
 import orthrus
 from orthrus.analysis.match import audit, compare_trajectories, decoders_table, match_overall
-from orthrus.forensics import judge
-from orthrus.forensics import main as forensics
-from orthrus.options import DecodeOptions, OptionsError
-from orthrus.trajectories import batched_generate, hf_generate
-from orthrus.trajectories import main as decode
-from orthrus.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
+from orthrus.audit.forensics import judge
+from orthrus.audit.forensics import main as forensics
+from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.decode.stage import batched_generate, hf_generate
+from orthrus.decode.stage import main as decode
+from orthrus.audit.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
 
 
 def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
@@ -69,7 +69,7 @@ def test_the_bound_is_each_precisions_own():
 
 
 def test_the_schema_states_the_verdicts_bounds():
-    """analysis.rounding_ulps's default is orthrus.verdict.ROUNDING_ULPS (stated twice until the
+    """analysis.rounding_ulps's default is orthrus.audit.verdict.ROUNDING_ULPS (stated twice until the
     schema is generated from the settings: they must agree)."""
     import yaml
 
@@ -180,8 +180,8 @@ def test_a_cell_on_the_first_prompts_of_each_domain_replays_in_its_own_batches(s
     the batches the run formed from those prompts (not from the whole set's)."""
     from transformers import AutoTokenizer
 
-    from orthrus.forensics import batch_of, row_options
-    from orthrus.options import env_record
+    from orthrus.audit.forensics import batch_of, row_options
+    from orthrus.decode.options import env_record
 
     batched = _decode(study, "teacher", "ar-batched", "bf16", "sdpa", tmp_path / "batched.parquet", "--batch-size", "4",
                       "--prompts-per-domain", "5")

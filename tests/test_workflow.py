@@ -117,7 +117,7 @@ def test_default_and_paper_dry_runs(tmp_path):
             " --datasets-cache results/cache/datasets --message none") in shown  # the cache under results/
     # every loop gets the whole options object: the released loop's settings for our loop, transformers'
     # own for its decoders, tpf's budget and message on top of decode's for the TPF run
-    from orthrus.options import DecodeOptions
+    from orthrus.decode.options import DecodeOptions
 
     cmds = [c[c.index("orthrus "):] for c in shown.splitlines() if "orthrus decode" in c or "orthrus lm-eval run" in c]
     opts = [(c.split()[1], DecodeOptions.from_json(j)) for c in cmds for j in re.findall(r"'(\{\"attention\"[^']*\})'", c)]
@@ -175,7 +175,7 @@ DECODED = re.compile(r"results/decode/([^/\s,]+)/([a-z-]+)-(bf16|fp16|fp32)-(eag
 
 def _cells(dry_run: str, model: str) -> set[tuple]:
     """(decoder, precision, attention) of the options every `orthrus decode` of `model` is given."""
-    from orthrus.options import DecodeOptions
+    from orthrus.decode.options import DecodeOptions
 
     cmds = [c for c in dry_run.splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
     return {(o.decoder, o.precision, o.attention) for c in cmds
@@ -349,7 +349,7 @@ def test_end_to_end_smoke_study(tmp_path):
         f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus", "orthrus-lossy") for p in ("bf16", "fp32")]
     fx = pd.read_parquet(work / "results/forensics.parquet")
     assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
-    from orthrus import summary
+    from orthrus.report import summary
     block = summary.render(tables)  # the README block: '-' where smoke-kl has no cell
     assert re.search(r"^\| fp32 \| \S+ / - \| \S+ / \S+ \|$", block, re.M), block
     assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()

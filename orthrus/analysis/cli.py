@@ -64,7 +64,7 @@ from orthrus.analysis.tpf import tpf_table
 from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
 from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
-from orthrus.verdict import ROUNDING_ULPS, rounding_ulps_arg
+from orthrus.audit.verdict import ROUNDING_ULPS, rounding_ulps_arg
 
 
 def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,

@@ -25,8 +25,8 @@ from orthrus.contracts import (
     TRAJECTORY_COLUMNS,
     VERDICT_COUNTS,
 )
-from orthrus.external import declared_reference
-from orthrus.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
+from orthrus.engines.ingest import declared_reference
+from orthrus.analysis.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 
 
 def detect_reference(decode: pd.DataFrame) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import CONFIG, PPL_BY_MATCH_COLUMNS, PPL_LOGIT_COLUMNS, SPECULATIVE
-from orthrus.stats import t_ci
+from orthrus.analysis.stats import t_ci
 
 LOG_PPL = "np.log(ppl)"  # the log-PPL term of the formula
 

@@ -1,5 +1,5 @@
 """Tokens per forward of the speculative decoders (Table 2), from the counts each decoding row
-recorded; the formulas are `orthrus.tpf.tokens_per_forward`, shared with `generate`."""
+recorded; the formulas are `orthrus.decode.tpf.tokens_per_forward`, shared with `generate`."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,14 +7,14 @@ import pandas as pd
 
 from orthrus.analysis.load import run_settings
 from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
-from orthrus.stats import t_ci, t_halfwidth
-from orthrus.tpf import tokens_per_forward
+from orthrus.analysis.stats import t_ci, t_halfwidth
+from orthrus.decode.tpf import tokens_per_forward
 
 TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
 
 
 def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
-    """`d` with each prompt's tokens per forward (orthrus.tpf.tokens_per_forward):
+    """`d` with each prompt's tokens per forward (orthrus.decode.tpf.tokens_per_forward):
     `tpf_verify` (over the model's forwards: prefill + verify), `tpf_all` (over every forward,
     the proposer's too: Orthrus's diffusion passes, the draft model's) and `tpf_authors`
     (Orthrus only: the formula counts a separate prefill, which transformers' assisted loop

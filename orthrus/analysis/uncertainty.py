@@ -10,7 +10,7 @@ import pandas as pd
 
 from orthrus.analysis.load import read_parquet_checked, warn
 from orthrus.contracts import CONFIG, FORENSICS_SUMMARY_COLUMNS, PRECISION_RANK, UNCERTAINTY_COLUMNS, VERDICTS
-from orthrus.verdict import ROUNDING_ULPS, rounding_bound
+from orthrus.audit.verdict import ROUNDING_ULPS, rounding_bound
 
 DEFAULT_NEAR_TIE = 0.125
 

@@ -7,7 +7,7 @@
 SETTINGS is the variant's settings mapping (a YAML/JSON file, or inline JSON as the workflow
 passes it); with `--model NAME` it is instead a config file holding `models: {NAME: {settings}}`.
 The settings override `DEFAULTS` (`settings.py`; unknown keys are rejected, naming them). In
-Python: `orthrus.distill.loop.train(settings, teacher, corpus_files, out_dir)`.
+Python: `orthrus.distill.train.train(settings, teacher, corpus_files, out_dir)`.
 Data parallel: `torchrun --nproc_per_node N -m orthrus.cli train ...` (DDP over the
 diffusion parameters; gloo on CPU, nccl on CUDA).
 
@@ -30,7 +30,7 @@ Outputs: `DIR` (written atomically) holds the `save_pretrained` model and tokeni
 `train_log.csv` / `train_log.jsonl` (step, loss, lr, tokens, seconds, ...), `eval_log.csv`
 (held-out tokens per forward with the real `orthrus.generate` loop) and `train_summary.json`.
 Checkpoints (diffusion weights, optimizer, scheduler, RNG, data position) go to
-`DIR.ckpt/last/` (safetensors + JSON, no pickle: orthrus/checkpoint.py) every `save_every`
+`DIR.ckpt/last/` (safetensors + JSON, no pickle: orthrus/models/checkpoint.py) every `save_every`
 steps; a rerun with the same settings, the same teacher files and the same corpus content
 resumes from there (anything else starts afresh, saying what changed), and the directory is
 removed after a successful run unless `keep_checkpoint`.

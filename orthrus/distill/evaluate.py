@@ -13,8 +13,8 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from orthrus.chat import render_chat
-    from orthrus.prompt_set import read_prompt_set
+    from orthrus.data.chat import render_chat
+    from orthrus.data.prompt_set import read_prompt_set
 
     corpus = "prompt_ids" in pq.read_schema(path).names
     df = pd.read_parquet(path) if corpus else read_prompt_set(path)
@@ -32,7 +32,7 @@ def evaluate_tpf(model, prompts: list, max_new_tokens: int, step: int) -> list[d
     """Held-out tokens per forward of the real Orthrus loop, per domain and overall ('all')."""
     import torch
 
-    from orthrus.decoding import generate
+    from orthrus.decode.loop import generate
 
     device = next(model.parameters()).device
     per: dict = {}

@@ -26,7 +26,7 @@ class LiveLog:
 
 def write_outputs(out_dir: Path, model, state: dict, summary: dict) -> None:
     """The model (save_pretrained, with its tokenizer), the logs and the summary, atomically."""
-    from orthrus.checkpoint import record_model_digests
+    from orthrus.models.checkpoint import record_model_digests
     from orthrus.io import atomic_path, write_json
 
     with atomic_path(out_dir) as tmp:

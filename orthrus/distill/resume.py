@@ -1,6 +1,6 @@
 """Resuming a killed run: the checkpoint's content, when it fits this run, and saving it.
 
-Stored through `orthrus.checkpoint` (safetensors + JSON, no pickle) in `OUT.ckpt/last/`. A
+Stored through `orthrus.models.checkpoint` (safetensors + JSON, no pickle) in `OUT.ckpt/last/`. A
 checkpoint fits when its fingerprint (the training settings, the teacher's and the corpus'
 file contents, the world size) equals this run's and its step is not past this run's total;
 anything else starts afresh, saying what changed.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orthrus import checkpoint as store
+from orthrus.models import checkpoint as store
 from orthrus.distill.dist import log
 
 

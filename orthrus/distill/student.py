@@ -14,7 +14,7 @@ def load_student(teacher, s: Settings, device=None):
     import torch
     from transformers import AutoTokenizer
 
-    from orthrus.modeling import OrthrusForCausalLM, resolve_checkpoint
+    from orthrus.models.modeling import OrthrusForCausalLM, resolve_checkpoint
 
     path = resolve_checkpoint(teacher)
     tok = AutoTokenizer.from_pretrained(path)

@@ -19,7 +19,7 @@ The model (`--model orthrus`) is lm-eval's Hugging Face model class (`HFLM`) wit
   text is decoded), up to a stop string or `max_gen_toks`;
 - log-likelihood requests: `HFLM`'s own code, i.e. the model's normal forward = the AR view;
 - chat rendering (when lm-eval applies a chat template, `--apply_chat_template`, the default of
-  `orthrus lm-eval run`): exactly `orthrus.chat.render_chat` with the options' message format
+  `orthrus lm-eval run`): exactly `orthrus.data.chat.render_chat` with the options' message format
   (default: an empty system message), the user turn, the assistant turn opened, thinking
   disabled; a task's assistant prefix (`gen_prefix`) is appended verbatim after that. Contexts
   rendered this way are tokenized without added special tokens, as `render_chat` does.
@@ -63,7 +63,7 @@ humaneval`.
 Modules: `lm` (the model; importing it registers `orthrus` with lm-eval, and this package
 imports it), `tasks` (task index, primary metrics, safety checks), `run` (`evaluate`: one run
 and its JSON record), `tables` (benchmark and agreement tables), `cli` (the command line). The
-figure is `orthrus.figures.fig_benchmarks`.
+figure is `orthrus.report.figures.fig_benchmarks`.
 """
 from orthrus.lmeval.lm import DECODINGS, OrthrusLM, load_model
 from orthrus.lmeval.tasks import (

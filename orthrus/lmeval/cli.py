@@ -61,7 +61,7 @@ def cmd_prepare_data(args) -> int:
     tasks = _split(args.tasks) or list(tiny_tasks.TASKS)
     exclude = set()
     for p in args.exclude or []:
-        from orthrus.prompt_set import read_prompt_set
+        from orthrus.data.prompt_set import read_prompt_set
 
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="evaluate one model x decoder x precision x attention")
     p.add_argument("--model-path", required=True)
     p.add_argument("--model-name", help="name in the tables (default: the path's last component)")
-    p.add_argument("--options", help="the run's DecodeOptions as JSON (orthrus/options.py), as the decode stage gets "
+    p.add_argument("--options", help="the run's DecodeOptions as JSON (orthrus/decode/options.py), as the decode stage gets "
                                      "them; --decoding, --precision and --attention replace its fields")
     p.add_argument("--decoding", choices=DECODINGS)
     p.add_argument("--precision", choices=PRECISIONS)

@@ -13,9 +13,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
-from orthrus.chat import chat_messages
-from orthrus.loading import snapshot_commit
-from orthrus.options import DecodeOptions, OptionsError
+from orthrus.data.chat import chat_messages
+from orthrus.models.hub import snapshot_commit
+from orthrus.decode.options import DecodeOptions, OptionsError
 
 log = logging.getLogger("orthrus.lmeval")
 
@@ -25,9 +25,9 @@ DECODINGS = ("orthrus", "ar", "ar-ref")
 
 
 def load_model(pretrained, options: DecodeOptions, device: str | None = None):
-    """(model, resolved path) for `options` (`orthrus.loading.load_model`): an Orthrus checkpoint,
+    """(model, resolved path) for `options` (`orthrus.models.loading.load_model`): an Orthrus checkpoint,
     or for the AR decodings also a plain Qwen3 one; the CPU when CUDA is asked for but absent."""
-    from orthrus.loading import load_model as load
+    from orthrus.models.loading import load_model as load
 
     if options.decoder not in DECODINGS:
         raise OptionsError(f"decoding must be one of {DECODINGS}, got {options.decoder!r}")
@@ -49,7 +49,7 @@ def lm_options(options=None, decoding=None, dtype=None, attention=None, block_si
              "eos": eos, "last_block": last_block, "prefill_logits": prefill_logits, "message": message,
              "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes")}
     if given["precision"] is not None:  # bf16, bfloat16 or torch.bfloat16 alike
-        from orthrus.precision import dtype_name, parse_dtype
+        from orthrus.models.precision import dtype_name, parse_dtype
 
         given["precision"] = dtype_name(parse_dtype(given["precision"]))
     return base.replace(**{k: v for k, v in given.items() if v is not None})
@@ -64,7 +64,7 @@ class OrthrusLM(HFLM):
                  eos: str | None = None, last_block: str | None = None, prefill_logits: str | None = None,
                  deterministic=None, message: str | None = None, device: str | None = None, tokenizer=None,
                  enable_thinking: bool = False, max_gen_toks: int = 256, seed: int = 1234, **kwargs):
-        from orthrus.precision import configure, dtype_name
+        from orthrus.models.precision import configure, dtype_name
 
         if not isinstance(pretrained, str) and dtype is None:
             dtype = dtype_name(pretrained.dtype)  # a ready model (tests, notebooks) keeps its dtype
@@ -76,7 +76,7 @@ class OrthrusLM(HFLM):
         if isinstance(pretrained, str):
             model, path = load_model(pretrained, o, device)
         else:
-            from orthrus.precision import parse_dtype
+            from orthrus.models.precision import parse_dtype
 
             model, path = pretrained, getattr(pretrained, "name_or_path", None)
             configure(o.precision, deterministic=o.deterministic)
@@ -99,14 +99,14 @@ class OrthrusLM(HFLM):
     def max_gen_toks(self) -> int:
         return self._default_max_gen_toks
 
-    # ---- chat rendering: orthrus.chat.render_chat semantics ----------------------------
+    # ---- chat rendering: orthrus.data.chat.render_chat semantics ----------------------------
 
     def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
         msgs = [dict(m) for m in chat_history]
         prefix = ""
         if not add_generation_prompt and msgs and msgs[-1]["role"] == "assistant":
             prefix = msgs.pop()["content"]  # the task's gen_prefix: appended verbatim below
-        if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.chat)
+        if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.data.chat)
             msgs = chat_messages(msgs[0]["content"], self.options.message) + msgs[1:] if msgs else msgs
         text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
                                                   **self.chat_template_args)
@@ -133,7 +133,7 @@ class OrthrusLM(HFLM):
         if self.decoding == "ar-ref":  # HFLM's own loop: transformers' generate, as the authors ran it
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
-        from orthrus.decoding import generate
+        from orthrus.decode.loop import generate
 
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         out = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from orthrus.lmeval.lm import OrthrusLM, lm_options
-from orthrus.options import DecodeOptions
+from orthrus.decode.options import DecodeOptions
 from orthrus.lmeval.tasks import BenchmarkError, check_tasks
 
 # The parts of lm-eval's result kept in the record, merged over the run's task groups.
@@ -62,7 +62,7 @@ def _record(lm, res: dict, model_path, tasks, settings) -> dict:
     """The run's JSON record (without `model`, which the command line adds)."""
     import lm_eval
 
-    from orthrus.precision import numerical_env
+    from orthrus.models.precision import numerical_env
 
     o = lm.options
     return {

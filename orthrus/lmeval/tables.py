@@ -1,5 +1,5 @@
 """`orthrus lm-eval table`: the benchmark table (Table 7), the agreement of each non-AR run with
-its AR reference, sample by sample, and the benchmark figure (`orthrus.figures.fig_benchmarks`)."""
+its AR reference, sample by sample, and the benchmark figure (`orthrus.report.figures.fig_benchmarks`)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 from orthrus.contracts import BENCHMARK_AGREEMENT_COLUMNS, BENCHMARK_COLUMNS
 from orthrus.io import save_figure, write_table
 from orthrus.lmeval.tasks import PRIMARY_METRICS, BenchmarkError
-from orthrus.stats import combined_stderr, paired_stderr
+from orthrus.analysis.stats import combined_stderr, paired_stderr
 
 
 def _num(x):
@@ -160,7 +160,7 @@ def make_tables(inputs, out, agreement_out=None, figure=None, reference_model=No
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from orthrus.figures import fig_benchmarks
+    from orthrus.report.figures import fig_benchmarks
 
     recs = load_records(inputs)
     rows = [r for rec in recs for r in result_rows(rec)]

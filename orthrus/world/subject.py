@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from orthrus.checkpoint import _sha256
+from orthrus.models.checkpoint import _sha256
 from orthrus.errors import InputError
 
 SUBJECT_DIR = Path(__file__).with_name("subject")

@@ -85,7 +85,7 @@ def make_model(cfg: dict, tokenizer):
 
 
 def _example(tokenizer, prompt: str, answer: str, max_len: int):
-    from orthrus.chat import render_chat
+    from orthrus.data.chat import render_chat
 
     p = render_chat(tokenizer, prompt)
     a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -122,7 +122,7 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
     """Greedy exact-match of the teacher against the world's reference answers, per domain,
     on samples from a held-out stream; also the fraction of distinct outputs."""
     import torch
-    from orthrus.chat import render_chat
+    from orthrus.data.chat import render_chat
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
     model.eval()
@@ -292,7 +292,7 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
 
 def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -> None:
     """The Hugging Face folder, the training log, the settings and the summary (atomic)."""
-    from orthrus.checkpoint import record_model_digests
+    from orthrus.models.checkpoint import record_model_digests
     from orthrus.io import atomic_path
 
     with atomic_path(out_dir) as tmp:

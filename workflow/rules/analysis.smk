@@ -32,7 +32,7 @@ rule perplexity:
 
 rule forensics:
     """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
-    decoders' and controls' (replayed by generate; see orthrus/forensics.py), each with its verdict."""
+    decoders' and controls' (replayed by generate; see orthrus/audit/forensics.py), each with its verdict."""
     input:
         model=lambda w: teacher_input() if w.model == TEACHER else orthrus_input(w),
         prompts=rules.prompts.output.eval,
@@ -135,7 +135,7 @@ rule figures:
 
 
 rule claims:
-    """The study's verdict: each claim tested on the tables (orthrus/claims.py), the benchmarks' among them
+    """The study's verdict: each claim tested on the tables (orthrus/report/claims.py), the benchmarks' among them
     when they run."""
     input:
         [f"{R}/tables/{t}" for t in TABLE_FILES if t.endswith(".csv")],

@@ -13,9 +13,9 @@ from snakemake.utils import update_config
 # the artefact names and vocabularies, and the decoding options, from the package's pure-Python modules
 sys.path.insert(0, workflow.basedir)
 from orthrus import contracts
-from orthrus.options import DecodeOptions
+from orthrus.decode.options import DecodeOptions
 from orthrus.errors import InputError
-from orthrus.external import cell as external_cell
+from orthrus.engines.ingest import cell as external_cell
 from orthrus.world import subject as shipped_subject
 
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
@@ -99,7 +99,7 @@ def model_files(path):
 # `.snakemake_timestamp`, so new weights inside results/teacher would otherwise go unseen, as
 # would a changed eval file or local dataset (no Snakemake inputs).
 def file_fingerprint(path):
-    """A file's SHA-256 from the sidecar its writer stored (`FILE.sha256`, orthrus/checkpoint.py)
+    """A file's SHA-256 from the sidecar its writer stored (`FILE.sha256`, orthrus/models/checkpoint.py)
     while that still describes it, else its size and modification time: cheap for every DAG build
     (weights and datasets can be gigabytes), and new whenever the file is written again."""
     st = os.stat(path)
@@ -392,7 +392,7 @@ def forensics_files():
 
 # decode.external: engines' trajectory files, each the decoder `external` under its own name
 # (workflow/rules/external.smk). Its cell is the entry's precision and attention, else its file's
-# env (read now, while the workflow is parsed: orthrus.external.cell), inside the decode grid.
+# env (read now, while the workflow is parsed: orthrus.engines.ingest.cell), inside the decode grid.
 EXTERNAL_TRAJ = config["decode"]["external"]
 
 

@@ -70,7 +70,7 @@ _EXTERNAL_NAMES = "|".join(re.escape(n) for n in EXTERNAL_TRAJ) or "(?!)"
 
 rule ingest_external:
     """An engine's trajectory file checked against the prompt set and the teacher's tokenizer and written
-    as a decoding result (orthrus/external.py): errors name the file, the line and the field."""
+    as a decoding result (orthrus/engines/ingest.py): errors name the file, the line and the field."""
     input:
         teacher_input,
         traj=lambda w: EXTERNAL_TRAJ[w.model]["path"],
@@ -99,7 +99,7 @@ rule ingest_external:
 
 rule forensics_external:
     """An engine's first divergences from its reference (the ar-ref of its cell, or its own plain run),
-    scored by the teacher: margins, the reference's gap, a verdict from that gap (orthrus/forensics.py)."""
+    scored by the teacher: margins, the reference's gap, a verdict from that gap (orthrus/audit/forensics.py)."""
     input:
         teacher_input,
         prompts=rules.prompts.output.eval,

@@ -468,7 +468,7 @@ def _external_problems(cfg: dict) -> list[str]:
     """decode.external: names unique across every model of the study, a reference that is another entry
     (with none of its own), a file that exists unless a stand-in writes it, a cell inside the decode grid
     (the ar-ref reference runs only there). A cell left to the file's env is checked when the workflow
-    reads it (orthrus.external.cell)."""
+    reads it (orthrus.engines.ingest.cell)."""
     decode = cfg.get("decode") or {}
     entries = decode.get("external") or {}
     teacher = (cfg.get("teacher") or {}).get("name")

@@ -1,0 +1,1 @@
+"""The audit: verdicts on divergences, forensics, replay."""

@@ -1,0 +1,283 @@
+"""`orthrus replay`: one divergence rebuilt from a run's files, as a self-contained bug report.
+
+    orthrus replay RESULTS --model M --decoder D --precision P --attention A --prompt-id ID
+                   [--reference NAME] [--model-path DIR] [--reference-path DIR] [--prompts PARQUET]
+                   [--top-k 10] [--device cpu] [--threads 1] [--out FILE.json]
+
+RESULTS is a study's `results/` directory. The prompt's decoding row is read from
+`RESULTS/decode/M/D-P-A.parquet` and the AR reference's from `RESULTS/decode/REF/ar-ref-P-A.parquet`
+(REF: `--reference`, or the one model with such a file); each row's `env` says which options ran
+(`DecodeOptions.from_row`) and which model (`model_path`, relative to the run's directory, the
+parent of RESULTS; `--model-path` / `--reference-path` override it), the prompt text comes from
+`RESULTS/prompts/eval.parquet`. Both trajectories are decoded again with those options
+(`orthrus.decode.stage.decode_one`) and compared with the recorded ones, token by token. At the
+first divergence t the two forwards that chose token t are rebuilt as the forensics stage does
+(`orthrus.audit.forensics`): the reference's one-token step (`stepwise`, on the reference model, and
+again in fp32 for the fp32 margin) and the decoder's own row that emitted its token: for our loop
+(`orthrus`, `ar`, the `oracle` and `orthrus-lossy` controls) the verify row (`replay_verify`: the loop
+rerun and traced), for transformers' decoders the logits `generate` returns for that token
+(`output_logits`; `ar-batched` in the batch its run formed). The record carries the divergence's
+verdict (`orthrus.audit.verdict`: tie, rounding or structural).
+
+The JSON (default `RESULTS/replay/M/D-P-A-ID.json`) holds the prompt and its token ids, both
+recorded and both replayed token lists, the divergence position and tokens, the top-k logits of
+both forwards there, their top-1/top-2 margins, the per-layer hidden-state differences between the
+two forwards (our loop), the verdict, the options, the numerical environment now (`numerical_env`) and as
+recorded, the library versions and the exact command. A short summary is printed; exit 0 when the
+replay reproduces both recorded trajectories, 1 when it does not (the record is written anyway).
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from orthrus.data.chat import render_chat
+from orthrus.contracts import REFERENCE_DECODER
+from orthrus.errors import InputError
+from orthrus.audit.forensics import batch_of, judge, margin, replay_generate, replay_verify, row_options, stepwise
+from orthrus.io import write_json
+from orthrus.models.loading import load_draft, load_model
+from orthrus.decode.options import LOOP_DECODERS, env_record
+from orthrus.models.precision import numerical_env
+from orthrus.data.prompt_set import read_prompt_set
+from orthrus.analysis.stats import as_token_list, first_divergence
+from orthrus.decode.stage import batched_generate, decode_one
+from orthrus.audit.verdict import ROUNDING_ULPS
+
+VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval",
+             "orthrus")
+
+
+def versions() -> dict:
+    """The installed versions of the libraries a decoding depends on, and the platform."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
+           "processor": platform.processor()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name.replace("_", "-") if name == "lm_eval" else name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _row(path: Path, prompt_id: str):
+    if not path.exists():
+        raise InputError(f"no decoding result {path}")
+    df = pd.read_parquet(path)
+    rows = df[df["prompt_id"].astype(str) == prompt_id]
+    if rows.empty:
+        raise InputError(f"{path} has no prompt {prompt_id!r}")
+    row = next(rows.itertuples())
+    if row.finish_reason == "error":
+        raise InputError(f"{path}: prompt {prompt_id!r} is an error row ({row.error})")
+    return row
+
+
+def reference_file(results: Path, precision: str, attention: str, reference: str | None) -> Path:
+    """The AR reference's decoding result at this precision and attention."""
+    name = f"{REFERENCE_DECODER}-{precision}-{attention}.parquet"
+    if reference:
+        return results / "decode" / reference / name
+    found = sorted((results / "decode").glob(f"*/{name}"))
+    if len(found) != 1:
+        raise InputError(f"{'no' if not found else 'several'} reference files {results}/decode/*/{name}"
+                         + (f" ({', '.join(p.parent.name for p in found)}): pass --reference" if found else ""))
+    return found[0]
+
+
+def model_location(recorded, results: Path, override=None) -> str:
+    """A model path as a row recorded it, resolved against the run's directory (RESULTS' parent)."""
+    if override:
+        return str(override)
+    if not recorded:
+        raise InputError("the decoding row records no model_path: pass the model's path")
+    p = Path(recorded)
+    if p.is_absolute() or not (results.parent / p).exists():
+        return str(recorded)  # absolute, or a hub id
+    return str(results.parent / p)
+
+
+def top_k(logits: torch.Tensor, tokenizer, k: int) -> list[dict]:
+    """The k largest logits, highest first, an exact tie in token order (so the first is the argmax
+    greedy decoding takes: torch's argmax returns the first maximum)."""
+    vals, ids = torch.topk(logits.float(), k)
+    pairs = sorted(zip(vals.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
+    return [{"token": int(i), "text": tokenizer.decode([int(i)]), "logit": float(v)} for v, i in pairs]
+
+
+def _forward(logits, tokenizer, k, own: int | None, other: int | None, **extra) -> dict:
+    """A forward at the divergence: its top-k logits, argmax, margin and the logits of both tokens."""
+    lf = logits.float()
+    return {"top_k": top_k(lf, tokenizer, k), "argmax": int(lf.argmax()), "margin": margin(lf),
+            "logit_own_token": None if own is None else float(lf[own]),
+            "logit_other_token": None if other is None else float(lf[other]), **extra}
+
+
+def replay(results, model: str, decoder: str, precision: str, attention: str, prompt_id: str, reference=None,
+           model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu",
+           rounding_ulps: float | dict = ROUNDING_ULPS) -> dict:
+    """The replay record (see the module docstring)."""
+    results = Path(results)
+    dec_row = _row(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet", prompt_id)
+    ref_file = reference_file(results, precision, attention, reference)
+    ref_row = _row(ref_file, prompt_id)
+    options, ref_options = row_options(dec_row), row_options(ref_row)
+    dec_env, ref_env = env_record(dec_row.env), env_record(ref_row.env)
+    prompt_file = Path(prompts) if prompts else results / "prompts" / "eval.parquet"
+    text = read_prompt_set(prompt_file).set_index("prompt_id")["prompt"]
+    if prompt_id not in text.index:
+        raise InputError(f"{prompt_file} has no prompt {prompt_id!r}")
+
+    dec_path = model_location(dec_env.get("model_path"), results, model_path)
+    ref_path = model_location(ref_env.get("model_path"), results, reference_path)
+    net, tokenizer = load_model(dec_path, options, device)
+    draft = None
+    if decoder == "assisted":
+        draft = load_draft(model_location(dec_env.get("draft"), results), net, tokenizer, dec_path)
+    ref_net, ref_tokenizer = load_model(ref_path, ref_options, device)
+    ids = render_chat(tokenizer, text[prompt_id], options.message)
+    ref_ids = render_chat(ref_tokenizer, text[prompt_id], ref_options.message)
+    if len(ids) != dec_row.prompt_len:
+        raise InputError(f"prompt {prompt_id!r} renders to {len(ids)} tokens, the run had {dec_row.prompt_len}: "
+                         "another prompt file or tokenizer")
+
+    recorded = {"decoder": as_token_list(dec_row.tokens), "reference": as_token_list(ref_row.tokens)}
+    t = first_divergence(recorded["reference"], recorded["decoder"])
+    if t is None:
+        raise InputError(f"{model}/{decoder}/{precision}/{attention} matches the reference on {prompt_id!r}: "
+                         "no divergence to replay")
+    # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
+    # in the batch the decode stage formed
+    oracle = recorded["reference"] if decoder == "oracle" else None
+    batch = (batch_of(read_prompt_set(prompt_file), tokenizer, options, dec_env, prompt_id,
+                      net.config.max_position_embeddings) if decoder == "ar-batched" else None)
+    if batch is not None:
+        dec_tokens = batched_generate(net, [torch.tensor(p, device=net.device) for p in batch[0]], options)[batch[1]]["tokens"]
+    else:
+        dec_tokens = decode_one(net, torch.tensor(ids, device=net.device), options, draft, oracle)["tokens"]
+    replayed = {"decoder": as_token_list(dec_tokens),
+                "reference": as_token_list(decode_one(ref_net, torch.tensor(ref_ids, device=ref_net.device),
+                                                      ref_options)["tokens"])}
+    ref_tok = recorded["reference"][t] if t < len(recorded["reference"]) else None
+    dec_tok = recorded["decoder"][t] if t < len(recorded["decoder"]) else None
+
+    forwards, hidden, step_logits = {}, {}, None
+    if ref_tok is not None:
+        logits, hidden["reference"] = stepwise(ref_net, ref_ids, recorded["reference"][:t])
+        step_logits = logits
+        fp32 = ref_net if ref_options.precision == "fp32" else load_model(
+            ref_path, ref_options.replace(precision="fp32"), device)[0]
+        logits32, _ = stepwise(fp32, ref_ids, recorded["reference"][:t])
+        forwards["reference"] = _forward(logits, ref_tokenizer, k, ref_tok, dec_tok, kind="step",
+                                         margin_fp32=margin(logits32), top_k_fp32=top_k(logits32, ref_tokenizer, k))
+    verdict = None
+    if dec_tok is not None:
+        if decoder in LOOP_DECODERS:
+            logits, hidden["decoder"], emitted, blocks = replay_verify(net, ids, options, t, oracle)
+            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="verify",
+                                           block=list(blocks[-1]), replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
+        else:  # transformers' loop: its verify row as generate returns it (output_logits); no hidden states
+            logits, emitted = replay_generate(net, ids, options, t, draft, batch)
+            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="generate output_logits",
+                                           replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
+        if step_logits is not None:
+            verdict = judge(step_logits, logits, ref_tok, dec_tok, precision, rounding_ulps,
+                            forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == recorded["reference"])
+    layers = None
+    if len(hidden) == 2:
+        layers = [float((a.float() - b.float()).abs().max()) for a, b in zip(hidden["reference"], hidden["decoder"])]
+    reproduced = {side: replayed[side] == recorded[side] for side in recorded}
+    return {
+        "results": str(results), "model": model, "decoder": decoder, "precision": precision, "attention": attention,
+        "prompt_id": prompt_id, "domain": dec_row.domain, "prompt": text[prompt_id], "prompt_ids": ids,
+        "reference_prompt_ids": ref_ids if ref_ids != ids else None,
+        "files": {"decoder": str(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet"),
+                  "reference": str(ref_file), "prompts": str(prompt_file)},
+        "models": {"decoder": dec_path, "reference": ref_path},
+        "options": {"decoder": options.record(), "reference": ref_options.record()},
+        "tokens": {"recorded": recorded, "replayed": replayed},
+        "reproduced": reproduced | {"all": all(reproduced.values())},
+        "divergence": {"position": t, "common_prefix": recorded["reference"][:t], "reference_token": ref_tok,
+                       "decoder_token": dec_tok,
+                       "reference_text": None if ref_tok is None else ref_tokenizer.decode([ref_tok]),
+                       "decoder_text": None if dec_tok is None else tokenizer.decode([dec_tok])},
+        "forwards": forwards,
+        "margin": forwards.get("reference", {}).get("margin"),
+        "verdict": verdict,
+        "max_abs_hidden_diff": layers,
+        "first_layer_diverging": None if layers is None else next((i for i, d in enumerate(layers) if d > 0), None),
+        "numerical_env": {"decoder": numerical_env(net), "reference": numerical_env(ref_net)},
+        "recorded_env": {"decoder": dec_env, "reference": ref_env},
+        "versions": versions(),
+    }
+
+
+def summary(rec: dict, out) -> str:
+    d, f = rec["divergence"], rec["forwards"]
+    what = f"{rec['model']}/{rec['decoder']}/{rec['precision']}/{rec['attention']} {rec['prompt_id']}"
+    lines = [f"{what}: diverges from the reference at token {d['position']}: reference {d['reference_token']} "
+             f"({d['reference_text']!r}), {rec['decoder']} {d['decoder_token']} ({d['decoder_text']!r})"]
+    if "reference" in f:
+        lines.append(f"  reference step: margin {f['reference']['margin']:.4g} (fp32 {f['reference']['margin_fp32']:.4g}), "
+                     f"argmax {f['reference']['argmax']}")
+    if f.get("decoder", {}).get("kind") == "verify":
+        lines.append(f"  {rec['decoder']} verify row: margin {f['decoder']['margin']:.4g}, argmax {f['decoder']['argmax']}, "
+                     f"block {f['decoder']['block']}; first differing layer {rec['first_layer_diverging']}")
+    elif f.get("decoder", {}).get("kind"):
+        lines.append(f"  {rec['decoder']} own row ({f['decoder']['kind']}): margin {f['decoder']['margin']:.4g}, "
+                     f"argmax {f['decoder']['argmax']}")
+    if rec.get("verdict"):
+        v = rec["verdict"]
+        lines.append(f"  verdict: {v['verdict']} ({v['verdict_note']}; gap {v['gap_ulps']:g} ulp)")
+    r = rec["reproduced"]
+    lines.append(f"  replay reproduces the recorded trajectories: decoder {'yes' if r['decoder'] else 'NO'}, "
+                 f"reference {'yes' if r['reference'] else 'NO'} -> {out}")
+    return "\n".join(lines) + "\n"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="orthrus replay", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", metavar="RESULTS", help="a study's results/ directory")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--decoder", required=True)
+    ap.add_argument("--precision", required=True)
+    ap.add_argument("--attention", required=True)
+    ap.add_argument("--prompt-id", required=True)
+    ap.add_argument("--reference", help="the reference model's name (default: the one with an ar-ref file)")
+    ap.add_argument("--model-path", help="the decoder's model (default: the path its rows record)")
+    ap.add_argument("--reference-path", help="the reference model (default: the path its rows record)")
+    ap.add_argument("--prompts", help="the prompt set (default: RESULTS/prompts/eval.parquet)")
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="JSON (default: RESULTS/replay/MODEL/DECODER-PRECISION-ATTENTION-PROMPT.json)")
+    args = ap.parse_args(argv)
+    if args.top_k < 2:
+        raise InputError(f"--top-k must be at least 2, got {args.top_k}")
+    torch.set_num_threads(args.threads)
+    rec = replay(args.results, args.model, args.decoder, args.precision, args.attention, args.prompt_id,
+                 args.reference, args.model_path, args.reference_path, args.prompts, args.top_k, args.device)
+    rec["command"] = shlex.join(["orthrus", "replay", *argv])
+    out = Path(args.out) if args.out else (Path(args.results) / "replay" / _safe(args.model)
+                                           / f"{args.decoder}-{args.precision}-{args.attention}-{_safe(args.prompt_id)}.json")
+    write_json(out, rec)
+    sys.stdout.write(summary(rec, out))
+    return 0 if rec["reproduced"]["all"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

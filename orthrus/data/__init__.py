@@ -1,0 +1,1 @@
+"""Data: prompts, prompt files, chat rendering, the teacher's corpus."""

@@ -1,0 +1,1 @@
+"""Engines: prompts exported for an outside engine, its trajectories ingested, a stand-in engine."""

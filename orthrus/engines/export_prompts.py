@@ -1,0 +1,83 @@
+"""`orthrus export-prompts`: the evaluation set as an engine outside this package needs it.
+
+    orthrus export-prompts --model-path DIR --prompts eval.parquet [--max-new-tokens N] [--message M]
+                           --out prompts.jsonl
+
+One JSON object per line and prompt (docs/DESIGN.md, "Exported prompts"): the prompt id and domain,
+the raw prompt, its chat messages, the chat-rendered text and its token ids under the study's message
+format (`orthrus.data.chat.render_chat`, the rendering every stage uses), and the study's generation
+settings: greedy, `max_new_tokens`, the stop ids transformers' generate stops on for this model (its
+generation config's EOS ids, which the `ar-ref` reference stops on) and the message format. An engine
+fed `prompt_token_ids` with these settings runs the study's experiment; docs/EXTERNAL.md does it with
+vLLM and SGLang, and `decode.external` reads the trajectories back (`orthrus ingest`).
+
+`--model-path` is the reference model (the teacher): only its tokenizer and configs are read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from types import SimpleNamespace
+
+from orthrus.data.chat import chat_messages, render_chat
+from orthrus.io import atomic_path
+from orthrus.models.loading import eos_ids
+from orthrus.decode.options import DecodeOptions, check_message
+from orthrus.data.prompt_set import read_prompt_set
+
+
+def stop_ids(path) -> list[int]:
+    """The ids transformers' generate stops on for the model at `path` (a local directory): its
+    generation_config.json's EOS ids, or, without one, those of its config.json (what
+    `from_pretrained` builds the generation config from)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_pretrained(path)
+    except OSError:
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(path))
+    return eos_ids(SimpleNamespace(generation_config=generation), "generation_config")
+
+
+def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, message: str) -> list[dict]:
+    """One record (`orthrus.contracts.EXPORT_FIELDS`) per prompt of `prompts`, in the prompt set's order."""
+    check_message(message)
+    records = []
+    for pid, domain, prompt in zip(prompts["prompt_id"], prompts["domain"], prompts["prompt"]):
+        messages = chat_messages(prompt, message)
+        ids = render_chat(tokenizer, prompt, message)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        records.append({"prompt_id": pid, "domain": domain, "prompt": prompt, "messages": messages, "prompt_text": text,
+                        "prompt_token_ids": [int(t) for t in ids], "max_new_tokens": int(max_new_tokens),
+                        "stop_token_ids": [int(t) for t in stop], "temperature": 0.0, "message": message})
+    return records
+
+
+def write_jsonl(path, records: list[dict]) -> None:
+    """Records as JSON Lines (UTF-8, one object per line), atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers import AutoTokenizer
+
+    from orthrus.models.modeling import resolve_checkpoint
+
+    ap = argparse.ArgumentParser(prog="orthrus export-prompts", description=__doc__.split("\n")[0])
+    ap.add_argument("--model-path", required=True, help="the reference model (teacher): its tokenizer and configs")
+    ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
+    ap.add_argument("--max-new-tokens", type=int, default=DecodeOptions.max_new_tokens)
+    ap.add_argument("--message", default=DecodeOptions.message, help="none | empty | system:<text>")
+    ap.add_argument("--out", required=True, help="the JSON Lines file to write")
+    args = ap.parse_args(argv)
+    DecodeOptions(decoder="external", max_new_tokens=args.max_new_tokens, message=args.message)  # checks both
+    path = resolve_checkpoint(args.model_path)
+    records = export_records(AutoTokenizer.from_pretrained(path), read_prompt_set(args.prompts), stop_ids(path),
+                             args.max_new_tokens, args.message)
+    write_jsonl(args.out, records)
+    print(f"[export-prompts] {len(records)} prompts -> {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,1 @@
+"""Models: the Orthrus architecture, loading checkpoints and hub ids, numerical precision."""

@@ -1,0 +1,105 @@
+"""Helpers every stage that touches a model shares, written once: is it a hub id, which ids end a
+trajectory, and loading a model (and an assisted decoder's draft) at a run's options.
+
+Never runs checkpoint code, never unpickles. Light to import: torch and transformers are
+imported where a model is loaded.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from orthrus.contracts import PLAIN_LM_DECODERS
+from orthrus.errors import InputError
+from orthrus.decode.options import EOS_POLICIES, DecodeOptions, OptionsError
+
+
+def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]:
+    """The ids that end a trajectory, in order: every id of `generation_config.eos_token_id` (what
+    transformers' generate stops on; Qwen3 lists two) or only `config.eos_token_id` (what the
+    released Orthrus loop stops on); then, when `tokenizer` is given, its EOS id if neither lists
+    it (the corpus and a plain model whose generation config sets none)."""
+    if policy not in EOS_POLICIES:
+        raise OptionsError(f"eos policy must be one of {EOS_POLICIES}, got {policy!r}")
+    src = model.generation_config if policy == "generation_config" else model.config
+    eos = getattr(src, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+# the model types our loop runs on: Qwen3 (the teacher through our loop) and the released Orthrus formats
+LOOP_MODEL_TYPES = ("qwen3", "orthrus")
+
+
+def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
+    """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
+    for the decoders that need no diffusion view (transformers' and an engine's file, which the
+    teacher scores) any causal LM transformers loads without remote code, the Orthrus checkpoint
+    for our loop (`ar` and the `oracle` control also take a plain Qwen3, e.g. the teacher through
+    our loop)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
+
+    from orthrus.models.modeling import OrthrusForCausalLM, load_complete, resolve_checkpoint
+    from orthrus.models.precision import check_attention, configure
+
+    path = resolve_checkpoint(path, revision=revision)
+    dtype = configure(options.precision, deterministic=options.deterministic)
+    check_attention(options.attention)
+    kw = {"dtype": dtype, "attn_implementation": options.attention}
+    if options.decoder in PLAIN_LM_DECODERS:
+        model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
+    elif model_type(path) not in (None, *LOOP_MODEL_TYPES):
+        raise InputError(f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
+                         f"which needs a Qwen3 or Orthrus checkpoint (any causal LM works with "
+                         f"{', '.join(PLAIN_LM_DECODERS)})")
+    elif is_orthrus_checkpoint(path):
+        model = OrthrusForCausalLM.from_pretrained(path, **kw)
+    elif options.decoder in ("ar", "oracle"):
+        model = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **kw)
+    else:
+        raise InputError(f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
+                         f"decoder {options.decoder} needs one")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.to(device).eval(), tokenizer
+
+
+def model_type(path) -> str | None:
+    """`model_type` of a model directory's config.json (None where it has none)."""
+    import json
+
+    try:
+        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def is_orthrus_checkpoint(path) -> bool:
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config.from_pretrained(path)
+    return getattr(cfg, "block_size", None) is not None and getattr(cfg, "mask_token_id", None) is not None
+
+
+def load_draft(path: str, model, tokenizer, model_path: str):
+    """The draft model of `assisted`, in the model's dtype, attention and device; refused,
+    naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orthrus.models.modeling import load_complete, resolve_checkpoint
+
+    path_ = resolve_checkpoint(path)
+    check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
+    draft = load_complete(AutoModelForCausalLM, path_, dtype=model.dtype, use_safetensors=True,
+                          attn_implementation=model.config._attn_implementation)
+    return draft.to(model.device).eval()
+
+
+def check_same_tokenizer(tok, draft_tok, model_path: str, draft_path: str) -> None:
+    def spec(t):
+        return t.get_vocab(), t.eos_token_id, t.pad_token_id
+
+    if spec(tok) != spec(draft_tok):
+        raise InputError(f"the draft model {draft_path} does not share the tokenizer of the model {model_path} "
+                         f"({len(draft_tok)} vs {len(tok)} tokens, eos {draft_tok.eos_token_id} vs {tok.eos_token_id}); "
+                         "assisted decoding needs one token space")

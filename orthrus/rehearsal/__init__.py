@@ -1,0 +1,1 @@
+"""The paper-scale rehearsal's stand-ins."""

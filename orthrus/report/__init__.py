@@ -1,0 +1,1 @@
+"""Reporting: claims, summary, comparisons of tables and runs, figures."""
