@@ -40,5 +40,5 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        final_outputs(),
+        S.final_outputs(corpus_shards()),
     default_target: True

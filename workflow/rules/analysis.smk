@@ -1,14 +1,14 @@
 rule perplexity:
     input:
-        teacher_input,
+        S.teacher_input,
         prompts=rules.prompts.output.eval,
         # the reference's trajectories, and the engines' plain runs that engine pairs declare as theirs
-        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) + ppl_external_files(),
+        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) + S.ppl_external_files(),
     output:
         f"{R}/ppl/reference.parquet",
     params:
-        teacher=teacher_path(),
-        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        teacher=S.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         precision=config["analysis"]["ppl_precision"],
         attention=config["analysis"]["ppl_attention"],
         device=DEVICE,
@@ -34,15 +34,15 @@ rule forensics:
     """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
     decoders' and controls' (replayed by generate; see orthrus/audit/forensics.py), each with its verdict."""
     input:
-        model=lambda w: teacher_input() if w.model == TEACHER else orthrus_input(w),
+        model=lambda w: S.teacher_input() if w.model == TEACHER else S.orthrus_input(w),
         prompts=rules.prompts.output.eval,
-        decoded=forensics_decoded,
-        ref=forensics_reference,
+        decoded=S.forensics_decoded,
+        ref=S.forensics_reference,
     output:
         f"{R}/forensics/{{model}}.parquet",
     params:
-        model=lambda w: teacher_path() if w.model == TEACHER else model_path(w.model),
-        weights=lambda w: weights_fingerprint(teacher_path() if w.model == TEACHER else model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
+        model=lambda w: S.teacher_path() if w.model == TEACHER else S.model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.teacher_path() if w.model == TEACHER else S.model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=ROUNDING_ULPS,
     log:
@@ -65,7 +65,7 @@ rule forensics:
 
 rule forensics_all:
     input:
-        forensics_files(),
+        S.forensics_files(),
     output:
         f"{R}/forensics.parquet",
     log:
@@ -82,8 +82,8 @@ rule forensics_all:
 
 rule analyze:
     input:
-        decode=decode_files(),
-        tpf=tpf_files(),
+        decode=S.decode_files(),
+        tpf=S.tpf_files(),
         ppl=rules.perplexity.output,
         forensics=rules.forensics_all.output,
     output:

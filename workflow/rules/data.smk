@@ -25,14 +25,14 @@ rule train_draft:
     """The draft model of the assisted decoder: a smaller tiny teacher on the same world, with
     the teacher's tokenizer (teacher.draft.tiny)."""
     input:
-        teacher_input,
+        S.teacher_input,
     output:
         directory(f"{R}/draft"),
     params:
         cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
         seed=config["seed"],
-        tokenizer=teacher_path(),
-        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        tokenizer=S.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
@@ -56,7 +56,7 @@ rule prompts:
         distill=f"{R}/prompts/distill.parquet",
     params:
         cfg=lambda w: settings(config["prompts"]),
-        eval_file=lambda w: eval_file_fingerprint(),  # a changed local eval file reruns this (common.smk)
+        eval_file=lambda w: S.eval_file_fingerprint(),  # a changed local eval file reruns this (common.smk)
         seed=config["seed"],
     log:
         f"{R}/logs/prompts.log",
@@ -74,19 +74,19 @@ rule prompts:
 
 rule corpus_shard:
     input:
-        teacher_input,
+        S.teacher_input,
         # corpus.source hf reads a ready prompt-response dataset: no distillation prompts needed
         prompts=rules.prompts.output.distill if CORPUS_SOURCE == "generate" else [],
     output:
         f"{R}/corpus/shard_{{scatteritem}}.parquet",
     params:
-        teacher=teacher_path(),
+        teacher=S.teacher_path(),
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
-        source=corpus_source_args,
-        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
-        data=lambda w: dataset_fingerprint(),  # a local dataset's files (common.smk)
+        source=S.corpus_source_args,
+        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        data=lambda w: S.dataset_fingerprint(),  # a local dataset's files (common.smk)
 
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",

@@ -3,24 +3,24 @@
 # asks for: decode.grids narrows them).
 rule decode_shard:
     input:
-        model_input,
+        S.model_input,
         prompts=rules.prompts.output.eval,
-        draft=draft_input,
-        reference=reference_input,
+        draft=S.draft_input,
+        reference=S.reference_input,
     output:
         f"{R}/decode/{{model}}/shards/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.parquet",
     params:
-        model=model_arg,
+        model=S.model_arg,
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],
         # the cell's whole decoding setting, as DecodeOptions JSON
         options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
-        draft=draft_args,
+        draft=S.draft_args,
         reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
-        subset=lambda w: cell_prompts(w.decoder, w.model, w.precision),
-        weights=decode_weights,
+        subset=lambda w: S.cell_prompts(w.decoder, w.model, w.precision),
+        weights=S.decode_weights,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
     benchmark:
@@ -63,13 +63,13 @@ rule tpf_decode:
     """Table 2 as the authors measured it: a separate Orthrus run at the TPF settings (tpf.*),
     e.g. 256 new tokens and a user-only message; only tpf_by_domain.csv reads it."""
     input:
-        model=orthrus_input,
+        model=S.orthrus_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
     params:
-        weights=lambda w: weights_fingerprint(model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
-        model=lambda w: model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
+        model=lambda w: S.model_path(w.model),
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],
         # the decode section's options with tpf's on top (its own max_new_tokens and message)

@@ -8,12 +8,12 @@ rule export_prompts:
     """The evaluation set as an engine needs it (prompt ids, chat-rendered text and token ids, the
     generation settings): `snakemake results/export/prompts.jsonl`, then docs/EXTERNAL.md."""
     input:
-        teacher_input,
+        S.teacher_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/export/prompts.jsonl",
     params:
-        teacher=teacher_path(),
+        teacher=S.teacher_path(),
         max_new_tokens=config["decode"]["max_new_tokens"],
         message=config["decode"]["message"],
     log:
@@ -38,15 +38,15 @@ for _name, _entry in EXTERNAL_TRAJ.items():
 
     rule:
         name:
-            _rule_name(f"engine_standin_{_name}", _STANDINS)
+            rule_name(f"engine_standin_{_name}", _STANDINS)
         input:
-            teacher_input,
+            S.teacher_input,
             prompts=rules.export_prompts.output[0],
         output:
             _entry["path"],
         params:
-            teacher=teacher_path(),
-            weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+            teacher=S.teacher_path(),
+            weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
             options=cell_options(config["decode"], _entry["stand_in"], *EXTERNAL_CELLS[_name]),
             device=DEVICE,
         log:
@@ -72,7 +72,7 @@ rule ingest_external:
     """An engine's trajectory file checked against the prompt set and the teacher's tokenizer and written
     as a decoding result (orthrus/engines/ingest.py): errors name the file, the line and the field."""
     input:
-        teacher_input,
+        S.teacher_input,
         traj=lambda w: EXTERNAL_TRAJ[w.model]["path"],
         prompts=rules.prompts.output.eval,
     output:
@@ -80,7 +80,7 @@ rule ingest_external:
     wildcard_constraints:
         model=_EXTERNAL_NAMES,
     params:
-        teacher=teacher_path(),
+        teacher=S.teacher_path(),
         options=lambda w: cell_options(config["decode"], contracts.EXTERNAL_DECODER, w.precision, w.attention),
         # an argument list, each quoted by :q; empty where the entry is compared with the in-process ar-ref
         reference=lambda w: ["--reference", EXTERNAL_TRAJ[w.model]["reference"]] if EXTERNAL_TRAJ[w.model].get("reference") else [],
@@ -101,17 +101,17 @@ rule forensics_external:
     """An engine's first divergences from its reference (the ar-ref of its cell, or its own plain run),
     scored by the teacher: margins, the reference's gap, a verdict from that gap (orthrus/audit/forensics.py)."""
     input:
-        teacher_input,
+        S.teacher_input,
         prompts=rules.prompts.output.eval,
-        decoded=lambda w: external_file(w.model),
-        ref=lambda w: external_reference_file(w.model),
+        decoded=lambda w: S.external_file(w.model),
+        ref=lambda w: S.external_reference_file(w.model),
     output:
         f"{R}/forensics/external/{{model}}.parquet",
     wildcard_constraints:
         model=_EXTERNAL_NAMES,
     params:
-        teacher=teacher_path(),
-        weights=lambda w: weights_fingerprint(teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        teacher=S.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=ROUNDING_ULPS,
     log:

@@ -4,13 +4,13 @@
 
 rule frontier:
     input:
-        model=orthrus_input,
+        model=S.orthrus_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/frontier/{{model}}.parquet",
     params:
-        weights=lambda w: weights_fingerprint(model_path(w.model)),  # new weights inside the directory rerun this
-        model=lambda w: model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this
+        model=lambda w: S.model_path(w.model),
         # the base cell's whole decoding setting (decode.*): the settings vary its precision, kernel and guard
         options=lambda w: cell_options(config["decode"], "orthrus", FRONTIER["base"]["precision"],
                                        FRONTIER["base"]["attention"]),
@@ -40,7 +40,7 @@ rule frontier:
 
 rule frontier_table:
     input:
-        frontier_files(),
+        S.frontier_files(),
     output:
         csv=report(f"{R}/tables/exactness_cost.csv", caption="../report/table_exactness_cost.rst",
                    category="Tables", subcategory="Price of exactness"),

@@ -1,0 +1,536 @@
+"""The config's schema and cross-key rules, checked before any job, each problem one line naming
+its key (`key.path: what is wrong`).
+
+`check` fills the schema's defaults in and returns every problem: the schema's own (types,
+ranges, unknown keys), names YAML read as numbers, NaNs, then the rules a schema cannot state
+(unique names, existing paths, dependent keys, settings that would train or measure nothing).
+The YAML hazards (tags, YTE, aliases, duplicate keys) are refused earlier, by
+workflow/scripts/config_check.py, before Snakemake reads a file.
+
+Defaults from the schema are filled in, except inside objects marked `x-fill-defaults: false`
+(a variant's training settings and the tiny teacher's): their commands apply the same defaults
+(orthrus/distill/settings.py and orthrus/world/teacher.py DEFAULTS, from which the schema's are
+generated), and filling them here would change the rules' params, hence rerun existing results.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+from orthrus.models.hub import is_hub_id
+
+
+def coerce_integers(instance, schema: dict):
+    """`instance` with every integer-valued float at an integer-typed key made an int (YAML's `2.0`,
+    which the schema accepts as an integer but a rule or an argparse `type=int` would not)."""
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "integer" in types and isinstance(instance, float) and instance.is_integer():
+        return int(instance)
+    if isinstance(instance, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                instance[key] = coerce_integers(value, sub)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        instance[:] = [coerce_integers(v, schema["items"]) for v in instance]
+    return instance
+
+
+def fill_defaults(instance, schema: dict) -> None:
+    """Set every missing key that has a schema default (recursively through `properties`)."""
+    if not isinstance(instance, dict) or schema.get("x-fill-defaults") is False:
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            fill_defaults(instance[key], sub)
+
+
+def _key(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _message(error) -> str:
+    """One line naming the offending key: unknown keys and missing ones get their own path."""
+    where = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in known)
+        hint = f" (known: {', '.join(sorted(known))})" if known else ""
+        return "; ".join(f"{_key(where + [k])}: unknown key{hint}" for k in extra)
+    if error.validator == "required":
+        missing = re.match(r"'([^']+)'", error.message)
+        return f"{_key(where + [missing.group(1) if missing else '?'])}: required key missing"
+    if error.validator == "propertyNames":
+        return f"{_key(where)}: bad name {error.instance!r}: {error.message}"
+    return f"{_key(where)}: {error.message}"
+
+
+def schema_problems(config: dict, schema: dict) -> list[str]:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    return [_message(e) for e in errors]
+
+
+def _revision_problems(cfg: dict) -> list[str]:
+    """Each key of `revisions` is a hub id the config loads (a pin that applies nowhere is a typo)."""
+    teacher = cfg.get("teacher") or {}
+    loaded = {teacher.get("path"), (teacher.get("draft") or {}).get("path"), (cfg.get("corpus") or {}).get("dataset"),
+              *(cfg.get("external_models") or {}).values()}
+    return [f"revisions.{key}: not a hub id this config loads (teacher.path, teacher.draft.path, "
+            "external_models, corpus.dataset)" for key in (cfg.get("revisions") or {}) if key not in loaded]
+
+
+def _kernel_problems(cfg: dict) -> list[str]:
+    """A requested attention kernel that this installation cannot run, named with its key before
+    any job starts: flash_attention_2 needs the flash_attn package (and a CUDA device)."""
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        return []
+    uses = []
+    def get(section, key):
+        return (cfg.get(section) or {}).get(key)
+
+    for key, section in (("decode.attentions", get("decode", "attentions")), ("tpf.attentions", get("tpf", "attentions"))):
+        if "flash_attention_2" in (section or []):
+            uses.append(key)
+    for name, grid in (get("decode", "grids") or {}).items():
+        if "flash_attention_2" in ((grid or {}).get("attentions") or []):
+            uses.append(f"decode.grids.{name}.attentions")
+    for key, value in (("analysis.ppl_attention", get("analysis", "ppl_attention")),
+                       ("benchmarks.attention", get("benchmarks", "attention"))):
+        if value == "flash_attention_2":
+            uses.append(key)
+    return [f"{k}: flash_attention_2 needs the flash_attn package, which is not installed "
+            "(pip install flash-attn on a CUDA machine, or choose eager / sdpa)" for k in uses]
+
+
+def _path_problem(key: str, value: str) -> str | None:
+    """None when `value` is an existing model directory or looks like a hub id; else the problem."""
+    local = Path(os.path.expanduser(value))
+    if local.is_dir():
+        return None if (local / "config.json").is_file() else f"{key}: {value!r} has no config.json (not a model directory)"
+    if is_hub_id(value):
+        return None
+    return f"{key}: no such directory: {value!r} (nor a hub id owner/name)"
+
+
+def _code_defaults(schema: dict) -> dict:
+    """{key: default} of an object whose defaults the command applies (x-fill-defaults: false)."""
+    return {k: v["default"] for k, v in schema.get("properties", {}).items() if "default" in v}
+
+
+def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> list[str]:
+    """Rules a schema cannot state: unique names, existing paths, dependent keys (the assisted
+    decoder's draft among them), settings that would train nothing (`_training_problems`);
+    `scatter` is Snakemake's `--set-scatter` {name: count}."""
+    problems = []
+    props = schema["properties"]
+    teacher = cfg.get("teacher", {})
+    models = cfg.get("models") or {}
+    external = cfg.get("external_models") or {}
+    # Every model name is a directory and a table label: one name, one model.
+    for name in models:
+        if name == teacher.get("name"):
+            problems.append(f"models.{name}: same name as teacher.name")
+    for name, path in external.items():
+        if name == teacher.get("name"):
+            problems.append(f"external_models.{name}: same name as teacher.name")
+        if name in models:
+            problems.append(f"external_models.{name}: also a trained variant models.{name} (its training would leave the DAG)")
+        if isinstance(path, str):
+            problems.append(_path_problem(f"external_models.{name}", path))
+    if teacher.get("source") == "hf":
+        if not teacher.get("path"):
+            problems.append("teacher.path: required when teacher.source is hf")
+        elif isinstance(teacher["path"], str):
+            problems.append(_path_problem("teacher.path", teacher["path"]))
+    tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
+    if tiny["num_heads"] % tiny["num_kv_heads"]:
+        problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                        f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+    problems.append(_warmup_problem("teacher.tiny", tiny))
+    problems += _draft_problems(cfg, props)
+    problems += _grid_problems(cfg)
+    problems += _external_problems(cfg)
+    problems += _architecture_problems(cfg)
+    problems += _frontier_problems(cfg)
+    problems += _training_problems(cfg, props, scatter or {})
+    bench = cfg.get("benchmarks") or {}
+    if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
+        problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
+    elif (bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("allow_code_eval")
+          and all("humaneval" in t for t in bench["tasks"])):
+        problems.append("benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
+                        "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
+    docs = bench.get("n_docs")
+    if bench.get("enabled", True) and isinstance(docs, dict):
+        tiny = bench.get("tiny_tasks", True)
+        runs = props["benchmarks"]["properties"]["tiny_tasks"]["items"]["enum"] if tiny is True else list(tiny or [])
+        missing, idle = [t for t in runs if t not in docs], [t for t in docs if t not in runs]
+        if missing:
+            problems.append(f"benchmarks.n_docs: no count for {', '.join(missing)}, which benchmarks.tiny_tasks runs "
+                            "(a mapping names each task that runs)")
+        if idle:
+            problems.append(f"benchmarks.n_docs: {', '.join(idle)} not in benchmarks.tiny_tasks, so its count "
+                            "would prepare nothing")
+    problems += _kernel_problems(cfg)
+    problems += _revision_problems(cfg)
+    prompts_cfg = cfg.get("prompts") or {}
+    if prompts_cfg.get("min_chars", 0) > prompts_cfg.get("max_chars", float("inf")):
+        problems.append(f"prompts.min_chars: {prompts_cfg['min_chars']} exceeds prompts.max_chars "
+                        f"({prompts_cfg['max_chars']}): every prompt would be dropped")
+    weights = ((cfg.get("teacher") or {}).get("tiny") or {}).get("domain_weights")
+    domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
+    if weights and set(weights) >= set(domains) and not any(w > 0 for w in weights.values()):
+        problems.append("teacher.tiny.domain_weights: every domain weighs 0: nothing to train on")
+    prompts = cfg.get("prompts") or {}
+    eval_file = prompts.get("eval_file")
+    if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
+        problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
+    if eval_file:
+        problems.append(_eval_file_problem(eval_file))
+    for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout"):
+        if prompts.get(key) is not None and not eval_file:
+            problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
+    corpus = cfg.get("corpus") or {}
+    if corpus.get("source") == "hf":
+        if not corpus.get("dataset"):
+            problems.append("corpus.dataset: required when corpus.source is hf")
+        elif re.search(r"[*?\[\]{}]", corpus["dataset"]) and Path(os.path.expanduser(corpus["dataset"])).exists():
+            problems.append(f"corpus.dataset: the local path {corpus['dataset']!r} has glob characters (* ? [ ] {{ }}), "
+                            "which datasets reads as a pattern; rename or link the directory")
+    elif prompts.get("source") == "hf" and not prompts.get("distill"):
+        problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
+                        "is hf (the teacher answers the distillation prompts)")
+    return [p for p in problems if p]
+
+
+def _grid_problems(cfg: dict) -> list[str]:
+    """decode.grids: each key a speculative decoder that runs (decode.decoders) or an Orthrus model
+    (models, external_models), never both; each grid a subset of the decode grid (the ar-ref
+    reference runs only there)."""
+    decode = cfg.get("decode") or {}
+    decoders = list(decode.get("decoders") or []) + list(decode.get("controls") or [])
+    models = list(cfg.get("models") or {}) + list(cfg.get("external_models") or {})
+    problems = []
+    for key, grid in (decode.get("grids") or {}).items():
+        if key in decoders and key in models:
+            problems.append(f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders / decode.controls "
+                            "and an Orthrus model; rename the model")
+        elif key not in decoders and key not in models:
+            problems.append(f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders or a "
+                            f"control of decode.controls {decoders} nor an Orthrus model of models / external_models "
+                            f"{models}")
+        for sub in ("precisions", "attentions"):
+            extra = [v for v in (grid or {}).get(sub, []) if v not in decode.get(sub, [])]
+            if extra:
+                problems.append(f"decode.grids.{key}.{sub}: {extra} not in decode.{sub} {decode.get(sub)} "
+                                "(the ar-ref reference runs only there)")
+        per = (grid or {}).get("prompts_per_domain")
+        if isinstance(per, dict):
+            runs = (grid or {}).get("precisions") or decode.get("precisions") or []
+            idle = [p for p in per if p not in runs]
+            if idle:
+                problems.append(f"decode.grids.{key}.prompts_per_domain: {idle} not among the precisions these cells "
+                                f"run {runs}, so the setting would decode nothing")
+    return problems
+
+
+def _external_problems(cfg: dict) -> list[str]:
+    """decode.external: names unique across every model of the study, a reference that is another entry
+    (with none of its own), a file that exists unless a stand-in writes it, a cell inside the decode grid
+    (the ar-ref reference runs only there). A cell left to the file's env is checked when the workflow
+    reads it (orthrus.engines.ingest.cell)."""
+    decode = cfg.get("decode") or {}
+    entries = decode.get("external") or {}
+    teacher = (cfg.get("teacher") or {}).get("name")
+    others = {teacher: "teacher.name", **{m: f"models.{m}" for m in cfg.get("models") or {}},
+              **{m: f"external_models.{m}" for m in cfg.get("external_models") or {}}}
+    problems = []
+    for name, e in entries.items():
+        key = f"decode.external.{name}"
+        if name in others:
+            problems.append(f"{key}: same name as {others[name]} (a name is one model of the tables)")
+        ref = e.get("reference")
+        if ref is not None:
+            if ref == name:
+                problems.append(f"{key}.reference: the entry itself; name another entry, the engine's own plain run")
+            elif ref not in entries:
+                problems.append(f"{key}.reference: {ref!r} is not an entry of decode.external {sorted(entries)}")
+            elif (entries[ref] or {}).get("reference") is not None:
+                problems.append(f"{key}.reference: {ref!r} has a reference of its own (decode.external.{ref}.reference); "
+                                "a reference is a plain run, compared with the in-process ar-ref")
+        if e.get("stand_in"):
+            problems += [f"{key}.{k}: required with {key}.stand_in (the stand-in runs at it)"
+                         for k in ("precision", "attention") if not e.get(k)]
+        elif not Path(os.path.expanduser(e["path"])).is_file():
+            problems.append(f"{key}.path: no such file: {e['path']!r} (the engine's trajectory file, docs/EXTERNAL.md)")
+        for k, grid in (("precision", "precisions"), ("attention", "attentions")):
+            if e.get(k) and e[k] not in decode.get(grid, []):
+                problems.append(f"{key}.{k}: {e[k]!r} not in decode.{grid} {decode.get(grid)} (the ar-ref reference "
+                                "it is compared with runs only there)")
+    return problems
+
+
+def _architecture_problems(cfg: dict) -> list[str]:
+    """A local hf teacher that is not a Qwen3 (Llama, Mistral, Gemma, Qwen2, ...) is the reference of
+    the decoders that need no diffusion view (ar-ref, assisted, prompt-lookup, ar-batched, external
+    files); what runs this package's loop on it needs a Qwen3, each named by its key. A hub teacher
+    is checked when a stage loads it."""
+    teacher = cfg.get("teacher") or {}
+    path = Path(os.path.expanduser(str(teacher.get("path") or "")))
+    if teacher.get("source") != "hf" or not (path / "config.json").is_file():
+        return []
+    try:
+        kind = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return []  # the loader names what is wrong with it
+    if kind in (None, "qwen3"):
+        return []
+    why = (f"needs a Qwen3 teacher, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
+           "reference of ar-ref, assisted, prompt-lookup, ar-batched and decode.external)")
+    problems = [f"models.{m}: an Orthrus variant is distilled from the teacher's AR view: it {why}" for m in cfg.get("models") or {}]
+    if "oracle" in ((cfg.get("decode") or {}).get("controls") or []):
+        problems.append(f"decode.controls: the oracle runs the Orthrus loop on the teacher: it {why}")
+    bench = cfg.get("benchmarks") or {}
+    if bench.get("enabled", True) and bench.get("ar_baseline") != "hf":
+        problems.append(f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
+                        f"package's AR loop: it {why}; set it to hf")
+    return problems
+
+
+def _frontier_problems(cfg: dict) -> list[str]:
+    """frontier.model: an Orthrus model of the study (the loop it measures needs a diffusion view)."""
+    frontier = cfg.get("frontier") or {}
+    models = list(cfg.get("models") or {}) + list(cfg.get("external_models") or {})
+    name = frontier.get("model")
+    if frontier.get("enabled", True) and name is not None and name not in models:
+        return [f"frontier.model: {name!r} is not an Orthrus model of models / external_models {models}"]
+    return []
+
+
+def _draft_problems(cfg: dict, props: dict) -> list[str]:
+    """The assisted decoder's draft (teacher.draft): required for it, and able to share the
+    teacher's tokenizer (a tiny draft is trained with it; a hub draft cannot have the tiny
+    teacher's, which is trained on the tiny world)."""
+    teacher = cfg.get("teacher", {})
+    draft = teacher.get("draft")
+    if "assisted" not in (cfg.get("decode") or {}).get("decoders", []):
+        return []
+    if not draft:
+        return ["teacher.draft: required: decode.decoders has 'assisted', which needs teacher.draft (the draft model)"]
+    problems = []
+    if draft["source"] == "hf":
+        if not draft.get("path"):
+            problems.append("teacher.draft.path: required when teacher.draft.source is hf")
+        elif teacher.get("source") in ("tiny", "shipped"):
+            problems.append(f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
+                            f"the tokenizer of the tiny teacher teacher.source={teacher['source']!r} (its tokenizer is "
+                            "trained on the tiny world); use teacher.draft.source tiny, or an hf teacher with the "
+                            "draft's tokenizer")
+        else:
+            problems.append(_path_problem("teacher.draft.path", draft["path"]))
+    elif draft["source"] == "shipped" and teacher.get("source") != "shipped":
+        problems.append(f"teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of "
+                        f"teacher.source={teacher.get('source')!r}; use teacher.draft.source tiny")
+    else:
+        tiny = draft.get("tiny") or {}
+        if "vocab_size" in tiny:
+            problems.append("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
+                            "leave its vocabulary to the teacher")
+        tiny = {**_code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
+        if tiny["num_heads"] % tiny["num_kv_heads"]:
+            problems.append(f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                            f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+        problems.append(_warmup_problem("teacher.draft.tiny", tiny))
+    return problems
+
+
+# Pseudo-file systems: their files can be endless (/dev/zero, /dev/urandom) or block (/proc/kmsg).
+PSEUDO_ROOTS = ("/dev", "/proc", "/sys")
+
+
+def _local_file_problem(key: str, value: str, path: str) -> str | None:
+    """None for a regular file outside /dev, /proc and /sys; else the problem, naming `key`."""
+    p = Path(os.path.expanduser(path))
+    real = os.path.realpath(p)
+    if any(real == r or real.startswith(r + "/") for r in PSEUDO_ROOTS):
+        return (f"{key}: {value!r} is a device or kernel file ({real}), which may never end; "
+                "give a regular file")
+    if p.exists() and not p.is_file():
+        return f"{key}: {value!r} is not a regular file (a directory, named pipe or device never gives a prompt file)"
+    if not p.is_file():
+        return f"{key}: no such file: {value!r}" + ("" if path != value else " (nor an http(s)/file URL)")
+    return None
+
+
+def _eval_file_problem(value: str) -> str | None:
+    """None for an http(s) URL (the prompts job downloads it within its size cap and timeout), a
+    file URL or local path naming a regular file outside /dev, /proc and /sys; else the problem."""
+    scheme = value.split("://", 1)[0].lower() if "://" in value else None
+    if scheme is None:
+        return _local_file_problem("prompts.eval_file", value, value)
+    if scheme not in ("http", "https", "file"):
+        return f"prompts.eval_file: unsupported URL scheme {scheme!r} in {value!r} (http, https or file)"
+    if scheme == "file":
+        from urllib.parse import unquote, urlsplit
+
+        url = urlsplit(value)
+        if url.netloc not in ("", "localhost"):
+            return f"prompts.eval_file: file URL {value!r} names host {url.netloc!r}; a file URL is local (file:///path)"
+        return _local_file_problem("prompts.eval_file", value, unquote(url.path))
+    return None
+
+
+SEED_MAX = 2**64 - 1  # torch.manual_seed's largest (numpy's generators take any size >= 0)
+
+
+def _warmup_problem(key: str, s: dict) -> str | None:
+    """The tiny teacher's (or draft's) warm-up against its steps."""
+    if s["warmup_steps"] >= s["steps"] and s["warmup_steps"] > 0:
+        return (f"{key}.warmup_steps: {s['warmup_steps']} is not below {key}.steps ({s['steps']}): the learning "
+                "rate would never leave warm-up; lower it")
+    return None
+
+
+def distill_prompt_count(cfg: dict) -> int | None:
+    """At most this many distillation prompts (each at most one corpus sequence): prompts.distill_n,
+    and with prompts.source hf no more than its distill specs take (`n`, default 1000 each); with
+    corpus.source hf the split's expected_rows, where given; None where unknown."""
+    corpus, prompts = cfg.get("corpus") or {}, cfg.get("prompts") or {}
+    if corpus.get("source", "generate") == "hf":
+        return corpus.get("expected_rows")
+    n = prompts.get("distill_n", 1000)
+    if prompts.get("source") == "hf":
+        n = min(n, sum(int(spec.get("n", 1000)) for spec in prompts.get("distill") or []))
+    return n
+
+
+def _vocabulary(cfg: dict, props: dict) -> tuple[int, str] | None:
+    """(an upper bound on the teacher's vocabulary, where it comes from), where it is known before
+    any job: a tiny teacher's (its tokenizer's size rounded up past a multiple of 64), the shipped
+    subject's or a local hf teacher's config.json; None for a hub teacher."""
+    teacher = cfg.get("teacher") or {}
+    source = teacher.get("source")
+    if source == "tiny":
+        tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
+        return (tiny["vocab_size"] // 64 + 1) * 64, f"teacher.tiny.vocab_size {tiny['vocab_size']}"
+    if source == "shipped":
+        from orthrus.world import subject
+
+        path = subject.model_dir("teacher")
+    elif source == "hf" and teacher.get("path"):
+        path = Path(os.path.expanduser(str(teacher["path"])))
+    else:
+        return None
+    try:
+        n = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (n, f"{path}/config.json") if isinstance(n, int) else None
+
+
+def _training_problems(cfg: dict, props: dict, scatter: dict) -> list[str]:
+    """Settings of the variants (models.*) and the corpus scatter that would make training
+    meaningless, each named by its key: offset weights of the wrong length or all 0, a block as long
+    as a whole sequence, a warm-up that outlasts the run, a global batch larger than the corpus, a
+    mask token outside the teacher's vocabulary, a seed beyond torch's range, more corpus shards
+    than distillation prompts (empty shards), a `--set-scatter` count outside 1..4096."""
+    problems = []
+    for key, n in scatter.items():
+        if key not in ("corpus", "decode"):
+            problems.append(f"--set-scatter {key}={n}: no such scatter (corpus, decode)")
+        elif not (isinstance(n, int) and 1 <= n <= 4096):
+            problems.append(f"--set-scatter {key}={n}: a scatter count is 1 to 4096 jobs ({key}.shards)")
+    n_prompts = distill_prompt_count(cfg)
+    shards = scatter.get("corpus", (cfg.get("corpus") or {}).get("shards", 1))
+    where = "--set-scatter corpus" if "corpus" in scatter else "corpus.shards"
+    if n_prompts is not None and isinstance(shards, int) and shards > n_prompts:
+        problems.append(f"{where}: {shards} shards for at most {n_prompts} distillation prompts would leave shards "
+                        f"empty; use at most {n_prompts}")
+    vocab = _vocabulary(cfg, props) if cfg.get("models") else None
+    world = max(1, ((cfg.get("resources") or {}).get("train") or {}).get("gpus", 0))
+    seed = cfg.get("seed", 0)
+    defaults = _code_defaults(props["models"]["additionalProperties"])
+    for name, s in (cfg.get("models") or {}).items():
+        s, key = {**defaults, **(s or {})}, f"models.{name}"
+        w, k = s["offset_weights"], s["block_size"]
+        if w is not None and len(w) not in (k - 1, k):
+            problems.append(f"{key}.offset_weights: needs block_size-1 = {k - 1} or block_size = {k} values, got {len(w)}")
+        elif w is not None and not any(x > 0 for x in w[:k]):
+            problems.append(f"{key}.offset_weights: every weight is 0: no block slot has a loss, nothing would be trained")
+        if k >= s["max_len"]:
+            problems.append(f"{key}.block_size: {k} is not below {key}.max_len ({s['max_len']}): a training sequence "
+                            "holds a prompt token and a whole block only when block_size < max_len")
+        if s["mask_token_id"] is not None and vocab is not None and s["mask_token_id"] >= vocab[0]:
+            problems.append(f"{key}.mask_token_id: {s['mask_token_id']} is outside the teacher's vocabulary (below "
+                            f"{vocab[0]}, {vocab[1]}); use an id of the vocabulary, or null for a new mask token")
+        if seed + s["seed"] > SEED_MAX:
+            problems.append(f"{key}.seed: {s['seed']} plus the global seed {seed} exceeds 2^64 - 1, the largest seed "
+                            "torch takes; lower either")
+        warm, G = s["warmup_steps"], s["batch_size"] * s["grad_accum"] * world
+        if s["max_steps"] is not None:
+            if warm and warm >= s["max_steps"]:
+                problems.append(f"{key}.warmup_steps: {warm} is not below {key}.max_steps ({s['max_steps']}): the "
+                                "learning rate would never leave warm-up; lower it")
+        elif n_prompts is not None:
+            per_epoch = n_prompts // G
+            if per_epoch == 0:
+                problems.append(f"{key}.batch_size: a global batch of {G} sequences (batch_size {s['batch_size']} x "
+                                f"grad_accum {s['grad_accum']} x {world} GPU(s)) exceeds the at most {n_prompts} "
+                                "corpus sequences: not one optimizer step; lower it")
+            elif warm and warm >= per_epoch * s["epochs"]:
+                problems.append(f"{key}.warmup_steps: {warm} is not below the at most {per_epoch * s['epochs']} optimizer "
+                                f"steps of the run ({s['epochs']} epoch(s) x {n_prompts} distillation prompts // global "
+                                f"batch {G}): the learning rate would never leave warm-up; lower it or set max_steps")
+    return problems
+
+
+def name_key_problems(config: dict) -> list[str]:
+    """Names of models, external models and files, and grids become paths and wildcards: strings only (YAML
+    reads `1:` or `~:` as a number or null, which the schema's name pattern does not see)."""
+    sections = {"models": config.get("models"), "external_models": config.get("external_models"),
+                "decode.grids": (config.get("decode") or {}).get("grids"),
+                "decode.external": (config.get("decode") or {}).get("external")}
+    return [f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
+            for where, section in sections.items() if isinstance(section, dict)
+            for key in section if not isinstance(key, str)]
+
+
+def nonfinite_problems(node, path="") -> list[str]:
+    """Every NaN or infinity in the config, named by its key: the schema's `minimum`/`maximum`
+    compare false with NaN, so a range check alone lets `.nan` through."""
+    import math
+
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"{path or '(top level)'}: {node!r} is not a finite number"]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in nonfinite_problems(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in nonfinite_problems(v, f"{path}[{i}]")]
+    return []
+
+
+def check(config: dict, schema: dict, scatter: dict | None = None) -> list[str]:
+    """Fill defaults into `config` (in place) and return every problem, one line each;
+    `scatter`: Snakemake's `--set-scatter` {name: count}, checked with the config."""
+    fill_defaults(config, schema)
+    coerce_integers(config, schema)
+    problems = name_key_problems(config) + nonfinite_problems(config)
+    problems += schema_problems(config, schema)
+    if not problems:  # cross-key rules assume the types are right
+        problems += cross_key_problems(config, schema, scatter)
+    return problems

@@ -1,0 +1,166 @@
+"""The study plan (orthrus/plan): cells, paths and each job's arguments, computed from a checked
+config without Snakemake. tests/test_workflow.py checks that the workflow runs what the plan says."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from orthrus.plan import PlanError, Study
+from orthrus.plan.study import cell_options, fingerprint, rule_name, scatter_index, weights_fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+_spec = importlib.util.spec_from_file_location("config_check", ROOT / "workflow/scripts/config_check.py")
+cc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cc)
+
+
+def study(path="tests/smoke/config.yaml", mutate=None) -> Study:
+    cfg = yaml.safe_load((ROOT / path).read_text())
+    if mutate:
+        mutate(cfg)
+    return Study(cc.check_config(cfg, SCHEMA))
+
+
+def w(**kw):
+    return SimpleNamespace(**kw)
+
+
+def test_the_default_study_is_its_cells():
+    s = study("config.yaml")
+    assert s.orthrus_models == ["ce-k8", "kl-k8"] and s.teacher == "teacher"
+    # every prompt for the reference and the Orthrus loops, per-precision subsets for transformers' decoders
+    assert s.cells("ar-ref") == [("bf16", "sdpa"), ("fp32", "sdpa")]
+    assert s.cell_prompts("ar-ref") == [] and s.cell_prompts("orthrus", "ce-k8", "bf16") == []
+    assert s.cell_prompts("assisted", None, "bf16") == ["--prompts-per-domain", 8]
+    assert s.cell_prompts("assisted", None, "fp32") == ["--prompts-per-domain", 4]
+    files = s.decode_files()
+    assert len(files) == len(set(files))
+    assert "results/decode/ce-k8/orthrus-bf16-sdpa.parquet" in files
+    assert "results/decode/teacher/ar-ref-fp32-sdpa.parquet" in files
+    # the lossy control runs on each Orthrus model, only where its grid says
+    lossy = [f for f in files if "/orthrus-lossy-" in f]
+    assert lossy and all(f.split("/")[2] in s.orthrus_models for f in lossy)
+
+
+def test_a_narrowed_model_and_decoder_keep_the_reference_on_the_full_grid():
+    def narrow(cfg):
+        ce = cfg["models"]["smoke-ce"]
+        cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
+        cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
+                                  "assisted": {"prompts_per_domain": {"fp32": 3}},
+                                  "smoke-kl": {"attentions": ["sdpa"]}}
+        cfg["decode"]["controls"], cfg["decode"]["external"] = [], {}
+
+    s = study(mutate=narrow)
+    full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
+    sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
+    assert s.cells("ar-ref") == full and s.cells("prompt-lookup") == sdpa
+    assert s.cells("orthrus", "smoke-kl") == sdpa and s.cells("ar", "smoke-kl") == sdpa
+    assert s.cells("orthrus", "smoke-klb") == full  # a name another begins with is not narrowed
+    assert s.cell_prompts("prompt-lookup", None, "bf16") == ["--prompts-per-domain", 2]
+    assert s.cell_prompts("assisted", None, "fp32") == ["--prompts-per-domain", 3]
+    assert s.cell_prompts("assisted", None, "bf16") == []
+    decoded = s.forensics_decoded(w(model="smoke-kl"))
+    assert decoded == [f"results/decode/smoke-kl/orthrus-{p}-{a}.parquet" for p, a in sdpa]
+    assert s.forensics_reference(w(model="smoke-kl")) == [f"results/decode/teacher/ar-ref-{p}-{a}.parquet" for p, a in sdpa]
+
+
+def test_each_decoder_gets_its_model_draft_and_reference():
+    s = study()
+    assisted = w(model="teacher", decoder="assisted", precision="bf16", attention="sdpa")
+    oracle = w(model="teacher", decoder="oracle", precision="fp32", attention="eager")
+    loop = w(model="smoke-ce", decoder="orthrus", precision="bf16", attention="sdpa")
+    assert s.model_arg(assisted) == s.teacher_path() == "results/teacher"  # the smoke teacher is trained
+    assert s.draft_args(assisted) == ["--draft-path", "results/draft"] and s.draft_args(loop) == []
+    assert s.reference_input(oracle) == ["results/decode/teacher/ar-ref-fp32-eager.parquet"]
+    assert s.reference_input(loop) == [] and s.model_arg(loop) == "results/models/smoke-ce"
+    opts = json.loads(cell_options(s.config["decode"], "orthrus", "bf16", "sdpa"))
+    assert (opts["decoder"], opts["precision"], opts["attention"]) == ("orthrus", "bf16", "sdpa")
+    assert opts["max_new_tokens"] == s.config["decode"]["max_new_tokens"]
+
+
+def test_the_global_seed_is_added_to_each_variants_own():
+    s = study(mutate=lambda c: c.update(seed=7))
+    assert s.variant_settings("smoke-ce")["seed"] == 7 + int(s.config["models"]["smoke-ce"].get("seed") or 0)
+
+
+def test_the_shipped_subject_is_checked_before_any_job(monkeypatch):
+    from orthrus.plan import study as plan_study
+
+    plan_study._check_shipped_subject.cache_clear()
+    monkeypatch.setattr(plan_study.shipped_subject, "check", lambda: ["teacher/model.safetensors: sha256 differs"])
+    s = study("config.yaml")
+    with pytest.raises(PlanError, match="teacher.source: the shipped subject is damaged: teacher/model.safetensors"):
+        s.teacher_path()
+    plan_study._check_shipped_subject.cache_clear()
+
+
+def test_an_engine_file_outside_the_grid_is_refused_naming_the_key(tmp_path):
+    traj = tmp_path / "engine.jsonl"
+    traj.write_text(json.dumps({"id": "x", "tokens": [1], "env": {"dtype": "float16", "kernel": "sdpa"}}) + "\n")
+
+    def engine(cfg):
+        cfg["decode"]["external"] = {"eng": {"path": str(traj)}}
+
+    with pytest.raises(PlanError, match=r"decode\.external\.eng\.precision: 'fp16' .* not in the decode grid"):
+        study(mutate=engine)
+
+
+def test_outputs_and_benchmarks_follow_the_config():
+    s = study("config.yaml")
+    out = s.final_outputs(["results/corpus/shard_1-of-2.parquet"])
+    assert "results/tables/claims.csv" in out and "results/tables/benchmarks.csv" in out
+    assert "results/tables/exactness_cost.csv" in out and s.frontier_files() == ["results/frontier/ce-k8.parquet"]
+    assert s.bench_tasks() == ",".join(s.config["benchmarks"]["tiny_tasks"])
+    assert s.bench_files()[0] == f"results/benchmarks/teacher/ar-bf16-{s.config['benchmarks']['attention']}.json"
+    bare = study("config.yaml", lambda c: (c.update(models={}), c["decode"].update(decoders=[], controls=[], grids={}),
+                                           c["benchmarks"].update(enabled=False), c["frontier"].update(enabled=False)))
+    corpus = ["results/corpus/shard_1-of-2.parquet"]
+    assert bare.final_outputs(corpus) == corpus + bare.decode_files()  # nothing to compare: corpus and decodings
+
+
+def test_helpers():
+    assert scatter_index("2-of-4") == (1, 4)
+    used = set()
+    assert [rule_name("engine.a-b", used), rule_name("engine.a-b", used)] == ["engine_a_b", "engine_a_b_2"]
+
+
+def test_fingerprints_change_with_the_weights_and_prefer_the_writers_sidecar(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    assert weights_fingerprint(str(model), "owner/hub-id") == ","  # nothing yet; a hub id has no files
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"a")
+    first = weights_fingerprint(str(model))
+    (model / "model.safetensors").write_bytes(b"bb")
+    assert weights_fingerprint(str(model)) != first
+    f = model / "model.safetensors"
+    st = f.stat()
+    (tmp_path / "m" / "model.safetensors.sha256").write_text(json.dumps(
+        {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "cafe"}))
+    from orthrus.plan.study import file_fingerprint
+
+    assert file_fingerprint(f) == "cafe" and fingerprint([]) == ""
+
+
+def test_a_local_dataset_and_eval_file_are_fingerprinted(tmp_path):
+    data = tmp_path / "ds"
+    data.mkdir()
+    (data / "train.jsonl").write_text("{}\n")
+    evalf = tmp_path / "prompts.json"
+    evalf.write_text('{"qa": ["x"]}')
+    s = study()
+    cfg = copy.deepcopy(s.config)
+    cfg["corpus"].update(source="hf", dataset=str(data))
+    cfg["prompts"]["eval_file"] = str(evalf)
+    s2 = Study(cfg)
+    assert s.dataset_fingerprint() == "" and s2.dataset_fingerprint() != ""
+    assert len(s2.eval_file_fingerprint()) == 64
+    assert s2.corpus_source_args(None, None)[:2] == ["--dataset", str(data)]
