@@ -103,7 +103,7 @@ def child(args) -> dict:
     def step():
         model.zero_grad(set_to_none=True)
         if args.mode == "single":
-            loss, _ = block_loss(model, batch, "ce")
+            loss, _ = block_loss(model, batch, "ce", kl_weight=0.0)
             loss.backward()
             return float(loss.detach())
         return per_block(model, batch, shared_ar=args.mode == "per-block-shared-ar")

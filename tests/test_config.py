@@ -290,14 +290,12 @@ def test_schema_uses_only_known_keywords():
 
 
 @pytest.mark.parametrize("section, defaults", [("models", "orthrus.distill.settings"), ("tiny", "orthrus.world.teacher")])
-def test_schema_describes_every_setting_with_the_code_defaults(section, defaults):
+def test_schema_describes_every_setting(section, defaults):
+    """Every setting has a schema entry (its default there is generated: tests/test_plan.py)."""
     schema = yaml.safe_load(SCHEMA.read_text())
     props = (schema["properties"]["models"]["additionalProperties"] if section == "models"
              else schema["properties"]["teacher"]["properties"]["tiny"])["properties"]
-    code = importlib.import_module(defaults).DEFAULTS
-    assert set(props) == set(code)
-    assert {k: v["default"] for k, v in props.items()} == {k: list(v) if isinstance(v, tuple) else v
-                                                           for k, v in code.items()}
+    assert set(props) == set(importlib.import_module(defaults).DEFAULTS)
 
 
 

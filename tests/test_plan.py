@@ -164,3 +164,83 @@ def test_a_local_dataset_and_eval_file_are_fingerprinted(tmp_path):
     assert s.dataset_fingerprint() == "" and s2.dataset_fingerprint() != ""
     assert len(s2.eval_file_fingerprint()) == 64
     assert s2.corpus_source_args(None, None)[:2] == ["--dataset", str(data)]
+
+
+def test_the_schemas_defaults_are_generated_from_the_settings():
+    """The committed schema carries the package's defaults (python -m orthrus.plan.schema), and a
+    changed default in the code changes the generated schema (so the check can fail)."""
+    from orthrus.decode.options import DecodeOptions
+    from orthrus.distill.settings import DEFAULTS
+    from orthrus.plan import schema
+
+    text = SCHEMA.read_text()
+    assert schema.render(text) == text, "run: python -m orthrus.plan.schema"
+    loaded = yaml.safe_load(text)["properties"]
+    assert loaded["models"]["additionalProperties"]["properties"]["lr"]["default"] == DEFAULTS["lr"]
+    assert loaded["decode"]["properties"]["max_new_tokens"]["default"] == DecodeOptions.max_new_tokens
+    changed = schema.generated_defaults()
+    changed[("properties", "models", "additionalProperties", "properties", "lr")] = 0.125
+    changed[("properties", "decode", "properties", "message")] = "none"
+    new = yaml.safe_load(schema.render(text, changed))["properties"]
+    assert new["models"]["additionalProperties"]["properties"]["lr"]["default"] == 0.125
+    assert new["decode"]["properties"]["message"]["default"] == "none"
+    with pytest.raises(KeyError, match="no default to generate at: properties.decode.properties.nope"):
+        schema.render(text, {("properties", "decode", "properties", "nope"): 1})
+
+
+# the modules that state the generated defaults (orthrus/plan/schema.py)
+SETTINGS_MODULES = {"orthrus/distill/settings.py", "orthrus/world/teacher.py", "orthrus/decode/options.py",
+                    "orthrus/audit/verdict.py", "orthrus/decode/frontier.py", "orthrus/plan/schema.py"}
+ALIASES = {"max_gen_toks": "max_new_tokens", "rounding_ulps": "rounding_ulps"}
+
+
+def _literal(node) -> bool:
+    import ast
+
+    return isinstance(node, ast.Constant) and node.value is not None and not isinstance(node.value, bool) or (
+        isinstance(node, (ast.List, ast.Tuple, ast.Dict)) and all(_literal(e) for e in ast.walk(node)
+                                                                   if isinstance(e, ast.expr) and e is not node
+                                                                   and not isinstance(e, ast.Load)))
+
+
+def test_no_generated_default_is_stated_again_outside_its_settings():
+    """No `.get("key", literal)`, `add_argument("--key", default=literal)` or `def f(key=literal)`
+    in the package for a key whose default the settings state (orthrus/plan/schema.py): a second
+    statement drifts (export-prompts' --max-new-tokens 128 beside the study's 224 did)."""
+    import ast
+
+    from orthrus.plan.schema import generated_defaults
+
+    values = {}
+    for path, v in generated_defaults().items():
+        values.setdefault(path[-1], []).append(list(v) if isinstance(v, tuple) else v)
+    keys = set(values) - {"seed", "threads", "description"}
+
+    def same(key, node):  # the literal equals a default the settings state for `key`
+        try:
+            return _literal(node) and ast.literal_eval(node) in values[key]
+        except ValueError:
+            return False
+
+    found = []
+    for f in sorted((ROOT / "orthrus").rglob("*.py")):
+        rel = str(f.relative_to(ROOT))
+        if rel in SETTINGS_MODULES:
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            hits = []
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                a = node.args
+                if node.func.attr == "get" and len(a) == 2 and isinstance(a[0], ast.Constant) and a[0].value in keys:
+                    hits += [a[0].value] if same(a[0].value, a[1]) else []
+                if node.func.attr == "add_argument" and a and isinstance(a[0], ast.Constant):
+                    name = str(a[0].value).lstrip("-").replace("-", "_")
+                    name = ALIASES.get(name, name)
+                    hits += [name for k in node.keywords if k.arg == "default" and name in keys and same(name, k.value)]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.args + node.args.kwonlyargs
+                defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults + node.args.kw_defaults
+                hits += [ALIASES.get(x.arg, x.arg) for x, d in zip(args, defaults)
+                         if d is not None and ALIASES.get(x.arg, x.arg) in keys and same(ALIASES.get(x.arg, x.arg), d)]
+            found += [f"{rel}:{node.lineno}: {h}" for h in hits]
+    assert not found, "defaults stated outside their settings:\n" + "\n".join(found)

@@ -31,6 +31,10 @@ from orthrus.decode.options import DecodeOptions
 from orthrus.analysis.stats import wilson_ci
 
 SETTING = ["model", "precision", "attention", "verify_guard"]
+# the settings measured (config `frontier.*`, whose schema defaults are generated from these)
+DEFAULTS = {"prompts_per_domain": 1, "precisions": ["bf16", "fp16", "fp32"], "attentions": ["eager", "sdpa"],
+            "guards": [0.125, 0.5]}
+BASE = {"precision": "bf16", "attention": "sdpa"}  # the cell where bf16 diverges on CPU
 
 
 def settings(base: DecodeOptions, precisions, attentions, guards) -> list[DecodeOptions]:
@@ -143,16 +147,16 @@ def main(argv=None) -> int:
     m.add_argument("--model-name", required=True)
     m.add_argument("--prompts", required=True)
     m.add_argument("--options", required=True, help="the base cell's DecodeOptions JSON (the study's decoding setting)")
-    m.add_argument("--prompts-per-domain", type=int, default=1)
-    m.add_argument("--precisions", nargs="+", default=["bf16", "fp16", "fp32"])
-    m.add_argument("--attentions", nargs="+", default=["eager", "sdpa"])
-    m.add_argument("--guards", type=float, nargs="*", default=[0.125, 0.5])
+    m.add_argument("--prompts-per-domain", type=int, default=DEFAULTS["prompts_per_domain"])
+    m.add_argument("--precisions", nargs="+", default=DEFAULTS["precisions"])
+    m.add_argument("--attentions", nargs="+", default=DEFAULTS["attentions"])
+    m.add_argument("--guards", type=float, nargs="*", default=DEFAULTS["guards"])
     m.add_argument("--device", default="cpu")
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--out", required=True)
     t = sub.add_parser("table", help="the exactness-cost table and figure")
     t.add_argument("--inputs", nargs="+", required=True)
-    t.add_argument("--base", nargs=2, default=["bf16", "sdpa"], metavar=("PRECISION", "ATTENTION"))
+    t.add_argument("--base", nargs=2, default=[BASE["precision"], BASE["attention"]], metavar=("PRECISION", "ATTENTION"))
     t.add_argument("--out", required=True)
     t.add_argument("--figure", help="figure stem (writes STEM.png and STEM.pdf)")
     args = ap.parse_args(argv)

@@ -32,6 +32,12 @@ LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits", "verify_guard"
 # follow-up paper's trajectory study), "none" (the user turn alone: the authors' TPF script and
 # training data) or "system:<text>".
 MESSAGE_FORMATS = ("empty", "none")
+# the fields that are also keys of the config's `decode` section (their defaults there are generated
+# from these: orthrus/plan/schema.py), and the controls' own sizes
+CONFIG_KEYS = ("max_new_tokens", "verify_guard", "prompt_lookup_tokens", "message", "eos", "last_block",
+               "prefill_logits", "deterministic")
+NOISE_BATCH_SIZE = 8  # prompts per left-padded generate() call of the ar-batched control
+ORACLE_BLOCK_SIZE = 8  # tokens per verify block of the oracle control
 
 
 class OptionsError(InputError):
@@ -215,8 +221,8 @@ class DecodeOptions:
         if decoder != "prompt-lookup":
             given.pop("prompt_lookup_tokens", None)
         if decoder == "ar-batched":
-            given["batch_size"] = section.get("noise_batch_size", 8)
+            given["batch_size"] = section.get("noise_batch_size", NOISE_BATCH_SIZE)
         if decoder == "oracle":
-            given["block_size"] = section.get("oracle_block_size")
+            given["block_size"] = section.get("oracle_block_size", ORACLE_BLOCK_SIZE)
         return cls(**(given | {"decoder": decoder, "precision": precision, "attention": attention} | changes))
 

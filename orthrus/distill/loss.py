@@ -18,7 +18,7 @@ def additive_mask(allowed, dtype):
     return m.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
-def block_loss(model, batch: dict, objective: str = "ce", kl_weight: float = 0.5, autocast_dtype=None):
+def block_loss(model, batch: dict, objective: str, kl_weight: float, autocast_dtype=None):
     """Weighted token-loss SUM of one micro-batch, plus sums for logging.
 
     Returns (loss_sum, stats dict of floats: weight, ce, acc, kl). Sums, not means: the caller

@@ -17,7 +17,7 @@ class CachePrefix:
         self.layers = [self._Layer(c.keys[s: s + 1, :, :a], c.values[s: s + 1, :, :a]) for c in cache.layers]
 
 
-def blockwise_loss(model, batch: dict, objective: str = "ce", kl_weight: float = 0.5):
+def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
     """The same loss SUM as `block_loss`, with one diffusion forward per block and no mask."""
     import torch
     import torch.nn.functional as F

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from orthrus.contracts import PRECISIONS
+from orthrus.decode.options import DecodeOptions
 from orthrus.errors import InputError
 from orthrus.io import atomic_path, write_json
 from orthrus.lmeval.lm import DECODINGS
@@ -147,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", help="extra task directory (repeatable)")
     p.add_argument("--limit", type=float, help="documents per task (lm-eval --limit; <1 = fraction)")
     p.add_argument("--num-fewshot", type=int, default=0)
-    p.add_argument("--max-gen-toks", type=_gen_cap, default=128,
-                   help="generation cap per request (the study's 128), or 'task' for each task's own max_gen_toks")
+    p.add_argument("--max-gen-toks", type=_gen_cap, default=DecodeOptions.max_new_tokens,
+                   help="generation cap per request (default: the decoding options' max_new_tokens), or 'task' for "
+                        "each task's own max_gen_toks")
     p.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=True,
                    help="render prompts as the trajectory study does (render_chat); default on")
     p.add_argument("--no-chat-template-tasks",

@@ -12,7 +12,7 @@ _RESULT_KEYS = ("results", "n-samples", "higher_is_better", "versions", "configs
 
 
 def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, precision=None, attention=None,
-             tasks=(), include_paths=(), limit=None, num_fewshot=0, max_gen_toks=128, chat_template=True,
+             tasks=(), include_paths=(), limit=None, num_fewshot=0, max_gen_toks=DecodeOptions.max_new_tokens, chat_template=True,
              device=None, batch_size=1, bootstrap_iters=100000, allow_code_eval=False, seed=0, raw_tasks=(),
              lm=None) -> dict:
     """Run lm-eval on one model with `options` (the decode stage's `DecodeOptions`; `decoding`,
