@@ -134,24 +134,42 @@ def _code_defaults(schema: dict) -> dict:
 
 def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> list[str]:
     """Rules a schema cannot state: unique names, existing paths, dependent keys (the assisted
-    decoder's draft among them), settings that would train nothing (`_training_problems`);
-    `scatter` is Snakemake's `--set-scatter` {name: count}."""
-    problems = []
+    decoder's draft among them), settings that would train or measure nothing; `scatter` is
+    Snakemake's `--set-scatter` {name: count}."""
     props = schema["properties"]
-    teacher = cfg.get("teacher", {})
-    models = cfg.get("models") or {}
-    external = cfg.get("external_models") or {}
-    # Every model name is a directory and a table label: one name, one model.
-    for name in models:
-        if name == teacher.get("name"):
-            problems.append(f"models.{name}: same name as teacher.name")
+    problems = _name_problems(cfg) + _teacher_problems(cfg, props)
+    problems += _draft_problems(cfg, props)
+    problems += _grid_problems(cfg)
+    problems += _external_problems(cfg)
+    problems += _architecture_problems(cfg)
+    problems += _frontier_problems(cfg)
+    problems += _training_problems(cfg, props, scatter or {})
+    problems += _benchmark_problems(cfg, props)
+    problems += _kernel_problems(cfg)
+    problems += _revision_problems(cfg)
+    problems += _prompt_and_corpus_problems(cfg)
+    return [p for p in problems if p]
+
+
+def _name_problems(cfg: dict) -> list[str]:
+    """Every model name is a directory and a table label: one name, one model; an external
+    checkpoint is a model directory or a hub id."""
+    teacher = (cfg.get("teacher") or {}).get("name")
+    models, external = cfg.get("models") or {}, cfg.get("external_models") or {}
+    problems = [f"models.{name}: same name as teacher.name" for name in models if name == teacher]
     for name, path in external.items():
-        if name == teacher.get("name"):
+        if name == teacher:
             problems.append(f"external_models.{name}: same name as teacher.name")
         if name in models:
             problems.append(f"external_models.{name}: also a trained variant models.{name} (its training would leave the DAG)")
         if isinstance(path, str):
             problems.append(_path_problem(f"external_models.{name}", path))
+    return problems
+
+
+def _teacher_problems(cfg: dict, props: dict) -> list[str]:
+    """An hf teacher's path; the tiny teacher's heads, warm-up and domain weights."""
+    teacher, problems = cfg.get("teacher") or {}, []
     if teacher.get("source") == "hf":
         if not teacher.get("path"):
             problems.append("teacher.path: required when teacher.source is hf")
@@ -162,21 +180,27 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
         problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
                         f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
     problems.append(_warmup_problem("teacher.tiny", tiny))
-    problems += _draft_problems(cfg, props)
-    problems += _grid_problems(cfg)
-    problems += _external_problems(cfg)
-    problems += _architecture_problems(cfg)
-    problems += _frontier_problems(cfg)
-    problems += _training_problems(cfg, props, scatter or {})
-    bench = cfg.get("benchmarks") or {}
-    if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
+    weights = (teacher.get("tiny") or {}).get("domain_weights")
+    domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
+    if weights and set(weights) >= set(domains) and not any(w > 0 for w in weights.values()):
+        problems.append("teacher.tiny.domain_weights: every domain weighs 0: nothing to train on")
+    return problems
+
+
+def _benchmark_problems(cfg: dict, props: dict) -> list[str]:
+    """Benchmarks that would run nothing: no task, only code tasks without the opt-in, a per-task
+    document count that misses a task or names one that does not run."""
+    bench, problems = cfg.get("benchmarks") or {}, []
+    if not bench.get("enabled", True):
+        return []
+    if not bench.get("tiny_tasks", True) and not bench.get("tasks"):
         problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
-    elif (bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("allow_code_eval")
+    elif (not bench.get("tiny_tasks", True) and not bench.get("allow_code_eval")
           and all("humaneval" in t for t in bench["tasks"])):
         problems.append("benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
                         "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
     docs = bench.get("n_docs")
-    if bench.get("enabled", True) and isinstance(docs, dict):
+    if isinstance(docs, dict):
         tiny = bench.get("tiny_tasks", True)
         runs = props["benchmarks"]["properties"]["tiny_tasks"]["items"]["enum"] if tiny is True else list(tiny or [])
         missing, idle = [t for t in runs if t not in docs], [t for t in docs if t not in runs]
@@ -186,17 +210,16 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
         if idle:
             problems.append(f"benchmarks.n_docs: {', '.join(idle)} not in benchmarks.tiny_tasks, so its count "
                             "would prepare nothing")
-    problems += _kernel_problems(cfg)
-    problems += _revision_problems(cfg)
-    prompts_cfg = cfg.get("prompts") or {}
-    if prompts_cfg.get("min_chars", 0) > prompts_cfg.get("max_chars", float("inf")):
-        problems.append(f"prompts.min_chars: {prompts_cfg['min_chars']} exceeds prompts.max_chars "
-                        f"({prompts_cfg['max_chars']}): every prompt would be dropped")
-    weights = ((cfg.get("teacher") or {}).get("tiny") or {}).get("domain_weights")
-    domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
-    if weights and set(weights) >= set(domains) and not any(w > 0 for w in weights.values()):
-        problems.append("teacher.tiny.domain_weights: every domain weighs 0: nothing to train on")
-    prompts = cfg.get("prompts") or {}
+    return problems
+
+
+def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
+    """Prompt filters that drop every prompt, the evaluation file and its companions, the sources
+    each prompt set and the corpus need."""
+    prompts, corpus, problems = cfg.get("prompts") or {}, cfg.get("corpus") or {}, []
+    if prompts.get("min_chars", 0) > prompts.get("max_chars", float("inf")):
+        problems.append(f"prompts.min_chars: {prompts['min_chars']} exceeds prompts.max_chars "
+                        f"({prompts['max_chars']}): every prompt would be dropped")
     eval_file = prompts.get("eval_file")
     if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
         problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
@@ -205,7 +228,6 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout"):
         if prompts.get(key) is not None and not eval_file:
             problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
-    corpus = cfg.get("corpus") or {}
     if corpus.get("source") == "hf":
         if not corpus.get("dataset"):
             problems.append("corpus.dataset: required when corpus.source is hf")
@@ -215,7 +237,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     elif prompts.get("source") == "hf" and not prompts.get("distill"):
         problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
                         "is hf (the teacher answers the distillation prompts)")
-    return [p for p in problems if p]
+    return problems
 
 
 def _grid_problems(cfg: dict) -> list[str]:
