@@ -108,3 +108,27 @@ def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys, v
     assert "no divergence to replay" in capsys.readouterr().err
     assert cli([*argv[:-4], "--prompt-id", "nope"]) == 2
     assert "has no prompt 'nope'" in capsys.readouterr().err
+
+
+def test_replay_of_a_transformers_decoder_rebuilds_its_generate_row(tmp_path, monkeypatch, capsys, verify_kernel_noise):
+    """prompt-lookup on the teacher: its own row is the logits `generate` returns for the token (no
+    hidden states), and the replay reproduces the run and gives the divergence a verdict."""
+    monkeypatch.chdir(tmp_path)
+    res, ref, _ = _run(tmp_path)
+    common = ["--prompts", "results/prompts/eval.parquet", "--precision", "bf16", "--attention", "sdpa",
+              "--max-new-tokens", "40", "--no-progress"]
+    assert decode(["--decoder", "prompt-lookup", "--model-path", "results/teacher", "--model-name", "teacher", *common,
+                   "--out", "results/decode/teacher/prompt-lookup-bf16-sdpa.parquet"]) == 0
+    pld = pd.read_parquet(res / "decode/teacher/prompt-lookup-bf16-sdpa.parquet").set_index("prompt_id")["tokens"]
+    parted = [p for p in ref.index if (t := first_divergence(list(ref[p]), list(pld[p]))) is not None
+              and t < min(len(ref[p]), len(pld[p]))]
+    assert parted, "no bf16 divergence of prompt-lookup to replay"
+    out = tmp_path / "pld.json"
+    assert cli(["replay", str(res), "--model", "teacher", "--decoder", "prompt-lookup", "--precision", "bf16",
+                "--attention", "sdpa", "--prompt-id", parted[0], "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["reproduced"]["all"] and rec["forwards"]["decoder"]["kind"] == "generate output_logits"
+    assert rec["max_abs_hidden_diff"] is None and rec["first_layer_diverging"] is None
+    assert rec["forwards"]["decoder"]["replayed_prefix_matches"]
+    assert rec["verdict"]["verdict"] in ("tie", "rounding"), rec["verdict"]
+    assert "own row (generate output_logits)" in capsys.readouterr().out
