@@ -99,10 +99,12 @@ def verify_kernel_noise(monkeypatch):
     differ from those of the single steps, which is what a kernel choice does."""
     from transformers.models.qwen3 import modeling_qwen3
 
+    from orthrus.models.cache import passed_cache
+
     original = modeling_qwen3.Qwen3ForCausalLM.forward
 
     def forward(self, *args, **kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = passed_cache(kwargs)
         past = cache.get_seq_length() if cache is not None else 0  # before this forward appends to it
         out = original(self, *args, **kwargs)
         rows = out.logits.shape[1]

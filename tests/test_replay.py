@@ -15,8 +15,8 @@ import pytest
 import torch
 from conftest import MASK, teacher_and_orthrus, word_tokenizer
 
-from orthrus.cli import main as cli
 from orthrus.analysis.stats import first_divergence
+from orthrus.cli import main as cli
 from orthrus.decode.stage import main as decode
 
 
