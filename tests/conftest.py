@@ -1,3 +1,6 @@
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -79,6 +82,41 @@ def teacher_and_orthrus(seed, attn="eager", init=0.2, shift=0.0, shift_seed=0, b
         for p in orth.diffusion_parameters():
             p.add_(torch.randn(p.shape, generator=g) * noise)
     return teacher, orth
+
+
+def prompt_frame(prompts) -> pd.DataFrame:
+    """A prompt set (`prompt_id`, `domain`, `prompt`) from `{prompt_id: (domain, prompt)}`, a list of
+    prompts (ids `p0`, `p1`, ..., one domain `x`) or a DataFrame as it stands."""
+    if isinstance(prompts, pd.DataFrame):
+        return prompts
+    if isinstance(prompts, dict):
+        return pd.DataFrame({"prompt_id": list(prompts), "domain": [d for d, _ in prompts.values()],
+                             "prompt": [p for _, p in prompts.values()]})
+    return pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(prompts))], "domain": ["x"] * len(prompts),
+                         "prompt": list(prompts)})
+
+
+def save_tiny(root: Path, models: dict, prompts=None, tokenizer=None, prompts_file: str = "p.parquet") -> Path:
+    """Save what a stage reads under `root`, as a study does: each model of `models` (`{relative
+    directory: model}`) with the tokenizer (the word tokenizer unless given), and `prompts` (see
+    `prompt_frame`) as `root/prompts_file`. Returns the prompt file's path (or root without prompts)."""
+    root = Path(root)
+    tokenizer = tokenizer if tokenizer is not None else word_tokenizer()
+    for name, model in models.items():
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    if prompts is None:
+        return root
+    path = root / prompts_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompt_frame(prompts).to_parquet(path)
+    return path
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """`save_tiny` under this test's tmp_path: `saved({"teacher": model}, prompts)`."""
+    return lambda models, prompts=None, **kw: save_tiny(tmp_path, models, prompts, **kw)
 
 
 @pytest.fixture

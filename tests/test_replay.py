@@ -13,7 +13,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, teacher_and_orthrus, word_tokenizer
+from conftest import MASK, save_tiny, teacher_and_orthrus, word_tokenizer
 
 from orthrus.analysis.stats import first_divergence
 from orthrus.cli import main as cli
@@ -26,15 +26,10 @@ def _run(root):
     fast = word_tokenizer(MASK + 1)
     base, model = teacher_and_orthrus(0, "sdpa", shift=0.2, shift_seed=7, block_size=8, noise=1e-2, noise_seed=1000)
     res = root / "results"
-    base.save_pretrained(res / "teacher")
-    fast.save_pretrained(res / "teacher")
-    model.save_pretrained(res / "models" / "m")
-    fast.save_pretrained(res / "models" / "m")
     g = torch.Generator().manual_seed(4)
-    prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, 90, (6,), generator=g)) for _ in range(40)]
-    (res / "prompts").mkdir(parents=True)
-    pd.DataFrame({"prompt_id": [f"p{i:02d}" for i in range(40)], "domain": ["x"] * 40, "prompt": prompts}).to_parquet(
-        res / "prompts" / "eval.parquet")
+    prompts = {f"p{i:02d}": ("x", " ".join(f"w{int(i)}" for i in torch.randint(2, 90, (6,), generator=g)))
+               for i in range(40)}
+    save_tiny(res, {"teacher": base, "models/m": model}, prompts, tokenizer=fast, prompts_file="prompts/eval.parquet")
     common = ["--prompts", "results/prompts/eval.parquet", "--precision", "bf16", "--attention", "sdpa",
               "--max-new-tokens", "40", "--no-progress"]
     assert decode(["--decoder", "ar-ref", "--model-path", "results/teacher", "--model-name", "teacher", *common,
