@@ -512,6 +512,7 @@ def test_plain_config_data_with_aliases_passes(tmp_path):
         assert cc.file_hazards(path) == [], path
 
 
+@pytest.mark.slow
 def test_alias_bomb_is_rejected_quickly_in_a_dry_run(tmp_path):
     """A billion laughs inside `corpus.data_files`, as a --configfile and as the embedded config."""
     import time
@@ -575,6 +576,7 @@ def test_nested_config_overrides_are_typed_by_the_schema():
         cc.typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
 
 
+@pytest.mark.slow
 def test_nested_config_override_in_a_dry_run(tmp_path):
     (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
     rc, out = _dry(tmp_path, "--config", "decode={max_new_tokens: 8}", "-p", quiet=False)
@@ -613,6 +615,7 @@ def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
     assert out.count("Params have changed") == 2, out[-3000:]
 
 
+@pytest.mark.slow
 def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
     """An external model at a path with braces: no WildcardError, the path reaches the job as given."""
     ext = tmp_path / "ext{x}"
@@ -657,6 +660,7 @@ def test_set_scatter_counts_are_checked_with_the_config(scatter, where):
     cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter={"corpus": 32, "decode": 3})
 
 
+@pytest.mark.slow
 def test_set_scatter_zero_stops_a_real_dry_run(tmp_path):
     (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
     rc, out = _dry(tmp_path, "--set-scatter", "corpus=0")

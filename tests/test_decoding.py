@@ -24,7 +24,7 @@ def match_rate(model, prompts, max_new):
     return same / len(prompts), float(np.mean(accepted)) if accepted else 0.0
 
 
-@pytest.mark.parametrize("block_size", [2, 8, 32])
+@pytest.mark.parametrize("block_size", [pytest.param(2, marks=pytest.mark.slow), 8, pytest.param(32, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("diffusion", ["random", "noisy"])
 def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
     accepted = []
@@ -133,6 +133,7 @@ def first_two_tokens(model, mode, n, seed):
     return draws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("diffusion", ["noisy", "random"])
 def test_rejection_sampling_preserves_distribution(diffusion):
     """Orthrus sampling draws the second token from the AR distribution, whatever the proposals."""

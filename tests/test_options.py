@@ -167,6 +167,7 @@ def test_a_pinned_hub_id_reaches_the_hub_at_its_revision_and_the_commit_is_recor
     assert snapshot_commit(snap) == "0123abc" and snapshot_commit(tmp_path) is None
 
 
+@pytest.mark.slow
 def test_revisions_pin_every_hub_artefact_of_the_paper_dag(tmp_path):
     """`revisions` reach the loaders of every stage as ID@REV; a pin for an id the config does not load
     is refused naming it."""

@@ -43,7 +43,7 @@ def _run(root):
     return res, ref, out
 
 
-@pytest.mark.parametrize("decoder", ["orthrus-lossy", "orthrus"])
+@pytest.mark.parametrize("decoder", [pytest.param("orthrus-lossy", marks=pytest.mark.slow), "orthrus"])
 def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys, verify_kernel_noise, decoder):
     """The planted lossy loop parts by construction; the honest loop parts where the verify block's
     bits differ from the single steps' (planted too, `verify_kernel_noise`, so on any CPU)."""
@@ -105,6 +105,7 @@ def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys, v
     assert "has no prompt 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_replay_of_a_transformers_decoder_rebuilds_its_generate_row(tmp_path, monkeypatch, capsys, verify_kernel_noise):
     """prompt-lookup on the teacher: its own row is the logits `generate` returns for the token (no
     hidden states), and the replay reproduces the run and gives the divergence a verdict."""

@@ -58,6 +58,7 @@ def test_schema_vocabularies_are_the_contracts():
     assert set(schema["properties"]["decode"]["properties"]["decoders"]["items"]["enum"]) <= set(contracts.SPECULATIVE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutate, message", [
     (lambda c: c["teacher"].__setitem__("source", 42), "source"),
     (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
@@ -82,6 +83,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_default_and_paper_dry_runs(tmp_path):
     res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
@@ -133,6 +135,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "--draft-path Qwen/Qwen3-0.6B" in shown and any(o.decoder == "prompt-lookup" for _, o in opts)
 
 
+@pytest.mark.slow
 def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     """`--config seed=N` is another realisation of the study on the same subject: the prompts,
     every variant's distillation (its own seed plus the global one) and the tiny benchmark
@@ -194,6 +197,7 @@ def _jobs(dry_run: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     """decode.grids narrows one Orthrus model (smoke-kl: sdpa only): its Orthrus loop, AR view and
     forensics run exactly there; smoke-klb (a name it begins) and smoke-ce keep the full grid, and
@@ -235,6 +239,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     assert _cells(res.stdout, "smoke-klb") == {(d, p, a) for d in ("orthrus", "ar") for p, a in full}
 
 
+@pytest.mark.slow
 def test_controls_join_the_dag(tmp_path):
     """decode.controls: the oracle and ar-batched decode on the teacher, the oracle reading the
     ar-ref reference of each of its cells; orthrus-lossy runs on each Orthrus model over that
@@ -271,6 +276,7 @@ def _engine_file(path, dtype="float32", kernel="eager"):
     return str(path)
 
 
+@pytest.mark.slow
 def test_engine_files_join_the_dag(tmp_path):
     """decode.external: each file is ingested as decoder `external` at its cell (the entry's, else its
     env's), joins the analysis, and its forensics compare it with its reference: the ar-ref of its
@@ -307,6 +313,7 @@ def test_engine_files_join_the_dag(tmp_path):
     assert alone.returncode == 0 and re.search(r"^export_prompts\s+1$", alone.stdout, re.M), alone.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry, message", [
     ({"path": "missing.jsonl"}, "decode.external.e.path: no such file: 'missing.jsonl'"),
     ({"path": "FILE", "reference": "nope"}, "decode.external.e.reference: 'nope' is not an entry of decode.external"),
@@ -542,6 +549,7 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     assert f"--draft-path {shlex.quote(str(nasty))} " in shown.stdout
 
 
+@pytest.mark.slow
 def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
     """Without the code-execution opt-in the paper's HumanEval is left out, said in one line,
     and GSM8K and IFEval still run; with the opt-in all three; a task list of only code tasks is
@@ -565,6 +573,7 @@ def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
     assert only.returncode != 0 and "benchmarks.tasks: every task runs model-written code" in only.stdout + only.stderr
 
 
+@pytest.mark.slow
 def test_a_kernel_that_is_not_installed_fails_before_any_job(tmp_path):
     import importlib.util
 
@@ -580,6 +589,7 @@ def test_a_kernel_that_is_not_installed_fails_before_any_job(tmp_path):
     assert "analysis.ppl_attention: flash_attention_2 needs the flash_attn package" in out
 
 
+@pytest.mark.slow
 def test_the_cluster_profile_keeps_going_and_gives_each_rule_its_threads(tmp_path):
     """`--profile profiles/slurm` with the paper config: every job keeps the config's 8 threads
     (the workflow profile, which Snakemake applies on top, caps nothing), and the effective
