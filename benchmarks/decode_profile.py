@@ -29,13 +29,15 @@ def forwards(model, n: int) -> float:
     """Seconds per single-token forward after a 32-token prefill, with a DynamicCache."""
     from transformers import DynamicCache
 
+    from orthrus.models.cache import cache_kwarg
+
     ids = torch.arange(2, 34)[None]
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
+        model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True)
         t0 = time.perf_counter()
         for _ in range(n):
-            model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True)
+            model(input_ids=ids[:, -1:], **cache_kwarg(model, cache), use_cache=True)
     return (time.perf_counter() - t0) / n
 
 
@@ -46,8 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", default="sdpa")
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args(argv)
-    from orthrus.models.loading import load_model
     from orthrus.decode.options import DecodeOptions
+    from orthrus.models.loading import load_model
 
     bare = seconds([sys.executable, "-c", "pass"])
     imports = seconds([sys.executable, "-c", "import orthrus.decode.stage, transformers.models.qwen3.modeling_qwen3"])

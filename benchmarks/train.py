@@ -60,6 +60,7 @@ def per_block(model, batch, shared_ar: bool):
     from transformers import DynamicCache
 
     from orthrus.distill.reference import CachePrefix
+    from orthrus.models.cache import cache_kwarg
 
     K = model.block_size
     B, q = batch["blocks"].shape
@@ -67,8 +68,8 @@ def per_block(model, batch, shared_ar: bool):
     full = None
     if shared_ar:
         with torch.no_grad():
-            full = model.model(input_ids=batch["ids"], past_key_values=DynamicCache(config=model.config),
-                               use_cache=True).past_key_values
+            full = DynamicCache(config=model.config)
+            model.model(input_ids=batch["ids"], **cache_kwarg(model.model, full), use_cache=True)
     for s in range(B):
         for blk in range(q // K):
             sl = slice(blk * K, (blk + 1) * K)
@@ -81,7 +82,7 @@ def per_block(model, batch, shared_ar: bool):
             else:
                 with torch.no_grad():
                     prefix = DynamicCache(config=model.config)
-                    model.model(input_ids=batch["ids"][s: s + 1, :a], past_key_values=prefix, use_cache=True)
+                    model.model(input_ids=batch["ids"][s: s + 1, :a], **cache_kwarg(model.model, prefix), use_cache=True)
             lg = model.diffusion_forward(batch["blocks"][s: s + 1, sl], batch["pos"][s: s + 1, sl], prefix)[0]
             tok = F.cross_entropy(lg.float(), batch["targets"][s, sl], reduction="none")
             loss = (tok * w).sum()

@@ -1,3 +1,6 @@
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -81,6 +84,41 @@ def teacher_and_orthrus(seed, attn="eager", init=0.2, shift=0.0, shift_seed=0, b
     return teacher, orth
 
 
+def prompt_frame(prompts) -> pd.DataFrame:
+    """A prompt set (`prompt_id`, `domain`, `prompt`) from `{prompt_id: (domain, prompt)}`, a list of
+    prompts (ids `p0`, `p1`, ..., one domain `x`) or a DataFrame as it stands."""
+    if isinstance(prompts, pd.DataFrame):
+        return prompts
+    if isinstance(prompts, dict):
+        return pd.DataFrame({"prompt_id": list(prompts), "domain": [d for d, _ in prompts.values()],
+                             "prompt": [p for _, p in prompts.values()]})
+    return pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(prompts))], "domain": ["x"] * len(prompts),
+                         "prompt": list(prompts)})
+
+
+def save_tiny(root: Path, models: dict, prompts=None, tokenizer=None, prompts_file: str = "p.parquet") -> Path:
+    """Save what a stage reads under `root`, as a study does: each model of `models` (`{relative
+    directory: model}`) with the tokenizer (the word tokenizer unless given), and `prompts` (see
+    `prompt_frame`) as `root/prompts_file`. Returns the prompt file's path (or root without prompts)."""
+    root = Path(root)
+    tokenizer = tokenizer if tokenizer is not None else word_tokenizer()
+    for name, model in models.items():
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    if prompts is None:
+        return root
+    path = root / prompts_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompt_frame(prompts).to_parquet(path)
+    return path
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """`save_tiny` under this test's tmp_path: `saved({"teacher": model}, prompts)`."""
+    return lambda models, prompts=None, **kw: save_tiny(tmp_path, models, prompts, **kw)
+
+
 @pytest.fixture
 def random_prompts():
     def make(n, seed=0, lo=1, hi=12):
@@ -99,10 +137,12 @@ def verify_kernel_noise(monkeypatch):
     differ from those of the single steps, which is what a kernel choice does."""
     from transformers.models.qwen3 import modeling_qwen3
 
+    from orthrus.models.cache import passed_cache
+
     original = modeling_qwen3.Qwen3ForCausalLM.forward
 
     def forward(self, *args, **kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = passed_cache(kwargs)
         past = cache.get_seq_length() if cache is not None else 0  # before this forward appends to it
         out = original(self, *args, **kwargs)
         rows = out.logits.shape[1]

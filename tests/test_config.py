@@ -4,6 +4,7 @@ import copy
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -244,6 +245,10 @@ BAD = [
     ("prompts eval file URL of another host", _set("prompts.eval_file", "file://server/p.json"), "prompts.eval_file"),
     ("duplicate nested key", SMOKE_TEXT.replace("steps: 300,", "steps: 300, steps: 3,"), "teacher.tiny.steps"),
     ("duplicate top-level key", SMOKE_TEXT + "seed: 1\n", "seed"),
+    ("frontier precision unknown", _set("frontier.precisions", ["fp8"]), "frontier.precisions[0]"),
+    ("frontier typo", _set("frontier.promts_per_domain", 2), "frontier.promts_per_domain"),
+    ("revisions pin a number", _set("revisions", {"Qwen/Qwen3-1.7B": 5}), "revisions.Qwen/Qwen3-1.7B"),
+    ("revisions pin of an id not loaded", _set("revisions", {"org/unused": "main"}), "revisions.org/unused"),
 ]
 
 
@@ -353,8 +358,12 @@ def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
         "model of models / external_models ['smoke-ce', 'ext']"]
 
 
-def test_at_least_forty_malformed_configs():
-    assert len(BAD) >= 40 and len({name for name, _, _ in BAD}) == len(BAD)
+def test_every_section_of_the_schema_has_a_malformed_case():
+    """A section added to the schema without a case that breaks it fails here (cases named once each)."""
+    covered = {re.split(r"[.\[]", key)[0] for _, _, key in BAD}
+    missing = [section for section in yaml.safe_load(SCHEMA.read_text())["properties"] if section not in covered]
+    assert not missing, f"no malformed-config case for {missing}"
+    assert len({name for name, _, _ in BAD}) == len(BAD), "two cases share a name"
 
 
 @pytest.mark.parametrize("name, case, key", BAD, ids=[b[0] for b in BAD])
@@ -501,6 +510,7 @@ def test_plain_config_data_with_aliases_passes(tmp_path):
         assert cc.file_hazards(path) == [], path
 
 
+@pytest.mark.slow
 def test_alias_bomb_is_rejected_quickly_in_a_dry_run(tmp_path):
     """A billion laughs inside `corpus.data_files`, as a --configfile and as the embedded config."""
     import time
@@ -564,6 +574,7 @@ def test_nested_config_overrides_are_typed_by_the_schema():
         cc.typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
 
 
+@pytest.mark.slow
 def test_nested_config_override_in_a_dry_run(tmp_path):
     (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
     rc, out = _dry(tmp_path, "--config", "decode={max_new_tokens: 8}", "-p", quiet=False)
@@ -602,6 +613,7 @@ def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
     assert out.count("Params have changed") == 2, out[-3000:]
 
 
+@pytest.mark.slow
 def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
     """An external model at a path with braces: no WildcardError, the path reaches the job as given."""
     ext = tmp_path / "ext{x}"
@@ -618,8 +630,8 @@ def test_braces_in_a_model_path_are_no_wildcards(tmp_path):
 
 def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
     """datasets reads a local path as a pattern: one line naming the key (config) or the dataset (library)."""
-    from orthrus.errors import InputError
     from orthrus.data.hf_corpus import load_split
+    from orthrus.errors import InputError
 
     data = tmp_path / "data[1]"
     data.mkdir()
@@ -646,6 +658,7 @@ def test_set_scatter_counts_are_checked_with_the_config(scatter, where):
     cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter={"corpus": 32, "decode": 3})
 
 
+@pytest.mark.slow
 def test_set_scatter_zero_stops_a_real_dry_run(tmp_path):
     (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
     rc, out = _dry(tmp_path, "--set-scatter", "corpus=0")

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -22,7 +24,7 @@ def match_rate(model, prompts, max_new):
     return same / len(prompts), float(np.mean(accepted)) if accepted else 0.0
 
 
-@pytest.mark.parametrize("block_size", [2, 8, 32])
+@pytest.mark.parametrize("block_size", [pytest.param(2, marks=pytest.mark.slow), 8, pytest.param(32, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("diffusion", ["random", "noisy"])
 def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
     accepted = []
@@ -39,11 +41,29 @@ def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_bf16_match_rate_is_computed(attn, random_prompts):
-    model = tiny_orthrus(0, 8, "noisy", attn=attn, init=0.2, noise=1e-2, dtype=torch.bfloat16)
-    rate, _ = match_rate(model, random_prompts(20, 3), max_new=[30])
-    print(f"bf16 {attn}: Orthrus == AR on {rate:.2f} of prompts")
-    assert 0.0 <= rate <= 1.0
+def test_bf16_orthrus_parts_from_ar_only_at_a_near_tie(attn, random_prompts, verify_kernel_noise):
+    """bf16 Orthrus leaves its AR view where a verify block's bits differ from the single steps'
+    (planted, `verify_kernel_noise`: at most 2^-8 of each logit, so on any CPU) and that flips a
+    near-tie: at each first divergence the AR step ranks its own token first and the loop's within
+    what the planted noise and one bf16 rounding can flip. A loop that emits anything else fails."""
+    from orthrus.analysis.stats import first_divergence
+    from orthrus.audit.forensics import stepwise
+
+    model = tiny_orthrus(0, 8, "noisy", attn=attn, noise=1e-2, peaked=1.0, dtype=torch.bfloat16)
+    prompts = random_prompts(20, 3)
+    parted = 0
+    for p in prompts:
+        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=40).tokens.tolist()
+        orth = orthrus.generate(model, p, mode="orthrus", max_new_tokens=40).tokens.tolist()
+        t = first_divergence(ar, orth)
+        if t is None or t >= min(len(ar), len(orth)):
+            continue
+        parted += 1
+        logits = stepwise(model, p.tolist(), ar[:t])[0].float()
+        own, other = float(logits[ar[t]]), float(logits[orth[t]])
+        ulp = 2.0 ** (math.floor(math.log2(max(abs(own), abs(other)))) - 7)
+        assert int(logits.argmax()) == ar[t] and own - other <= 2.0 ** -8 * (abs(own) + abs(other)) + 2 * ulp, (t, own, other)
+    assert 0 < parted < len(prompts), f"{parted} of {len(prompts)} prompts parted"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -113,6 +133,7 @@ def first_two_tokens(model, mode, n, seed):
     return draws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("diffusion", ["noisy", "random"])
 def test_rejection_sampling_preserves_distribution(diffusion):
     """Orthrus sampling draws the second token from the AR distribution, whatever the proposals."""

@@ -5,16 +5,16 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import EOS, tiny_base, word_tokenizer
+from conftest import EOS, save_tiny, tiny_base, word_tokenizer
 
 from orthrus import contracts
 from orthrus.analysis import analyze
-from orthrus.data.chat import render_chat
 from orthrus.cli import main as cli
-from orthrus.errors import InputError
-from orthrus.engines.ingest import cell, ingest
-from orthrus.engines.export_prompts import export_records, stop_ids
+from orthrus.data.chat import render_chat
 from orthrus.decode.options import DecodeOptions
+from orthrus.engines.export_prompts import stop_ids
+from orthrus.engines.ingest import cell, ingest
+from orthrus.errors import InputError
 
 PROMPTS = {"p0": ("d0", "w5 w6 w7"), "p1": ("d0", "w9 w3"), "p2": ("d1", "w11 w12 w13 w14"), "p3": ("d1", "w20")}
 MAX_NEW = 12
@@ -25,11 +25,7 @@ def world(tmp_path, model=None):
     teacher's ar-ref trajectories at fp32/eager: (teacher dir, prompts file, ar-ref file)."""
     model = model if model is not None else tiny_base(0)
     model.generation_config.eos_token_id = [EOS]
-    model.save_pretrained(tmp_path / "teacher")
-    word_tokenizer().save_pretrained(tmp_path / "teacher")
-    prompts = tmp_path / "eval.parquet"
-    pd.DataFrame({"prompt_id": list(PROMPTS), "domain": [d for d, _ in PROMPTS.values()],
-                  "prompt": [p for _, p in PROMPTS.values()]}).to_parquet(prompts)
+    prompts = save_tiny(tmp_path, {"teacher": model}, PROMPTS, prompts_file="eval.parquet")
     ref = tmp_path / "ar-ref-fp32-eager.parquet"
     assert cli(["decode", "--decoder", "ar-ref", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
                 "--precision", "fp32", "--attention", "eager", "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW),

@@ -6,9 +6,9 @@ import yaml
 from conftest import tiny_orthrus
 
 import orthrus
+from orthrus.analysis.stats import first_divergence
 from orthrus.audit.forensics import replay_verify, stepwise, stepwise_at
 from orthrus.decode.options import DecodeOptions
-from orthrus.analysis.stats import first_divergence
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,15 +69,12 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     decoder did not produce (a token planted by hand) is not reproduced by its replay, and gets
     no verdict."""
     import pandas as pd
-    from conftest import MASK, tiny_base, word_tokenizer
+    from conftest import MASK, save_tiny, tiny_base
 
     from orthrus.audit.forensics import main as forensics
     from orthrus.decode.stage import main as decode
 
-    fast = word_tokenizer()
-    tiny_base(0).save_pretrained(tmp_path / "teacher")
-    fast.save_pretrained(tmp_path / "teacher")
-    pd.DataFrame({"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w6 w7", "w9 w3"]}).to_parquet(tmp_path / "p.parquet")
+    save_tiny(tmp_path, {"teacher": tiny_base(0)}, {"a": ("x", "w5 w6 w7"), "b": ("y", "w9 w3")})
     assert decode(["--decoder", "ar-ref", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
                    "--precision", "bf16", "--attention", "sdpa", "--prompts", str(tmp_path / "p.parquet"),
                    "--max-new-tokens", "12", "--no-progress", "--out", str(tmp_path / "ref.parquet")]) == 0

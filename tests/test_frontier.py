@@ -3,7 +3,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import tiny_orthrus, word_tokenizer
+from conftest import save_tiny, tiny_orthrus
 
 from orthrus.decode.frontier import main, settings, table
 from orthrus.decode.options import DecodeOptions
@@ -46,10 +46,8 @@ def test_measure_and_table_on_a_saved_model(tmp_path):
     """The CLI end to end on a tiny Orthrus checkpoint: one row per (setting, prompt), prompts
     interleaved over the settings, each compared with the AR view of its own cell; fp32 is exact,
     and TAU = 0 is the plain loop."""
-    tiny_orthrus(0, 4, "noisy", noise=1e-2, peaked=1.0).save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    pd.DataFrame({"prompt_id": ["a1", "a2", "b1"], "domain": ["a", "a", "b"],
-                  "prompt": ["w5 w6 w7", "w9 w3", "w40 w41 w42 w43"]}).to_parquet(tmp_path / "eval.parquet")
+    save_tiny(tmp_path, {"m": tiny_orthrus(0, 4, "noisy", noise=1e-2, peaked=1.0)},
+              {"a1": ("a", "w5 w6 w7"), "a2": ("a", "w9 w3"), "b1": ("b", "w40 w41 w42 w43")}, prompts_file="eval.parquet")
     base = DecodeOptions(decoder="orthrus", precision="bf16", attention="sdpa", max_new_tokens=12, message="none")
     out = tmp_path / "frontier.parquet"
     assert main(["measure", "--model-path", str(tmp_path / "m"), "--model-name", "m", "--prompts",

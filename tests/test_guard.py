@@ -27,6 +27,7 @@ def test_guard_zero_is_the_plain_loop_and_fp32_output_is_unchanged():
         assert on.stats["n_verify"] >= plain.stats["n_verify"]
 
 
+@pytest.mark.slow
 def test_guard_in_bf16_matches_at_least_as_often_and_keeps_the_replay_exact(verify_kernel_noise):
     """bf16 sdpa on a model whose verify blocks part from single steps (by a planted kernel
     difference, so on any CPU): the guarded loop matches the AR view on at least as many prompts,

@@ -5,11 +5,11 @@ import torch
 from conftest import MASK, tiny_base, tiny_orthrus
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
-from transformers import PreTrainedTokenizerFast
+from transformers import DynamicCache, PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
 from orthrus.decode.loop import diffusion_proposals
-from transformers import DynamicCache
+from orthrus.models.cache import cache_kwarg
 
 
 def word_tokenizer(n):
@@ -20,7 +20,7 @@ def word_tokenizer(n):
 def both_views(model, ids):
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        ar = model(input_ids=ids[None], past_key_values=cache, use_cache=True).logits
+        ar = model(input_ids=ids[None], **cache_kwarg(model, cache), use_cache=True).logits
         diff = diffusion_proposals(model, ids[-1], cache, model.block_size)
     return ar, diff
 
@@ -136,8 +136,8 @@ def test_missing_path_is_named():
 def test_bad_model_files_are_named_in_one_line(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from orthrus.models.loading import load_model
     from orthrus.decode.options import DecodeOptions
+    from orthrus.models.loading import load_model
 
     tiny_orthrus(0, 8).save_pretrained(tmp_path / "m")
     weights = tmp_path / "m" / "model.safetensors"
@@ -185,9 +185,9 @@ def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
     from safetensors.torch import load_file, save_file
 
     from orthrus.data.corpus import load_teacher
+    from orthrus.decode.options import DecodeOptions
     from orthrus.errors import InputError
     from orthrus.models.loading import load_model
-    from orthrus.decode.options import DecodeOptions
 
     tiny_base(0).save_pretrained(tmp_path / "t")
     weights = tmp_path / "t" / "model.safetensors"

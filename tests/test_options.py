@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from orthrus.decode.options import LOOP_ONLY, DecodeOptions, OptionsError
+from orthrus.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
@@ -160,13 +161,14 @@ def test_a_pinned_hub_id_reaches_the_hub_at_its_revision_and_the_commit_is_recor
         return str(snap)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
-    with pytest.raises(Exception):  # the empty weight file is refused, after the download was asked for
+    with pytest.raises(InputError):  # the empty weight file is refused, after the download was asked for
         resolve_checkpoint("Qwen/Qwen3-1.7B@0123abc")
     assert asked["repo_id"] == "Qwen/Qwen3-1.7B" and asked["revision"] == "0123abc"
     assert not any(p.endswith((".py", ".bin")) for p in asked["patterns"])
     assert snapshot_commit(snap) == "0123abc" and snapshot_commit(tmp_path) is None
 
 
+@pytest.mark.slow
 def test_revisions_pin_every_hub_artefact_of_the_paper_dag(tmp_path):
     """`revisions` reach the loaders of every stage as ID@REV; a pin for an id the config does not load
     is refused naming it."""

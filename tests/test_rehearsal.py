@@ -84,6 +84,7 @@ def test_the_rehearsal_writes_every_table_and_the_report(rehearsal):
     assert record["settings"]["options"]["eos"] == "config" and not record["settings"]["chat_template"]
 
 
+@pytest.mark.slow
 def test_the_gpu_script_falls_back_to_the_cpu_and_plans_the_paper_dag(tmp_path):
     """benchmarks/gpu_rehearsal.sh without CUDA: it says so, writes its overlay for the CPU and plans
     the rehearsal (a dry run: the real one is the slow test above); with CUDA it would run there."""

@@ -13,10 +13,10 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, teacher_and_orthrus, word_tokenizer
+from conftest import MASK, save_tiny, teacher_and_orthrus, word_tokenizer
 
-from orthrus.cli import main as cli
 from orthrus.analysis.stats import first_divergence
+from orthrus.cli import main as cli
 from orthrus.decode.stage import main as decode
 
 
@@ -26,15 +26,10 @@ def _run(root):
     fast = word_tokenizer(MASK + 1)
     base, model = teacher_and_orthrus(0, "sdpa", shift=0.2, shift_seed=7, block_size=8, noise=1e-2, noise_seed=1000)
     res = root / "results"
-    base.save_pretrained(res / "teacher")
-    fast.save_pretrained(res / "teacher")
-    model.save_pretrained(res / "models" / "m")
-    fast.save_pretrained(res / "models" / "m")
     g = torch.Generator().manual_seed(4)
-    prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, 90, (6,), generator=g)) for _ in range(40)]
-    (res / "prompts").mkdir(parents=True)
-    pd.DataFrame({"prompt_id": [f"p{i:02d}" for i in range(40)], "domain": ["x"] * 40, "prompt": prompts}).to_parquet(
-        res / "prompts" / "eval.parquet")
+    prompts = {f"p{i:02d}": ("x", " ".join(f"w{int(i)}" for i in torch.randint(2, 90, (6,), generator=g)))
+               for i in range(40)}
+    save_tiny(res, {"teacher": base, "models/m": model}, prompts, tokenizer=fast, prompts_file="prompts/eval.parquet")
     common = ["--prompts", "results/prompts/eval.parquet", "--precision", "bf16", "--attention", "sdpa",
               "--max-new-tokens", "40", "--no-progress"]
     assert decode(["--decoder", "ar-ref", "--model-path", "results/teacher", "--model-name", "teacher", *common,
@@ -48,7 +43,7 @@ def _run(root):
     return res, ref, out
 
 
-@pytest.mark.parametrize("decoder", ["orthrus-lossy", "orthrus"])
+@pytest.mark.parametrize("decoder", [pytest.param("orthrus-lossy", marks=pytest.mark.slow), "orthrus"])
 def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys, verify_kernel_noise, decoder):
     """The planted lossy loop parts by construction; the honest loop parts where the verify block's
     bits differ from the single steps' (planted too, `verify_kernel_noise`, so on any CPU)."""
@@ -108,3 +103,28 @@ def test_replay_reproduces_a_divergence_exactly(tmp_path, monkeypatch, capsys, v
     assert "no divergence to replay" in capsys.readouterr().err
     assert cli([*argv[:-4], "--prompt-id", "nope"]) == 2
     assert "has no prompt 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_replay_of_a_transformers_decoder_rebuilds_its_generate_row(tmp_path, monkeypatch, capsys, verify_kernel_noise):
+    """prompt-lookup on the teacher: its own row is the logits `generate` returns for the token (no
+    hidden states), and the replay reproduces the run and gives the divergence a verdict."""
+    monkeypatch.chdir(tmp_path)
+    res, ref, _ = _run(tmp_path)
+    common = ["--prompts", "results/prompts/eval.parquet", "--precision", "bf16", "--attention", "sdpa",
+              "--max-new-tokens", "40", "--no-progress"]
+    assert decode(["--decoder", "prompt-lookup", "--model-path", "results/teacher", "--model-name", "teacher", *common,
+                   "--out", "results/decode/teacher/prompt-lookup-bf16-sdpa.parquet"]) == 0
+    pld = pd.read_parquet(res / "decode/teacher/prompt-lookup-bf16-sdpa.parquet").set_index("prompt_id")["tokens"]
+    parted = [p for p in ref.index if (t := first_divergence(list(ref[p]), list(pld[p]))) is not None
+              and t < min(len(ref[p]), len(pld[p]))]
+    assert parted, "no bf16 divergence of prompt-lookup to replay"
+    out = tmp_path / "pld.json"
+    assert cli(["replay", str(res), "--model", "teacher", "--decoder", "prompt-lookup", "--precision", "bf16",
+                "--attention", "sdpa", "--prompt-id", parted[0], "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["reproduced"]["all"] and rec["forwards"]["decoder"]["kind"] == "generate output_logits"
+    assert rec["max_abs_hidden_diff"] is None and rec["first_layer_diverging"] is None
+    assert rec["forwards"]["decoder"]["replayed_prefix_matches"]
+    assert rec["verdict"]["verdict"] in ("tie", "rounding"), rec["verdict"]
+    assert "own row (generate output_logits)" in capsys.readouterr().out

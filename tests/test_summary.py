@@ -1,4 +1,5 @@
-"""The README's result section is the committed default run's tables, rendered."""
+"""docs/RESULTS.md's results section and the README's claims table are the committed default run's
+tables, rendered."""
 from __future__ import annotations
 
 import shutil
@@ -13,15 +14,32 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "results"
 
 
-def test_readme_results_block_is_rendered_from_the_committed_run():
-    assert summary.main(["--tables", str(RUN), "--readme", str(ROOT / "README.md"), "--check"]) == 0
+def test_results_and_readme_blocks_are_rendered_from_the_committed_run():
+    docs = [str(ROOT / "docs" / "RESULTS.md"), str(ROOT / "README.md")]
+    assert summary.main(["--tables", str(RUN), "--readme", docs[0], "--readme", docs[1], "--check"]) == 0
+    assert summary.BEGIN in Path(docs[0]).read_text() and "<!-- claims:begin -->" in Path(docs[1]).read_text()
 
 
-def test_a_changed_table_makes_the_readme_stale(tmp_path):
+def test_a_changed_claim_makes_the_readme_stale(tmp_path):
     tables = tmp_path / "tables"
     shutil.copytree(RUN, tables)
     readme = tmp_path / "README.md"
     shutil.copy(ROOT / "README.md", readme)
+    claims = pd.read_csv(tables / "claims.csv")
+    claims.loc[claims["claim"] == "fp32-exact", "verdict"] = "fails"
+    claims.to_csv(tables / "claims.csv", index=False)
+    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 1
+    assert summary.main(["--tables", str(tables), "--readme", str(readme)]) == 0
+    row = next(line for line in readme.read_text().splitlines() if line.startswith("| fp32-exact |"))
+    assert "| fails (" in row and "| holds" not in row, row
+    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 0
+
+
+def test_a_changed_table_makes_the_results_stale(tmp_path):
+    tables = tmp_path / "tables"
+    shutil.copytree(RUN, tables)
+    readme = tmp_path / "RESULTS.md"
+    shutil.copy(ROOT / "docs" / "RESULTS.md", readme)
     mo = pd.read_csv(tables / "match_overall.csv")
     mo.loc[(mo["decoder"] == "orthrus") & (mo["precision"] == "fp32"), "match_rate"] = 0.5
     mo.to_csv(tables / "match_overall.csv", index=False)
@@ -37,6 +55,8 @@ def test_missing_table_and_missing_markers_are_named(tmp_path):
         summary.render(tmp_path)
     with pytest.raises(ValueError, match="results:begin"):
         summary.replace_block("no markers here", "x")
+    with pytest.raises(ValueError, match="results:begin.*claims:begin"):
+        summary.update("no markers here", RUN)
 
 
 def _with_eager(tables: Path, model: str) -> Path:

@@ -358,6 +358,7 @@ def test_changed_teacher_weights_at_the_same_path_start_afresh(tmp_path, teacher
     assert "fresh start" in err and "changed: teacher" in err and "resumed" not in err
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path, teacher, corpus):
     s = {**FAST, "max_steps": 4, "batch_size": 2, "eval_per_domain": 0}
     train({**s, "grad_accum": 2}, teacher, [corpus], tmp_path / "one", progress=False)

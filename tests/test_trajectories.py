@@ -1,7 +1,7 @@
 import json
 
 import pandas as pd
-from conftest import EOS, MASK, tiny_base
+from conftest import EOS, MASK, save_tiny, tiny_base
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -19,11 +19,8 @@ def save_models(tmp_path):
     fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     base = tiny_base(0)
     base.generation_config.eos_token_id = [EOS, 2]
-    base.save_pretrained(tmp_path / "teacher")
-    fast.save_pretrained(tmp_path / "teacher")
     model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
-    model.save_pretrained(tmp_path / "orthrus")
-    fast.save_pretrained(tmp_path / "orthrus")
+    save_tiny(tmp_path, {"teacher": base, "orthrus": model}, tokenizer=fast)
 
 
 def test_decode_cli_writes_one_file_per_precision_attention_pair(tmp_path):
@@ -73,9 +70,7 @@ def test_decode_cli_protocol_options_are_recorded_in_env(tmp_path):
     # system turns render as "w3", so the message format shows in the prompt length
     fast.chat_template = "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
     model = OrthrusForCausalLM.from_base(tiny_base(0), block_size=4, mask_token_id=MASK)
-    model.save_pretrained(tmp_path / "m")
-    fast.save_pretrained(tmp_path / "m")
-    pd.DataFrame({"prompt_id": ["wmt ru-en-0"], "domain": ["wmt ru-en"], "prompt": ["w5 w6 w7"]}).to_parquet(tmp_path / "p.parquet")
+    save_tiny(tmp_path, {"m": model}, {"wmt ru-en-0": ("wmt ru-en", "w5 w6 w7")}, tokenizer=fast)
     common = ["--model-path", str(tmp_path / "m"), "--model-name", "m", "--precision", "fp32",
               "--prompts", str(tmp_path / "p.parquet"), "--max-new-tokens", "9", "--no-progress"]
     assert main(["--decoder", "orthrus", *common, "--out", str(tmp_path / "default.parquet")]) == 0

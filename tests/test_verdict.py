@@ -7,16 +7,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, teacher_and_orthrus, tiny_base, word_tokenizer
+from conftest import MASK, save_tiny, teacher_and_orthrus, tiny_base
 
 import orthrus
 from orthrus.analysis.match import audit, compare_trajectories, decoders_table, match_overall
 from orthrus.audit.forensics import judge
 from orthrus.audit.forensics import main as forensics
+from orthrus.audit.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
 from orthrus.decode.options import DecodeOptions, OptionsError
 from orthrus.decode.stage import batched_generate, hf_generate
 from orthrus.decode.stage import main as decode
-from orthrus.audit.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
 
 
 def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
@@ -101,16 +101,11 @@ def study(tmp_path_factory):
     noisy copy of it (drafts often right), 24 prompts: the files a decode stage reads."""
     root = tmp_path_factory.mktemp("verdicts")
     base, orth = teacher_and_orthrus(3, init=0.3, shift=0.6, shift_seed=9, block_size=4, noise=0.02, noise_seed=5)
-    tok = word_tokenizer()
-    base.save_pretrained(root / "teacher")
-    tok.save_pretrained(root / "teacher")
-    orth.save_pretrained(root / "orthrus")
-    tok.save_pretrained(root / "orthrus")
     g = torch.Generator().manual_seed(1)
     prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, MASK, (int(n),), generator=g))
                for n in torch.randint(2, 9, (24,), generator=g)]
-    pd.DataFrame({"prompt_id": [f"p{i}" for i in range(24)], "domain": ["a", "b"] * 12, "prompt": prompts}).to_parquet(
-        root / "prompts.parquet")
+    prompts = {f"p{i}": ("ab"[i % 2], p) for i, p in enumerate(prompts)}
+    save_tiny(root, {"teacher": base, "orthrus": orth}, prompts, prompts_file="prompts.parquet")
     return root
 
 
@@ -207,7 +202,7 @@ def test_the_oracle_is_the_reference_in_fp32_and_drafts_only_the_reference():
         ref = hf_generate(base, prompt, DecodeOptions(decoder="ar-ref", max_new_tokens=30))["tokens"]
         drafts = []
         out = orthrus.generate(base, prompt, DecodeOptions(decoder="oracle", block_size=4, max_new_tokens=30), oracle=ref,
-                               trace=lambda f, toks: f.kind == "verify" and drafts.append((f.first, f.input_ids[1:])))
+                               trace=lambda f, toks, drafts=drafts: f.kind == "verify" and drafts.append((f.first, f.input_ids[1:])))
         assert out.tokens.tolist() == ref
         for first, draft in drafts:  # each verify block reads the reference's own next tokens
             assert draft == ref[first: first + len(draft)]

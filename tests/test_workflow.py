@@ -1,4 +1,5 @@
 """The Snakemake workflow: schema validation, dry runs, lint, and one end-to-end smoke study."""
+import json
 import os
 import re
 import shlex
@@ -57,6 +58,7 @@ def test_schema_vocabularies_are_the_contracts():
     assert set(schema["properties"]["decode"]["properties"]["decoders"]["items"]["enum"]) <= set(contracts.SPECULATIVE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutate, message", [
     (lambda c: c["teacher"].__setitem__("source", 42), "source"),
     (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
@@ -81,6 +83,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, messag
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_default_and_paper_dry_runs(tmp_path):
     res = snakemake("-n", cwd=workdir_with(tmp_path, default_config()))
     assert res.returncode == 0, res.stderr[-2000:]
@@ -132,6 +135,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "--draft-path Qwen/Qwen3-0.6B" in shown and any(o.decoder == "prompt-lookup" for _, o in opts)
 
 
+@pytest.mark.slow
 def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     """`--config seed=N` is another realisation of the study on the same subject: the prompts,
     every variant's distillation (its own seed plus the global one) and the tiny benchmark
@@ -193,6 +197,7 @@ def _jobs(dry_run: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     """decode.grids narrows one Orthrus model (smoke-kl: sdpa only): its Orthrus loop, AR view and
     forensics run exactly there; smoke-klb (a name it begins) and smoke-ce keep the full grid, and
@@ -234,6 +239,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     assert _cells(res.stdout, "smoke-klb") == {(d, p, a) for d in ("orthrus", "ar") for p, a in full}
 
 
+@pytest.mark.slow
 def test_controls_join_the_dag(tmp_path):
     """decode.controls: the oracle and ar-batched decode on the teacher, the oracle reading the
     ar-ref reference of each of its cells; orthrus-lossy runs on each Orthrus model over that
@@ -265,11 +271,12 @@ def test_controls_join_the_dag(tmp_path):
 
 def _engine_file(path, dtype="float32", kernel="eager"):
     """A trajectory file as an engine writes it (its contents are checked by the ingest job, not here)."""
-    path.write_text('{"prompt_id": "x", "token_ids": [], "env": {"engine": "vllm", "dtype": "%s", "kernel": "%s"}}\n'
-                    % (dtype, kernel))
+    env = {"engine": "vllm", "dtype": dtype, "kernel": kernel}
+    path.write_text(json.dumps({"prompt_id": "x", "token_ids": [], "env": env}) + "\n")
     return str(path)
 
 
+@pytest.mark.slow
 def test_engine_files_join_the_dag(tmp_path):
     """decode.external: each file is ingested as decoder `external` at its cell (the entry's, else its
     env's), joins the analysis, and its forensics compare it with its reference: the ar-ref of its
@@ -306,6 +313,7 @@ def test_engine_files_join_the_dag(tmp_path):
     assert alone.returncode == 0 and re.search(r"^export_prompts\s+1$", alone.stdout, re.M), alone.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry, message", [
     ({"path": "missing.jsonl"}, "decode.external.e.path: no such file: 'missing.jsonl'"),
     ({"path": "FILE", "reference": "nope"}, "decode.external.e.reference: 'nope' is not an entry of decode.external"),
@@ -332,88 +340,158 @@ def test_lint_is_clean():
     assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, res.stdout[-3000:]
 
 
-@pytest.mark.slow
-def test_end_to_end_smoke_study(tmp_path):
-    work = workdir_with(tmp_path, yaml.safe_load(SMOKE.read_text()))
+# The smoke study (tests/smoke/config.yaml), run once for the module; each test below checks one
+# part of what it wrote, so one failure does not hide the others.
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The smoke study's work directory after `snakemake --cores 2`, from scratch."""
+    work = workdir_with(tmp_path_factory.mktemp("smoke"), yaml.safe_load(SMOKE.read_text()))
     res = snakemake("--cores", "2", cwd=work, timeout=1800)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-    tables = work / "results" / "tables"
-    overall = pd.read_csv(tables / "match_overall.csv")
+    return work
+
+
+def _table(work, name):
+    path = work / "results" / "tables" / name
+    return pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
+
+
+def _orthrus(work):
+    overall = _table(work, "match_overall.csv")
+    return overall[overall.decoder == "orthrus"]
+
+
+@pytest.mark.slow
+def test_smoke_orthrus_cells_follow_decode_grids(smoke):
+    """smoke-ce over 2 precisions x 2 attentions, smoke-kl over the narrower grid of decode.grids (sdpa only)."""
+    overall = _table(smoke, "match_overall.csv")
     assert {"model", "precision", "attention", "n", "match_rate", "ci_low", "ci_high"} <= set(overall.columns)
-    orth = overall[overall.decoder == "orthrus"]
-    # smoke-ce over 2 precisions x 2 attentions, smoke-kl over the narrower grid of decode.grids (sdpa only)
+    orth = _orthrus(smoke)
     cells = lambda m: sorted(map(tuple, orth.loc[orth.model == m, ["precision", "attention"]].values.tolist()))
     assert cells("smoke-ce") == [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     assert cells("smoke-kl") == [("bf16", "sdpa"), ("fp32", "sdpa")] and len(orth) == 6
-    assert sorted(p.name for p in (work / "results/decode/smoke-kl").glob("*.parquet")) == [
+    assert sorted(p.name for p in (smoke / "results/decode/smoke-kl").glob("*.parquet")) == [
         f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus", "orthrus-lossy") for p in ("bf16", "fp32")]
-    fx = pd.read_parquet(work / "results/forensics.parquet")
+    fx = pd.read_parquet(smoke / "results/forensics.parquet")
     assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
+
+
+@pytest.mark.slow
+def test_smoke_summary_shows_a_dash_where_a_model_has_no_cell(smoke):
     from orthrus.report import summary
-    block = summary.render(tables)  # the README block: '-' where smoke-kl has no cell
+
+    block = summary.render(smoke / "results" / "tables")  # docs/RESULTS.md's block: '-' where smoke-kl has no cell
     assert re.search(r"^\| fp32 \| \S+ / - \| \S+ / \S+ \|$", block, re.M), block
+    assert block.startswith("Each claim of the study")  # the claims first
+
+
+@pytest.mark.slow
+def test_smoke_fp32_is_exact_for_orthrus_and_transformers_decoders(smoke):
+    overall = _table(smoke, "match_overall.csv")
+    orth = _orthrus(smoke)
     assert (orth[orth.precision == "fp32"].match_rate == 1.0).all()
-    # transformers' speculative decoders on the teacher: exact in fp32, side by side in decoders.csv
     hf = overall[overall.decoder.isin(["assisted", "prompt-lookup"])]
     assert (hf[hf.precision == "fp32"].match_rate == 1.0).all()
     # assisted over the whole grid, prompt-lookup over the narrower one of decode.grids (sdpa only)
     assert sorted(map(tuple, hf[["decoder", "attention"]].values.tolist())) == sorted(
         [("assisted", a) for a in ("eager", "sdpa")] * 2 + [("prompt-lookup", "sdpa")] * 2)
-    decoders = pd.read_csv(tables / "decoders.csv")
+
+
+@pytest.mark.slow
+def test_smoke_decoders_table_has_every_decoder(smoke):
+    decoders = _table(smoke, "decoders.csv")
     assert set(decoders.decoder) == {"orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy",
                                      "external"}
-    # the engines' files (decode.external, written by the stand-in engine from the exported prompts): the plain
-    # run is the ar-ref reference exactly; the engine pair's prompt-lookup run, compared with that plain run,
-    # matches as often as the in-process prompt-lookup in the same cell, and its divergences have verdicts
+    assert (smoke / "results" / "figures" / "decoders.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_smoke_engine_files_join_every_table(smoke):
+    """The engines' files (decode.external, written by the stand-in engine from the exported prompts):
+    the plain run is the ar-ref reference exactly; the engine pair's prompt-lookup run, compared with
+    that plain run, matches as often as the in-process prompt-lookup in the same cell, and its
+    divergences have verdicts."""
+    overall = _table(smoke, "match_overall.csv")
     ext = overall[overall.decoder == "external"].set_index("model")
     assert set(ext.index) == {"engine-ar", "engine-pld"} and ext.match_rate["engine-ar"] == 1.0
     pld = overall[(overall.decoder == "prompt-lookup") & (overall.precision == "bf16") & (overall.attention == "sdpa")]
     assert ext.match_rate["engine-pld"] == pld.match_rate.iloc[0] and (ext.n_errors_excluded == 0).all()
-    traj = pd.read_parquet(tables / "trajectories.parquet")
+    traj = _table(smoke, "trajectories.parquet")
     assert set(traj.loc[traj.model == "engine-pld", "reference"]) == {"engine-ar"}
     assert set(traj.loc[traj.model == "engine-ar", "reference"]) == {"teacher"}
-    tpf = pd.read_csv(tables / "tpf_by_domain.csv")
+    tpf = _table(smoke, "tpf_by_domain.csv")
     assert tpf.loc[(tpf.decoder == "external") & (tpf.domain == "all"), "tpf_verify"].notna().all()
+    fx = pd.read_parquet(smoke / "results/forensics.parquet")
     assert set(fx.loc[fx.decoder == "external", "model"]) <= {"engine-pld"}
     assert set(fx.loc[fx.decoder == "external", "verdict"]) <= {"tie", "rounding"}
-    pw = pd.read_csv(tables / "pairwise_match.csv")
-    assert {"engine-ar", "engine-pld"} <= set(pw.a_model)
-    # the audit catches the planted bug in both precisions, and explains every other divergence by numerics
+    assert {"engine-ar", "engine-pld"} <= set(_table(smoke, "pairwise_match.csv").a_model)
+
+
+@pytest.mark.slow
+def test_smoke_audit_catches_the_planted_bug_and_explains_the_rest(smoke):
+    """The planted bug is `not lossless` in both precisions; every other divergence is numerics."""
+    decoders = _table(smoke, "decoders.csv")
     lossy = decoders[decoders.decoder == "orthrus-lossy"]
     for precision in ("bf16", "fp32"):
         assert (lossy[lossy.precision == precision].audit == "not lossless").any(), lossy.to_string()
     honest = decoders[decoders.decoder != "orthrus-lossy"]
     assert (honest.n_structural == 0).all() and (honest.n_no_verdict == 0).all(), honest.to_string()
     assert honest.oracle_match_rate.notna().all() and honest.batch_match_rate.notna().all()
+    fx = pd.read_parquet(smoke / "results/forensics.parquet")
     assert set(fx.loc[fx.decoder != "orthrus-lossy", "verdict"]) <= {"tie", "rounding"}
-    assert (work / "results" / "figures" / "decoders.png").stat().st_size > 0
-    for name in ("match_by_domain", "match_vs_ppl", "survival"):
-        assert (work / "results" / "figures" / f"{name}.png").stat().st_size > 0
-    # the claims, first in the README block; benchmarks off: no benchmark claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["match_by_domain", "match_vs_ppl", "survival"])
+def test_smoke_figures_are_drawn(smoke, name):
+    assert (smoke / "results" / "figures" / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_smoke_claims(smoke):
+    """The claims table; benchmarks off: no benchmark claim."""
     from orthrus import contracts
 
-    claims = pd.read_csv(tables / "claims.csv")
-    assert list(claims.columns) == contracts.CLAIMS_COLUMNS and (tables / "claims.md").exists()
+    claims = _table(smoke, "claims.csv")
+    assert list(claims.columns) == contracts.CLAIMS_COLUMNS and (smoke / "results/tables/claims.md").exists()
     assert claims.loc[claims.claim == "fp32-exact", "verdict"].tolist() == ["holds"]
+    decoders = _table(smoke, "decoders.csv")
     planted = claims[claims.claim == "planted-bug-caught"]
-    assert len(planted) == len(lossy) and "fails" not in set(planted.verdict) and "holds" in set(planted.verdict)
+    assert len(planted) == (decoders.decoder == "orthrus-lossy").sum()
+    assert "fails" not in set(planted.verdict) and "holds" in set(planted.verdict)
     assert "fails" not in set(claims.loc[claims.claim == "divergences-are-numerics", "verdict"])
-    assert "benchmarks-equivalent" not in set(claims.claim) and block.startswith("Each claim of the study")
-    # the price of exactness: every setting on the same prompts, the guards on the base cell
-    cost = pd.read_csv(tables / "exactness_cost.csv")
+    assert "benchmarks-equivalent" not in set(claims.claim)
+
+
+@pytest.mark.slow
+def test_smoke_price_of_exactness(smoke):
+    """Every setting on the same prompts, the guards on the base cell."""
+    from orthrus import contracts
+
+    cost = _table(smoke, "exactness_cost.csv")
     assert list(cost.columns) == contracts.FRONTIER_TABLES["exactness_cost.csv"] and set(cost.model) == {"smoke-ce"}
     assert len(cost) == 3 * 2 + 2 and cost.n.nunique() == 1 and cost.cheapest_exact.sum() <= 1
     base = cost[(cost.precision == "bf16") & (cost.attention == "sdpa") & (cost.verify_guard == 0)]
-    assert base.time_vs_base.tolist() == [1.0] and (work / "results/figures/exactness_cost.png").stat().st_size > 0
+    assert base.time_vs_base.tolist() == [1.0] and (smoke / "results/figures/exactness_cost.png").stat().st_size > 0
     guarded = cost[cost.verify_guard > 0]
     assert len(guarded) == 2 and (guarded.match_rate >= base.match_rate.iloc[0]).all(), cost.to_string()
-    decoded = pd.read_parquet(work / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
+
+
+@pytest.mark.slow
+def test_smoke_decoding_rows_record_their_numerical_environment(smoke):
+    decoded = pd.read_parquet(smoke / "results/decode/smoke-ce/orthrus-bf16-sdpa.parquet")
     assert '"dtype": "bf16"' in decoded.env.iloc[0] and '"attention": "sdpa"' in decoded.env.iloc[0]
-    # a rerun has nothing to do; a lost corpus shard is regenerated alone
-    again = snakemake("-n", cwd=work)
+
+
+@pytest.mark.slow
+def test_smoke_rerun_has_nothing_to_do_and_a_lost_shard_is_redone_alone(smoke):
+    """Last of the smoke tests: it removes a corpus shard."""
+    again = snakemake("-n", cwd=smoke)
     assert "Nothing to be done" in again.stdout + again.stderr
-    (work / "results/corpus/shard_1-of-2.parquet").unlink()
-    plan = snakemake("-n", "results/corpus/shard_1-of-2.parquet", "results/corpus/shard_2-of-2.parquet", cwd=work)
+    (smoke / "results/corpus/shard_1-of-2.parquet").unlink()
+    plan = snakemake("-n", "results/corpus/shard_1-of-2.parquet", "results/corpus/shard_2-of-2.parquet", cwd=smoke)
     assert re.search(r"^corpus_shard\s+1$", plan.stdout, re.M), plan.stdout[-2000:]
     assert "output: results/corpus/shard_1-of-2.parquet" in plan.stdout
 
@@ -471,6 +549,7 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     assert f"--draft-path {shlex.quote(str(nasty))} " in shown.stdout
 
 
+@pytest.mark.slow
 def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
     """Without the code-execution opt-in the paper's HumanEval is left out, said in one line,
     and GSM8K and IFEval still run; with the opt-in all three; a task list of only code tasks is
@@ -494,6 +573,7 @@ def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
     assert only.returncode != 0 and "benchmarks.tasks: every task runs model-written code" in only.stdout + only.stderr
 
 
+@pytest.mark.slow
 def test_a_kernel_that_is_not_installed_fails_before_any_job(tmp_path):
     import importlib.util
 
@@ -509,6 +589,7 @@ def test_a_kernel_that_is_not_installed_fails_before_any_job(tmp_path):
     assert "analysis.ppl_attention: flash_attention_2 needs the flash_attn package" in out
 
 
+@pytest.mark.slow
 def test_the_cluster_profile_keeps_going_and_gives_each_rule_its_threads(tmp_path):
     """`--profile profiles/slurm` with the paper config: every job keeps the config's 8 threads
     (the workflow profile, which Snakemake applies on top, caps nothing), and the effective

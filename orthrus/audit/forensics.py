@@ -47,16 +47,17 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from orthrus.data.chat import render_chat
-from orthrus.contracts import EXTERNAL_DECODER, FORENSICS_COLUMNS
-from orthrus.decode.loop import generate
-from orthrus.io import write_parquet
-from orthrus.models.loading import load_draft, load_model
-from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, env_record
-from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.analysis.stats import first_divergence
-from orthrus.decode.stage import batched_generate, batches, hf_generate
 from orthrus.audit.verdict import ROUNDING_ULPS, external_verdict, gap_ulps, rounding_ulps_arg, verdict
+from orthrus.contracts import EXTERNAL_DECODER, FORENSICS_COLUMNS
+from orthrus.data.chat import render_chat
+from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
+from orthrus.decode.loop import generate
+from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, env_record
+from orthrus.decode.stage import batched_generate, batches, hf_generate
+from orthrus.io import write_parquet
+from orthrus.models.cache import cache_kwarg
+from orthrus.models.loading import load_draft, load_model
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -65,7 +66,7 @@ def margin(logits: torch.Tensor) -> float:
 
 
 def _forward(model, ids, cache):
-    out = model(input_ids=torch.tensor(ids, device=model.device)[None], past_key_values=cache, use_cache=True,
+    out = model(input_ids=torch.tensor(ids, device=model.device)[None], **cache_kwarg(model, cache), use_cache=True,
                 output_hidden_states=True)
     return out.logits[0], [h[0] for h in out.hidden_states]
 

@@ -33,23 +33,24 @@ import platform
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from orthrus.data.chat import render_chat
-from orthrus.contracts import REFERENCE_DECODER
-from orthrus.errors import InputError
+from orthrus.analysis.stats import as_token_list, first_divergence
 from orthrus.audit.forensics import batch_of, judge, margin, replay_generate, replay_verify, row_options, stepwise
+from orthrus.audit.verdict import ROUNDING_ULPS
+from orthrus.contracts import REFERENCE_DECODER
+from orthrus.data.chat import render_chat
+from orthrus.data.prompt_set import read_prompt_set
+from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, env_record
+from orthrus.decode.stage import batched_generate, decode_one
+from orthrus.errors import InputError
 from orthrus.io import write_json
 from orthrus.models.loading import load_draft, load_model
-from orthrus.decode.options import LOOP_DECODERS, env_record
 from orthrus.models.precision import numerical_env
-from orthrus.data.prompt_set import read_prompt_set
-from orthrus.analysis.stats import as_token_list, first_divergence
-from orthrus.decode.stage import batched_generate, decode_one
-from orthrus.audit.verdict import ROUNDING_ULPS
 
 VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval",
              "orthrus")
@@ -122,101 +123,170 @@ def _forward(logits, tokenizer, k, own: int | None, other: int | None, **extra) 
             "logit_other_token": None if other is None else float(lf[other]), **extra}
 
 
+@dataclass
+class _Side:
+    """One trajectory of the divergence as its run recorded it, and what replays it: its decoding
+    row and file, its options and env, its model (loaded at those options) and the prompt's ids."""
+
+    row: object
+    file: Path
+    options: DecodeOptions
+    env: dict
+    path: str
+    net: object
+    tokenizer: object
+    ids: list
+
+    @property
+    def recorded(self) -> list:
+        return as_token_list(self.row.tokens)
+
+
+def _side(row, file: Path, results: Path, override, text: str, device: str) -> _Side:
+    options, env = row_options(row), env_record(row.env)
+    path = model_location(env.get("model_path"), results, override)
+    net, tokenizer = load_model(path, options, device)
+    return _Side(row, file, options, env, path, net, tokenizer, render_chat(tokenizer, text, options.message))
+
+
+def _prompt_text(prompt_file: Path, prompt_id: str) -> str:
+    text = read_prompt_set(prompt_file).set_index("prompt_id")["prompt"]
+    if prompt_id not in text.index:
+        raise InputError(f"{prompt_file} has no prompt {prompt_id!r}")
+    return text[prompt_id]
+
+
+def _divergence(dec: _Side, ref: _Side, what: str, prompt_id: str) -> int:
+    """The first position where the recorded trajectories part; an error where the prompt renders
+    otherwise than in the run, or where they do not part."""
+    if len(dec.ids) != dec.row.prompt_len:
+        raise InputError(f"prompt {prompt_id!r} renders to {len(dec.ids)} tokens, the run had {dec.row.prompt_len}: "
+                         "another prompt file or tokenizer")
+    t = first_divergence(ref.recorded, dec.recorded)
+    if t is None:
+        raise InputError(f"{what} matches the reference on {prompt_id!r}: no divergence to replay")
+    return t
+
+
+def _redecode(dec: _Side, ref: _Side, draft, oracle, batch) -> dict:
+    """Both trajectories decoded again with their recorded options (ar-batched in its run's batch)."""
+    if batch is not None:
+        prompts = [torch.tensor(p, device=dec.net.device) for p in batch[0]]
+        dec_tokens = batched_generate(dec.net, prompts, dec.options)[batch[1]]["tokens"]
+    else:
+        dec_ids = torch.tensor(dec.ids, device=dec.net.device)
+        dec_tokens = decode_one(dec.net, dec_ids, dec.options, draft, oracle)["tokens"]
+    ref_tokens = decode_one(ref.net, torch.tensor(ref.ids, device=ref.net.device), ref.options)["tokens"]
+    return {"decoder": as_token_list(dec_tokens), "reference": as_token_list(ref_tokens)}
+
+
+def _reference_step(ref: _Side, t: int, k: int, device: str, own: int, other):
+    """The reference's one-token step at t, and again in fp32 for the fp32 margin: (its forward's
+    record, its logits, its per-layer hidden states)."""
+    prefix = ref.recorded[:t]
+    logits, hidden = stepwise(ref.net, ref.ids, prefix)
+    fp32 = ref.net if ref.options.precision == "fp32" else load_model(
+        ref.path, ref.options.replace(precision="fp32"), device)[0]
+    logits32, _ = stepwise(fp32, ref.ids, prefix)
+    forward = _forward(logits, ref.tokenizer, k, own, other, kind="step", margin_fp32=margin(logits32),
+                       top_k_fp32=top_k(logits32, ref.tokenizer, k))
+    return forward, logits, hidden
+
+
+def _decoder_row(dec: _Side, decoder: str, t: int, k: int, own: int, other, draft, oracle, batch):
+    """The decoder's own row that emitted its token at t: our loop's verify row (rerun and traced,
+    with hidden states), or the logits transformers' generate returns for that token (none)."""
+    if decoder in LOOP_DECODERS:
+        logits, hidden, emitted, blocks = replay_verify(dec.net, dec.ids, dec.options, t, oracle)
+        extra = {"kind": "verify", "block": list(blocks[-1])}
+    else:
+        logits, emitted = replay_generate(dec.net, dec.ids, dec.options, t, draft, batch)
+        hidden, extra = None, {"kind": "generate output_logits"}
+    forward = _forward(logits, dec.tokenizer, k, own, other, **extra,
+                       replayed_prefix_matches=emitted == dec.recorded[: t + 1])
+    return forward, logits, hidden
+
+
+def _layer_diffs(ref_hidden, dec_hidden) -> list | None:
+    """The largest absolute difference per layer between the two forwards' hidden states."""
+    if ref_hidden is None or dec_hidden is None:
+        return None
+    return [float((a.float() - b.float()).abs().max()) for a, b in zip(ref_hidden, dec_hidden)]
+
+
+def _token_at(tokens: list, t: int):
+    return tokens[t] if t < len(tokens) else None
+
+
 def replay(results, model: str, decoder: str, precision: str, attention: str, prompt_id: str, reference=None,
            model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu",
            rounding_ulps: float | dict = ROUNDING_ULPS) -> dict:
     """The replay record (see the module docstring)."""
     results = Path(results)
-    dec_row = _row(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet", prompt_id)
+    # every file is read and checked before any model loads
+    dec_file = results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet"
+    dec_row = _row(dec_file, prompt_id)
     ref_file = reference_file(results, precision, attention, reference)
     ref_row = _row(ref_file, prompt_id)
-    options, ref_options = row_options(dec_row), row_options(ref_row)
-    dec_env, ref_env = env_record(dec_row.env), env_record(ref_row.env)
     prompt_file = Path(prompts) if prompts else results / "prompts" / "eval.parquet"
-    text = read_prompt_set(prompt_file).set_index("prompt_id")["prompt"]
-    if prompt_id not in text.index:
-        raise InputError(f"{prompt_file} has no prompt {prompt_id!r}")
+    text = _prompt_text(prompt_file, prompt_id)
 
-    dec_path = model_location(dec_env.get("model_path"), results, model_path)
-    ref_path = model_location(ref_env.get("model_path"), results, reference_path)
-    net, tokenizer = load_model(dec_path, options, device)
+    dec = _side(dec_row, dec_file, results, model_path, text, device)
     draft = None
     if decoder == "assisted":
-        draft = load_draft(model_location(dec_env.get("draft"), results), net, tokenizer, dec_path)
-    ref_net, ref_tokenizer = load_model(ref_path, ref_options, device)
-    ids = render_chat(tokenizer, text[prompt_id], options.message)
-    ref_ids = render_chat(ref_tokenizer, text[prompt_id], ref_options.message)
-    if len(ids) != dec_row.prompt_len:
-        raise InputError(f"prompt {prompt_id!r} renders to {len(ids)} tokens, the run had {dec_row.prompt_len}: "
-                         "another prompt file or tokenizer")
+        draft = load_draft(model_location(dec.env.get("draft"), results), dec.net, dec.tokenizer, dec.path)
+    ref = _side(ref_row, ref_file, results, reference_path, text, device)
+    t = _divergence(dec, ref, f"{model}/{decoder}/{precision}/{attention}", prompt_id)
 
-    recorded = {"decoder": as_token_list(dec_row.tokens), "reference": as_token_list(ref_row.tokens)}
-    t = first_divergence(recorded["reference"], recorded["decoder"])
-    if t is None:
-        raise InputError(f"{model}/{decoder}/{precision}/{attention} matches the reference on {prompt_id!r}: "
-                         "no divergence to replay")
     # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
     # in the batch the decode stage formed
-    oracle = recorded["reference"] if decoder == "oracle" else None
-    batch = (batch_of(read_prompt_set(prompt_file), tokenizer, options, dec_env, prompt_id,
-                      net.config.max_position_embeddings) if decoder == "ar-batched" else None)
-    if batch is not None:
-        dec_tokens = batched_generate(net, [torch.tensor(p, device=net.device) for p in batch[0]], options)[batch[1]]["tokens"]
-    else:
-        dec_tokens = decode_one(net, torch.tensor(ids, device=net.device), options, draft, oracle)["tokens"]
-    replayed = {"decoder": as_token_list(dec_tokens),
-                "reference": as_token_list(decode_one(ref_net, torch.tensor(ref_ids, device=ref_net.device),
-                                                      ref_options)["tokens"])}
-    ref_tok = recorded["reference"][t] if t < len(recorded["reference"]) else None
-    dec_tok = recorded["decoder"][t] if t < len(recorded["decoder"]) else None
+    oracle = ref.recorded if decoder == "oracle" else None
+    batch = (batch_of(read_prompt_set(prompt_file), dec.tokenizer, dec.options, dec.env, prompt_id,
+                      dec.net.config.max_position_embeddings) if decoder == "ar-batched" else None)
+    replayed = _redecode(dec, ref, draft, oracle, batch)
 
-    forwards, hidden, step_logits = {}, {}, None
+    ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
+    forwards, verdict = {}, None
+    ref_logits = ref_hidden = dec_hidden = None
     if ref_tok is not None:
-        logits, hidden["reference"] = stepwise(ref_net, ref_ids, recorded["reference"][:t])
-        step_logits = logits
-        fp32 = ref_net if ref_options.precision == "fp32" else load_model(
-            ref_path, ref_options.replace(precision="fp32"), device)[0]
-        logits32, _ = stepwise(fp32, ref_ids, recorded["reference"][:t])
-        forwards["reference"] = _forward(logits, ref_tokenizer, k, ref_tok, dec_tok, kind="step",
-                                         margin_fp32=margin(logits32), top_k_fp32=top_k(logits32, ref_tokenizer, k))
-    verdict = None
+        forwards["reference"], ref_logits, ref_hidden = _reference_step(ref, t, k, device, ref_tok, dec_tok)
     if dec_tok is not None:
-        if decoder in LOOP_DECODERS:
-            logits, hidden["decoder"], emitted, blocks = replay_verify(net, ids, options, t, oracle)
-            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="verify",
-                                           block=list(blocks[-1]), replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
-        else:  # transformers' loop: its verify row as generate returns it (output_logits); no hidden states
-            logits, emitted = replay_generate(net, ids, options, t, draft, batch)
-            forwards["decoder"] = _forward(logits, tokenizer, k, dec_tok, ref_tok, kind="generate output_logits",
-                                           replayed_prefix_matches=emitted == recorded["decoder"][: t + 1])
-        if step_logits is not None:
-            verdict = judge(step_logits, logits, ref_tok, dec_tok, precision, rounding_ulps,
-                            forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == recorded["reference"])
-    layers = None
-    if len(hidden) == 2:
-        layers = [float((a.float() - b.float()).abs().max()) for a, b in zip(hidden["reference"], hidden["decoder"])]
+        forwards["decoder"], dec_logits, dec_hidden = _decoder_row(dec, decoder, t, k, dec_tok, ref_tok, draft,
+                                                                   oracle, batch)
+        if ref_logits is not None:
+            consistent = forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == ref.recorded
+            verdict = judge(ref_logits, dec_logits, ref_tok, dec_tok, precision, rounding_ulps, consistent)
+    cell = {"model": model, "decoder": decoder, "precision": precision, "attention": attention}
+    return _record(results, cell, prompt_id, text, prompt_file, dec, ref, t, replayed, forwards, verdict,
+                   _layer_diffs(ref_hidden, dec_hidden))
+
+
+def _record(results: Path, cell: dict, prompt_id: str, text: str, prompt_file: Path, dec: _Side, ref: _Side, t: int,
+            replayed: dict, forwards: dict, verdict, layers) -> dict:
+    """The JSON record of one replayed divergence."""
+    recorded = {"decoder": dec.recorded, "reference": ref.recorded}
+    ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
     reproduced = {side: replayed[side] == recorded[side] for side in recorded}
     return {
-        "results": str(results), "model": model, "decoder": decoder, "precision": precision, "attention": attention,
-        "prompt_id": prompt_id, "domain": dec_row.domain, "prompt": text[prompt_id], "prompt_ids": ids,
-        "reference_prompt_ids": ref_ids if ref_ids != ids else None,
-        "files": {"decoder": str(results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet"),
-                  "reference": str(ref_file), "prompts": str(prompt_file)},
-        "models": {"decoder": dec_path, "reference": ref_path},
-        "options": {"decoder": options.record(), "reference": ref_options.record()},
+        "results": str(results), **cell,
+        "prompt_id": prompt_id, "domain": dec.row.domain, "prompt": text, "prompt_ids": dec.ids,
+        "reference_prompt_ids": ref.ids if ref.ids != dec.ids else None,
+        "files": {"decoder": str(dec.file), "reference": str(ref.file), "prompts": str(prompt_file)},
+        "models": {"decoder": dec.path, "reference": ref.path},
+        "options": {"decoder": dec.options.record(), "reference": ref.options.record()},
         "tokens": {"recorded": recorded, "replayed": replayed},
         "reproduced": reproduced | {"all": all(reproduced.values())},
-        "divergence": {"position": t, "common_prefix": recorded["reference"][:t], "reference_token": ref_tok,
+        "divergence": {"position": t, "common_prefix": ref.recorded[:t], "reference_token": ref_tok,
                        "decoder_token": dec_tok,
-                       "reference_text": None if ref_tok is None else ref_tokenizer.decode([ref_tok]),
-                       "decoder_text": None if dec_tok is None else tokenizer.decode([dec_tok])},
+                       "reference_text": None if ref_tok is None else ref.tokenizer.decode([ref_tok]),
+                       "decoder_text": None if dec_tok is None else dec.tokenizer.decode([dec_tok])},
         "forwards": forwards,
         "margin": forwards.get("reference", {}).get("margin"),
         "verdict": verdict,
         "max_abs_hidden_diff": layers,
         "first_layer_diverging": None if layers is None else next((i for i, d in enumerate(layers) if d > 0), None),
-        "numerical_env": {"decoder": numerical_env(net), "reference": numerical_env(ref_net)},
-        "recorded_env": {"decoder": dec_env, "reference": ref_env},
+        "numerical_env": {"decoder": numerical_env(dec.net), "reference": numerical_env(ref.net)},
+        "recorded_env": {"decoder": dec.env, "reference": ref.env},
         "versions": versions(),
     }
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from orthrus.models.loading import eos_ids
 from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, OptionsError
 from orthrus.decode.tpf import tokens_per_forward
+from orthrus.models.cache import cache_kwarg
+from orthrus.models.loading import eos_ids
 
 
 @dataclass
@@ -79,7 +80,7 @@ def ar_forward(model, ids: torch.Tensor, cache, last_only: bool = False, hidden:
 
     `last_only` computes the LM head for the last position only; the released loop computes
     it at every prompt position, which can change the bits of the last row on some kernels."""
-    out = model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0,
+    out = model(input_ids=ids[None], **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1 if last_only else 0,
                 output_hidden_states=hidden)
     return out.logits[0], ([h[0] for h in out.hidden_states] if hidden else None)
 

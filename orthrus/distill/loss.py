@@ -29,6 +29,8 @@ def block_loss(model, batch: dict, objective: str, kl_weight: float, autocast_dt
     import torch.nn.functional as F
     from transformers import DynamicCache
 
+    from orthrus.models.cache import cache_kwarg
+
     device = next(model.parameters()).device
     b = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     cuda = device.type == "cuda" and autocast_dtype is not None
@@ -39,10 +41,10 @@ def block_loss(model, batch: dict, objective: str, kl_weight: float, autocast_dt
     with ctx():
         with torch.no_grad():
             cache = DynamicCache(config=model.config)
-            out = model.model(input_ids=b["ids"], past_key_values=cache, use_cache=True)
+            out = model.model(input_ids=b["ids"], **cache_kwarg(model.model, cache), use_cache=True)
         mask_dtype = autocast_dtype if cuda else next(model.parameters()).dtype
         mask = additive_mask(b["allowed"], mask_dtype)
-        logits = model.diffusion_forward(b["blocks"], b["pos"], out.past_key_values, attention_mask=mask)
+        logits = model.diffusion_forward(b["blocks"], b["pos"], cache, attention_mask=mask)
     sel = b["w"] > 0
     lg = logits[sel].float()
     w = b["w"][sel]

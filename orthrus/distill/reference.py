@@ -23,11 +23,13 @@ def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
     import torch.nn.functional as F
     from transformers import DynamicCache
 
+    from orthrus.models.cache import cache_kwarg
+
     K = model.block_size
     B, q = batch["blocks"].shape
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        out = model.model(input_ids=batch["ids"], past_key_values=cache, use_cache=True)
+        out = model.model(input_ids=batch["ids"], **cache_kwarg(model.model, cache), use_cache=True)
     total = torch.zeros(())
     for s in range(B):
         for blk in range(q // K):
@@ -36,7 +38,7 @@ def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
             if not (w > 0).any():
                 continue
             a = int(batch["pos"][s, sl][0])
-            prefix = CachePrefix(out.past_key_values, s, a)
+            prefix = CachePrefix(cache, s, a)
             lg = model.diffusion_forward(batch["blocks"][s: s + 1, sl], batch["pos"][s: s + 1, sl], prefix)[0].float()
             logq = F.log_softmax(lg, -1)
             tok = -logq.gather(1, batch["targets"][s, sl][:, None])[:, 0]

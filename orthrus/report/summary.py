@@ -1,11 +1,14 @@
-"""`orthrus summary`: the README's result section, written from a run's tables.
+"""`orthrus summary`: the results section of docs/RESULTS.md and the README's claims table,
+written from a run's tables.
 
-    orthrus summary --tables results/tables [--readme README.md [--check]]
+    orthrus summary --tables results/tables [--readme FILE.md ... [--check]]
 
 Prints Markdown made only of numbers read from the tables (`orthrus analyze`, `orthrus
-lm-eval table`), so the text and the results cannot drift apart. With `--readme` it replaces
-the block between `<!-- results:begin -->` and `<!-- results:end -->` in that file; with
-`--check` it only says whether the block is up to date (exit 1 if not).
+lm-eval table`), so the text and the results cannot drift apart. With `--readme` (once per file)
+it replaces each block a file holds: the whole section between `<!-- results:begin -->` and
+`<!-- results:end -->`, the claims table alone between `<!-- claims:begin -->` and
+`<!-- claims:end -->`; with `--check` it only says whether every block is up to date (exit 1 if
+not).
 """
 from __future__ import annotations
 
@@ -16,7 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
-BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+from orthrus.io import atomic_path
+
+# the blocks a document may hold: the whole results section (docs/RESULTS.md), or the claims
+# table alone (the README's front page)
+BLOCKS = {"results": ("<!-- results:begin -->", "<!-- results:end -->"),
+          "claims": ("<!-- claims:begin -->", "<!-- claims:end -->")}
+BEGIN, END = BLOCKS["results"]
 REDUCED = ("bf16", "fp16")
 
 
@@ -231,34 +240,55 @@ def _benchmarks(tables: Path) -> list[str]:
     return out
 
 
-def replace_block(text: str, block: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"the README has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"
+def render_claims(tables: Path) -> str:
+    """The claims table alone, as the results section begins."""
+    return "\n".join(_claims(tables)).rstrip("\n") + "\n"
+
+
+def replace_block(text: str, block: str, name: str = "results") -> str:
+    begin, end = BLOCKS[name]
+    if begin not in text or end not in text:
+        raise ValueError(f"the document has no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}{end}{tail}"
+
+
+def update(text: str, tables: Path) -> str:
+    """`text` with each block it holds rendered from `tables`; an error when it holds none."""
+    renderers = {"results": render, "claims": render_claims}
+    present = [name for name, (begin, end) in BLOCKS.items() if begin in text and end in text]
+    if not present:
+        raise ValueError("the document has none of the blocks " + ", ".join(b for b, _ in BLOCKS.values()))
+    for name in present:
+        text = replace_block(text, renderers[name](tables), name)
+    return text
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus summary", description=__doc__.split("\n")[0])
     ap.add_argument("--tables", required=True, type=Path)
-    ap.add_argument("--readme", type=Path, help="rewrite this file's results block")
-    ap.add_argument("--check", action="store_true", help="with --readme: exit 1 if the block is stale")
+    ap.add_argument("--readme", type=Path, action="append", help="rewrite this file's blocks (repeatable)")
+    ap.add_argument("--check", action="store_true", help="with --readme: exit 1 if a block is stale")
     args = ap.parse_args(argv)
-    block = render(args.tables)
-    if args.readme is None:
-        sys.stdout.write(block)
+    if not args.readme:
+        sys.stdout.write(render(args.tables))
         return 0
-    text = args.readme.read_text()
-    new = replace_block(text, block)
-    if args.check:
-        if new != text:
-            sys.stderr.write(f"{args.readme}: results block differs from {args.tables} "
-                             f"(run `orthrus summary --tables {args.tables} --readme {args.readme}`)\n")
-            return 1
-        return 0
-    args.readme.write_text(new)
-    return 0
+    stale = []
+    for path in args.readme:
+        text = path.read_text()
+        new = update(text, args.tables)
+        if new == text:
+            continue
+        if args.check:
+            stale.append(path)
+        else:
+            with atomic_path(path) as tmp:
+                tmp.write_text(new)
+    for path in stale:
+        sys.stderr.write(f"{path}: a results block differs from {args.tables} "
+                         f"(run `orthrus summary --tables {args.tables} --readme {path}`)\n")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rehearse configs/paper.yaml on this CPU: build the stand-ins, then run the paper DAG for real
-# with configs/rehearsal.yaml on top (README, "Rehearsing the paper scale").
+# with configs/rehearsal.yaml on top (docs/USAGE.md, "Rehearsing the paper scale").
 #   bash workflow/scripts/rehearse.sh [WORKDIR] [snakemake options...]
 # WORKDIR (default: rehearsal/) gets standins/ and results/; nothing reaches the network.
 # REHEARSAL_EXTRA_CONFIG: one more config file read last (benchmarks/gpu_rehearsal.sh: device cuda).
