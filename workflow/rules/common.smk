@@ -250,7 +250,7 @@ def final_outputs():
         outputs += [f"{R}/tables/benchmarks.csv"]
     if frontier_files():
         outputs += [f"{R}/tables/exactness_cost.csv"]
-    return outputs
+    return outputs + sampling_outputs()  # workflow/rules/sampling.smk
 
 
 wildcard_constraints:

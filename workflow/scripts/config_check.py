@@ -382,6 +382,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _external_problems(cfg)
     problems += _architecture_problems(cfg)
     problems += _frontier_problems(cfg)
+    problems += _package_file("orthrus/audit/sampling_config.py").problems(cfg)
     problems += _training_problems(cfg, props, scatter or {})
     bench = cfg.get("benchmarks") or {}
     if bench.get("enabled", True) and not bench.get("tiny_tasks", True) and not bench.get("tasks"):
@@ -525,6 +526,16 @@ def _architecture_problems(cfg: dict) -> list[str]:
         problems.append(f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
                         f"package's AR loop: it {why}; set it to hf")
     return problems
+
+
+def _package_file(relative: str):
+    """A standard-library-only module of the package, loaded by its path (this file needs no orthrus import)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, Path(__file__).resolve().parents[2] / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _frontier_problems(cfg: dict) -> list[str]:
