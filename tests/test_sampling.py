@@ -209,3 +209,68 @@ def test_sampling_config_problems_name_the_key():
     assert any(p.startswith("sampling.temperatures:") for p in out)
     assert any(p.startswith("sampling.two_sample.temperature:") for p in out)
     assert problems({"sampling": {"enabled": False, "model": "x"}}) == []
+
+
+def _measured(tmp_path, planted_rejected=True, fp32_tv=2e-6):
+    """Measurement rows as `orthrus sampling measure` writes them, summarised by `orthrus sampling table`."""
+    import pandas as pd
+
+    from orthrus.audit.sampling import main
+
+    rows, tests = [], []
+    for precision, scale in (("bf16", 1e-3), ("fp32", fp32_tv)):
+        for t in (0.7, 1.0):
+            for decoder in ("orthrus", "orthrus-lossy"):
+                tv = scale if decoder == "orthrus" or t == 1.0 else 0.02
+                rows.append({"model": "m", "decoder": decoder, "precision": precision, "attention": "sdpa",
+                             "temperature": t, "top_p": 1.0, "prompt_id": "a-0", "domain": "a", "n_tokens": 5,
+                             "tv": [tv, tv / 2, 0.0, tv], "env": "{}"})
+    for decoder, p in (("orthrus", 0.4), ("orthrus-lossy", 1e-5 if planted_rejected else 0.3)):
+        for i in range(4):
+            tests.append({"model": "m", "decoder": decoder, "precision": "fp32", "attention": "sdpa",
+                          "temperature": 0.5, "top_p": 1.0, "prompt_id": f"a-{i}", "domain": "a", "n_samples": 300,
+                          "m": 6, "p_positions": [p] * 6, "p_prefix": p, "p_value": min(1.0, 7 * p), "samples": [[1]],
+                          "ar_samples": [[1]], "seconds": 1.0, "env": "{}"})
+    pd.DataFrame(rows).to_parquet(tmp_path / "tv.parquet")
+    pd.DataFrame(tests).to_parquet(tmp_path / "ts.parquet")
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    assert main(["table", "--tv", str(tmp_path / "tv.parquet"), "--two-sample", str(tmp_path / "ts.parquet"),
+                 "--length", "128", "--out-tv", str(tables / "sampling_tv.csv"),
+                 "--out-two-sample", str(tables / "sampling_two_sample.csv"), "--figure", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig.png").exists()
+    return tables
+
+
+def test_sampling_tables_and_claims(tmp_path):
+    import pandas as pd
+
+    from orthrus import contracts
+    from orthrus.report.claims import Settings, planted_sampler_bias_caught, sampling_lossless_fp32, sampling_tv_bf16
+
+    tables = _measured(tmp_path)
+    tv = pd.read_csv(tables / "sampling_tv.csv")
+    assert list(tv.columns) == contracts.SAMPLING_TABLES["sampling_tv.csv"]
+    cell = tv[(tv.decoder == "orthrus") & (tv.precision == "bf16") & (tv.temperature == 0.7)].iloc[0]
+    assert cell.tv_mean == pytest.approx(0.625e-3) and cell.tv_max == pytest.approx(1e-3)
+    assert cell.bound_at_length == pytest.approx(0.625e-3 * 128) and cell.seq_bound == pytest.approx(2.5e-3)
+    ts = pd.read_csv(tables / "sampling_two_sample.csv")
+    assert list(ts.columns) == contracts.SAMPLING_TABLES["sampling_two_sample.csv"]
+    assert ts[ts.decoder == "orthrus-lossy"].rejected.all() and not ts[ts.decoder == "orthrus"].rejected.any()
+    s = Settings()
+    assert [r["verdict"] for r in sampling_lossless_fp32(tables, s)] == ["holds"]
+    bf16 = sampling_tv_bf16(tables, s)
+    assert [r["verdict"] for r in bf16] == ["holds", "holds"] and "128-token response" in bf16[0]["reason"]
+    assert [r["verdict"] for r in planted_sampler_bias_caught(tables, s)] == ["holds"]
+
+
+def test_sampling_claims_fail_when_they_should(tmp_path):
+    from orthrus.report.claims import Settings, planted_sampler_bias_caught, sampling_lossless_fp32
+
+    (tmp_path / "a").mkdir()
+    tables = _measured(tmp_path / "a", planted_rejected=False, fp32_tv=1e-3)
+    s = Settings()
+    assert [r["verdict"] for r in sampling_lossless_fp32(tables, s)] == ["fails"]  # an fp32 TV above rounding
+    assert [r["verdict"] for r in planted_sampler_bias_caught(tables, s)] == ["fails"]  # not rejected
+    (tmp_path / "empty").mkdir()
+    assert [r["verdict"] for r in planted_sampler_bias_caught(tmp_path / "empty", s)] == ["untestable"]
