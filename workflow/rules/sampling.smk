@@ -1,24 +1,7 @@
 # Lossless in distribution (sampling.*, orthrus/audit/sampling.py, docs/SAMPLING.md): one Orthrus
 # model's sampled loop against single-step sampling, the analytic TV in every cell and the
-# two-sample test beside the planted biased sampler, in one job; then its tables and figure.
-SAMPLING = config["sampling"]
-
-
-def sampling_model():
-    """The model the sampling audit measures (sampling.enabled): its own, or the first Orthrus model."""
-    if not SAMPLING["enabled"] or not ORTHRUS_MODELS:
-        return None
-    return SAMPLING["model"] or ORTHRUS_MODELS[0]
-
-
-def sampling_tables():
-    """The audit's tables (none when it is off): the claims read them."""
-    return [f"{R}/tables/{t}" for t in contracts.SAMPLING_TABLES] if sampling_model() else []
-
-
-def sampling_outputs():
-    return sampling_tables() + ([f"{R}/figures/{contracts.SAMPLING_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
-                                if sampling_model() else [])
+# two-sample test beside the planted biased sampler, in one job; then its tables and figure. Its
+# functions are in sampling_common.smk.
 
 
 rule sampling:
