@@ -433,8 +433,9 @@ def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
         bound = float(r["bound_at_length"])
         meaning = (f"a {int(r['length'])}-token response's distribution is within TV {bound:.3g} of the AR model's "
                    f"(mean per-position TV {r['tv_mean']:.2g} x {int(r['length'])}; the sum along the "
-                   f"{int(r['n_trajectories'])} reference trajectories averages {r['seq_bound']:.3g}): no test on "
-                   f"fewer than ~1/TV^2 = {1 / max(bound, 1e-300) ** 2:.2g} samples of whole responses can tell them apart")
+                   f"{int(r['n_trajectories'])} reference trajectories averages {r['seq_bound']:.3g}); n sampled responses "
+                   f"are within n x TV, so a test needs at least 0.5 / TV = {0.5 / max(bound, 1e-300):.3g} of them to "
+                   f"gain a power of 0.5 over its level (this is a bound: the real TV may be smaller)")
         verdict = UNTESTABLE if base is None else (HOLDS if r["tv_mean"] > 10 * base else FAILS)
         out.append(_row("sampling-tv-bf16", subject, "TV bound at the study's length", bound,
                         n=int(r["n_positions"]), test="mean per-position TV x length (chain rule)",
