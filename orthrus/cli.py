@@ -27,6 +27,7 @@ COMMANDS = {
     "compare-runs": "orthrus.report.compare_runs",
     "replay": "orthrus.audit.replay",
     "frontier": "orthrus.decode.frontier",
+    "sampling": "orthrus.audit.sampling",
     "rehearsal-standins": "orthrus.rehearsal.standins",
 }
 

@@ -141,6 +141,18 @@ EXACTNESS_COST_COLUMNS = ["model", "precision", "attention", "verify_guard", "n"
                           "ci_high", "tpf_verify", "seconds_per_token", "time_vs_base", "exact", "cheapest_exact"]
 FRONTIER_TABLES = {"exactness_cost.csv": EXACTNESS_COST_COLUMNS + [ERRORS]}
 FRONTIER_FIGURE = "exactness_cost"
+# lossless in distribution (`orthrus sampling`, orthrus/audit/sampling.py): per (cell, reference trajectory)
+# the per-position TVs, per (loop, prompt) the two-sample test, then one row per cell and per (loop, prompt)
+SAMPLING_CELL = ["model", "decoder", "precision", "attention", "temperature", "top_p"]
+SAMPLING_TV_ROWS = SAMPLING_CELL + ["prompt_id", "domain", "n_tokens", "tv", "env"]
+SAMPLING_TEST_ROWS = SAMPLING_CELL + ["prompt_id", "domain", "n_samples", "m", "p_positions", "p_prefix", "p_value",
+                                      "samples", "ar_samples", "seconds", "env"]
+SAMPLING_TV_COLUMNS = SAMPLING_CELL + ["length", "n_trajectories", "n_positions", "tv_mean", "tv_p99", "tv_max",
+                                       "seq_bound", "bound_at_length"]
+TWO_SAMPLE_COLUMNS = SAMPLING_CELL + ["prompt_id", "domain", "n_samples", "m", "p_first", "p_min_position", "p_prefix",
+                                      "p_value", "alpha", "rejected", "n_prompts", "n_rejected", "n_below_alpha"]
+SAMPLING_TABLES = {"sampling_tv.csv": SAMPLING_TV_COLUMNS + [ERRORS], "sampling_two_sample.csv": TWO_SAMPLE_COLUMNS + [ERRORS]}
+SAMPLING_FIGURE = "sampling_tv"
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
     "trajectories.parquet": "`reference` names the trajectory each row is compared with: the reference model's "
@@ -168,6 +180,21 @@ TABLE_NOTES = {
                           "`seconds_per_token` the loop's wall time and `time_vs_base` the median over the prompts of "
                           "its ratio to the unguarded base loop's on the same prompt; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
                           "lowest time.",
+    "sampling_tv.csv": "One row per cell of the sampling audit (loop, precision, attention, temperature, `top_p` "
+                       "1 for none): along `n_trajectories` reference trajectories sampled from the model's AR view "
+                       "and teacher-forced through the loop's verify blocks, the total variation between each "
+                       "speculative row's exact output distribution and the single-step distribution: its mean, "
+                       "99th percentile and maximum over `n_positions`; `seq_bound` the mean over trajectories of "
+                       "the sum of their TVs (capped at 1: the chain-rule bound on the sequence TV), "
+                       "`bound_at_length` the mean TV times `length` (a response of the study's length). "
+                       "`orthrus-lossy` is the planted control (q at temperature 1 in the ratio; at temperature 1 it "
+                       "is the honest loop).",
+    "sampling_two_sample.csv": "One row per (loop, prompt) of the empirical test: `n_samples` samples of the first "
+                               "`m` tokens from the loop and as many from plain AR sampling; `p_first` the chi-square "
+                               "test on the first token, `p_min_position` the smallest over the m positions, "
+                               "`p_prefix` on the m-token prefix, `p_value` the smallest of the m + 1 Bonferroni-"
+                               "corrected; `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
+                               "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
                   "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
                   "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
@@ -296,6 +323,15 @@ ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus frontier table", cols,
                                 f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
     for name, cols in FRONTIER_TABLES.items()})
+ARTEFACTS["Sampling measurement"] = Artefact(
+    "results/sampling/{model}-tv.parquet, results/sampling/{model}-two-sample.parquet", "orthrus sampling measure",
+    SAMPLING_TV_ROWS + ["|"] + SAMPLING_TEST_ROWS,
+    "Two files: one row per (cell, reference trajectory) with its per-position `tv` list, and one row per (loop, "
+    "prompt) of the two-sample test with its `samples` and the AR arm's `ar_samples`; each with the cell's `env`.")
+ARTEFACTS.update({
+    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus sampling table", cols,
+                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
+    for name, cols in SAMPLING_TABLES.items()})
 ARTEFACTS.update({
     f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus claims", cols,
                                 f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
@@ -313,7 +349,7 @@ def design_section() -> str:
     figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
     out.append(f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
                f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
-               f"`orthrus frontier table`):\n\n{figures}\n")
+               f"`orthrus frontier table`, `{SAMPLING_FIGURE}` by `orthrus sampling table`):\n\n{figures}\n")
     return "\n".join(out)
 
 

@@ -21,8 +21,9 @@ CAPTIONS = ROOT / "workflow" / "report"
 def workflow_lists():
     """The tables and figures the workflow declares (common.smk reads them from orthrus.contracts)."""
     return {"TABLE_FILES": list(contracts.CLAIMS_TABLES) + list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES)
-            + list(contracts.FRONTIER_TABLES),
-            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE]}
+            + list(contracts.FRONTIER_TABLES) + list(contracts.SAMPLING_TABLES),
+            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE,
+                                                  contracts.SAMPLING_FIGURE]}
 
 
 def test_every_caption_belongs_to_an_output_and_back():
@@ -41,7 +42,8 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
 
     lists = workflow_lists()
     cfg = {"teacher": {"source": "tiny"}, "prompts": {"source": "tiny"}, "corpus": {"shards": 1, "max_new_tokens": 8},
-           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {"warmup_steps": 10}}}
+           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {"warmup_steps": 10}},
+           "sampling": {"enabled": True}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
     tables.mkdir(parents=True)

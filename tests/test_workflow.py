@@ -73,6 +73,8 @@ def test_schema_vocabularies_are_the_contracts():
     (lambda c: c["teacher"].update(source="hf", path="Qwen/Qwen3-1.7B"),
      "teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of teacher.source='hf'"),
     (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]), c["teacher"].pop("draft")), "needs teacher.draft"),
+    # the planted sampler's bug (q at temperature 1) is none at temperature 1: the config check says so
+    (lambda c: c["sampling"]["two_sample"].__setitem__("temperature", 1.0), "sampling.two_sample.temperature"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
     cfg = default_config()
@@ -103,6 +105,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     cells = int(re.search(r"^decode\s+(\d+)$", res.stdout, re.M).group(1))
     assert re.search(rf"^decode_shard\s+{cells}$", res.stdout, re.M)
     assert re.search(r"^frontier\s+1$", res.stdout, re.M) and "results/tables/exactness_cost.csv" in res.stdout
+    assert re.search(r"^sampling\s+1$", res.stdout, re.M) and "results/tables/sampling_tv.csv" in res.stdout
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]

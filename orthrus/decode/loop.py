@@ -6,6 +6,7 @@ that survives finite precision is what this project measures.
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -96,13 +97,16 @@ def diffusion_proposals(model, x: torch.Tensor, cache, block_size: int) -> torch
 
 
 def consensus(draft: torch.Tensor, draft_logits: torch.Tensor | None, verify_logits: torch.Tensor, sampler: Sampler,
-              accept_top: int = 1):
+              accept_top: int = 1, ratio_temperature: float | None = None):
     """Accepted draft length n and the next token (AR correction or bonus) for one step.
 
     `verify_logits[i]` is the AR view's prediction for the token after draft position i-1
     (row 0 follows the anchor), so there is one more verify row than draft tokens. Greedy
     accepts a draft token that is the AR view's argmax; `accept_top` 2 (the planted bug of the
     `orthrus-lossy` control) accepts one among its top 2.
+    Sampled, `ratio_temperature` (the planted bug of the sampled `orthrus-lossy` control) computes
+    q for the acceptance ratio and the residual at that temperature, while the draft was drawn
+    at the sampler's: the output is then no longer distributed as p.
     """
     if sampler.greedy:
         target = verify_logits.argmax(-1)
@@ -110,7 +114,8 @@ def consensus(draft: torch.Tensor, draft_logits: torch.Tensor | None, verify_log
         n = int((draft[:, None] == top).any(-1).long().cumprod(0).sum())
         return n, target[n]
     p = sampler.probs(verify_logits)
-    q = sampler.probs(draft_logits)
+    q = sampler.probs(draft_logits) if ratio_temperature is None else dataclasses.replace(
+        sampler, temperature=ratio_temperature).probs(draft_logits)
     idx = torch.arange(len(draft), device=draft.device)
     ratio = p[idx, draft] / q[idx, draft]
     u = torch.rand(len(draft), generator=sampler.generator, device=draft.device)
@@ -134,6 +139,7 @@ class _Run:
     trace: object = None
     hidden: bool = False
     accept_top: int = 1  # 2: the orthrus-lossy control's planted bug
+    ratio_temperature: float | None = None  # 1.0: the sampled orthrus-lossy control's planted bug
     oracle: list[int] | None = None  # the oracle control's drafts: the reference trajectory
     guard: float = 0.0  # verify_guard: a verify row with a top-1/top-2 margin below it ends the step
     tokens: list[int] = field(default_factory=list)  # emitted so far (generate's list)
@@ -200,6 +206,7 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     if opts.max_new_tokens > 0:
         run = _Run(model, DynamicCache(config=model.config), K, sampler, opts.last_block == "shorten", stats,
                    trace, hidden_states, accept_top=2 if mode == "orthrus-lossy" else 1,
+                   ratio_temperature=1.0 if mode == "orthrus-lossy" and not sampler.greedy else None,
                    oracle=[int(t) for t in oracle] if oracle is not None else None, guard=opts.verify_guard,
                    tokens=tokens)
         x = sampler.pick(run.forward("prefill", ids, last_only=opts.prefill_logits == "last")[-1])
@@ -288,7 +295,7 @@ def _orthrus_step(run: _Run, x, remaining) -> torch.Tensor:
 def _verify(run: _Run, x, draft, draft_logits) -> torch.Tensor:
     """One verify forward over [x, draft]: the accepted proposals and the next token."""
     verify_logits = run.forward("verify", torch.cat([x.reshape(1), draft]))
-    n, nxt = consensus(draft, draft_logits, verify_logits, run.sampler, run.accept_top)
+    n, nxt = consensus(draft, draft_logits, verify_logits, run.sampler, run.accept_top, run.ratio_temperature)
     if run.guard:
         top = torch.topk(verify_logits[: n + 1].float(), 2, dim=-1).values
         close = (top[:, 0] - top[:, 1] < run.guard).nonzero()

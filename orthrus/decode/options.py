@@ -149,7 +149,8 @@ class DecodeOptions:
             raise OptionsError(f"decoding option verify_guard must be a finite number >= 0 (0 = off), got {g!r}")
         if g and self.temperature != 0:
             raise OptionsError("decoding option verify_guard guards the greedy loop: temperature must be 0")
-        if self.decoder in ("oracle", "orthrus-lossy") and self.temperature != 0:
+        # orthrus-lossy samples too: its sampled bug is q at temperature 1 in the ratio (the sampling audit)
+        if self.decoder == "oracle" and self.temperature != 0:
             raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
         if self.decoder in PLAIN_LM_DECODERS:
             changed = [f.name for f in fields(self) if f.name in LOOP_ONLY + ("temperature", "top_k", "top_p")

@@ -20,6 +20,7 @@ import os
 import re
 from pathlib import Path
 
+from orthrus.audit.sampling_config import problems as sampling_problems
 from orthrus.models.hub import is_hub_id
 
 
@@ -143,6 +144,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _external_problems(cfg)
     problems += _architecture_problems(cfg)
     problems += _frontier_problems(cfg)
+    problems += sampling_problems(cfg)
     problems += _training_problems(cfg, props, scatter or {})
     problems += _benchmark_problems(cfg, props)
     problems += _kernel_problems(cfg)

@@ -150,7 +150,7 @@ class Study:
         self.grids = {k: g for k, g in grids.items()
                       if k in self.teacher_decoders + self.controls and k not in self.orthrus_models}
         self.model_grids = {m: g for m, g in grids.items() if m in self.orthrus_models}
-        self.tpf, self.frontier, self.bench = c["tpf"], c["frontier"], c["benchmarks"]
+        self.tpf, self.frontier, self.bench, self.sampling = c["tpf"], c["frontier"], c["benchmarks"], c["sampling"]
         self.external = d["external"]
         self.external_cells = self._external_cells()
 
@@ -316,6 +316,20 @@ class Study:
             return []
         return [f"{R}/frontier/{self.frontier['model'] or self.orthrus_models[0]}.parquet"]
 
+    def sampling_model(self) -> str | None:
+        """The model the sampling audit measures (sampling.enabled): its own, or the first Orthrus model."""
+        if not self.sampling["enabled"] or not self.orthrus_models:
+            return None
+        return self.sampling["model"] or self.orthrus_models[0]
+
+    def sampling_tables(self) -> list[str]:
+        """The sampling audit's tables (none when it is off): the claims read them."""
+        return [f"{R}/tables/{t}" for t in contracts.SAMPLING_TABLES] if self.sampling_model() else []
+
+    def sampling_outputs(self) -> list[str]:
+        figures = [f"{R}/figures/{contracts.SAMPLING_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
+        return self.sampling_tables() + (figures if self.sampling_model() else [])
+
     # ------------------------------------------------------------------ forensics
 
     def forensics_files(self) -> list[str]:
@@ -430,7 +444,7 @@ class Study:
             outputs += [f"{R}/tables/benchmarks.csv"]
         if self.frontier_files():
             outputs += [f"{R}/tables/exactness_cost.csv"]
-        return outputs
+        return outputs + self.sampling_outputs()
 
 
 def _hidden(rel: str) -> bool:

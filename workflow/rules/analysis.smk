@@ -140,6 +140,7 @@ rule claims:
     input:
         [f"{R}/tables/{t}" for t in TABLE_FILES if t.endswith(".csv")],
         [f"{R}/tables/{t}" for t in BENCHMARK_TABLE_FILES] if config["benchmarks"]["enabled"] else [],
+        S.sampling_tables(),
     output:
         report(f"{R}/tables/claims.csv", caption="../report/table_claims.rst", category="Claims"),
     params:

@@ -1,0 +1,68 @@
+# Lossless in distribution (sampling.*, orthrus/audit/sampling.py, docs/SAMPLING.md): one Orthrus
+# model's sampled loop against single-step sampling, the analytic TV in every cell and the
+# two-sample test beside the planted biased sampler, in one job; then its tables and figure. Its
+# functions are the plan's (orthrus/plan/study.py).
+
+
+rule sampling:
+    input:
+        model=S.orthrus_input,
+        prompts=rules.prompts.output.eval,
+    output:
+        tv=f"{R}/sampling/{{model}}-tv.parquet",
+        two_sample=f"{R}/sampling/{{model}}-two-sample.parquet",
+    params:
+        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this
+        model=lambda w: S.model_path(w.model),
+        # the study's decoding setting (decode.*): the cells vary its precision, kernel, temperature and top-p
+        options=lambda w: cell_options(config["decode"], "orthrus", PRECISIONS[0], ATTENTIONS[0]),
+        cfg=settings(SAMPLING),
+        precisions=SAMPLING["precisions"] or PRECISIONS,
+        attentions=SAMPLING["attentions"] or ATTENTIONS,
+        device=DEVICE,
+    log:
+        f"{R}/logs/sampling/{{model}}.log",
+    benchmark:
+        f"{R}/timing/sampling/{{model}}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=RES["sampling"]["mem_mb"],
+        runtime=RES["sampling"]["runtime"],
+        gpu=RES["sampling"]["gpus"],
+        slurm_extra=RES["sampling"]["slurm_extra"],
+    conda:
+        ENV
+    shell:
+        "orthrus sampling measure --model-path {params.model:q} --model-name {wildcards.model:q}"
+        " --prompts {input.prompts:q} --options {params.options:q} --config {params.cfg:q}"
+        " --precisions {params.precisions:q} --attentions {params.attentions:q} --device {params.device:q}"
+        " --threads {threads:q} --out-tv {output.tv:q} --out-two-sample {output.two_sample:q} > {log:q} 2>&1"
+
+
+rule sampling_table:
+    input:
+        tv=lambda w: [f"{R}/sampling/{S.sampling_model()}-tv.parquet"],
+        two_sample=lambda w: [f"{R}/sampling/{S.sampling_model()}-two-sample.parquet"],
+    output:
+        tv=report(f"{R}/tables/sampling_tv.csv", caption="../report/table_sampling_tv.rst",
+                  category="Tables", subcategory="Lossless in distribution"),
+        two_sample=report(f"{R}/tables/sampling_two_sample.csv", caption="../report/table_sampling_two_sample.rst",
+                          category="Tables", subcategory="Lossless in distribution"),
+        figure=[report(f"{R}/figures/{contracts.SAMPLING_FIGURE}.png", caption="../report/figure_sampling_tv.rst",
+                       category="Figures", subcategory="Lossless in distribution"),
+                f"{R}/figures/{contracts.SAMPLING_FIGURE}.pdf"],
+    params:
+        length=config["decode"]["max_new_tokens"],
+        alpha=SAMPLING["two_sample"]["alpha"],
+        figure=lambda w, output: os.path.splitext(output.figure[0])[0],
+    log:
+        f"{R}/logs/sampling/table.log",
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus sampling table --tv {input.tv:q} --two-sample {input.two_sample:q} --length {params.length:q}"
+        " --alpha {params.alpha:q} --out-tv {output.tv:q} --out-two-sample {output.two_sample:q}"
+        " --figure {params.figure:q} > {log:q} 2>&1"
