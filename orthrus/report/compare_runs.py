@@ -7,7 +7,8 @@ machines, library versions, seeds or code versions. For each claim and subject o
 `claims.csv` (`orthrus claims`; computed here from the tables, with the given settings, for a run
 that has none) it prints both verdicts, both statistics with their intervals, and whether the two
 intervals overlap. Exit status 0 when every verdict agrees, 1 otherwise; a claim only one run holds
-is a disagreement unless `--common` leaves it out (e.g. runs over different grids).
+is a disagreement unless `--common` leaves it out (e.g. runs over different grids), except where the
+other run finds it untestable (neither says anything).
 
 `orthrus compare-tables` asks another question: are the tables the same bytes? Use it for a change
 that must not move a single bit (a refactor, on one machine); use `compare-runs` where the numbers
@@ -53,7 +54,10 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, common: bool = False) -> pd.DataFr
                     for r in m.itertuples()]
     for side in ("a", "b"):
         m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
-    m["agree"] = m["verdict_a"] == m["verdict_b"]
+    # a claim one run does not state and the other cannot test (e.g. a stage that ran in neither,
+    # such as the sampling audit when it is off) says nothing either way
+    silent = {frozenset({"absent", "untestable"})}
+    m["agree"] = [a == b or frozenset({a, b}) in silent for a, b in zip(m["verdict_a"], m["verdict_b"])]
     return m.drop(columns="_merge").reset_index(drop=True)
 
 
