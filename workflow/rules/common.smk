@@ -16,6 +16,7 @@ from orthrus import contracts
 from orthrus.decode.options import DecodeOptions
 from orthrus.errors import InputError
 from orthrus.engines.ingest import cell as external_cell
+from orthrus.engines.runner import external_entries as engine_entries
 from orthrus.world import subject as shipped_subject
 
 # The schema (defaults filled in), duplicate YAML keys in the config files Snakemake read (it
@@ -393,7 +394,7 @@ def forensics_files():
 # decode.external: engines' trajectory files, each the decoder `external` under its own name
 # (workflow/rules/external.smk). Its cell is the entry's precision and attention, else its file's
 # env (read now, while the workflow is parsed: orthrus.engines.ingest.cell), inside the decode grid.
-EXTERNAL_TRAJ = config["decode"]["external"]
+EXTERNAL_TRAJ = config["decode"]["external"] | engine_entries(config, R)  # decode.engines: workflow/rules/engines.smk
 
 
 def _external_cells():

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from orthrus.engines.runner import problems as engine_problems
+
 # `owner/name` on the Hugging Face hub (a local path is anything else, or an existing directory).
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -380,6 +382,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _draft_problems(cfg, props)
     problems += _grid_problems(cfg)
     problems += _external_problems(cfg)
+    problems += engine_problems(cfg)  # decode.engines, engines.* (orthrus/engines/runner.py)
     problems += _architecture_problems(cfg)
     problems += _frontier_problems(cfg)
     problems += _training_problems(cfg, props, scatter or {})
