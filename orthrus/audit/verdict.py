@@ -164,8 +164,10 @@ def engine_verdict(top: list, token: int, ref_token: int, ref_logit_ref: float, 
     unit = ulp(max(abs(ref_logit_ref), abs(ref_logit_dec)), precision)
     margin, exact = engine_margin(top, token, ref_token)
     own = margin / unit if margin is not None else math.nan
-    if (exact and own == 0) or (reproduced and gap_ulps(ref_logit_ref, ref_logit_dec, precision) == 0):
-        return "tie", "the engine's own two log-probabilities, or the reference's two logits, are equal"
+    if exact and own == 0:
+        return "tie", "the engine's own two log-probabilities are equal"
+    if reproduced and gap_ulps(ref_logit_ref, ref_logit_dec, precision) == 0:
+        return "tie", f"the reference's two logits are equal (the engine's own margin {own:g} ulp)"
     if exact and own <= max_ulps:
         return "rounding", f"engine's own margin {own:g} ulp over the reference's token (at most {max_ulps:g})"
     if own > max_ulps:

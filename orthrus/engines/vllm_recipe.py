@@ -31,7 +31,7 @@ the speculative method), and where vLLM gives them:
     and at least 1 + len(accepted). vLLM counts the drafts a step accepted before the stop check
     trims the output, so where the last step ran past the stop id or the budget the count is low by
     the trimmed tokens (at most k - 1, on one forward of the trajectory).
-A plain run has neither `accepted` nor `forwards`: every forward emits one token, and ingest counts it.
+A plain run has no `accepted` and forwards = len(token_ids): every forward emits one token.
 
 The main guard is required: vLLM starts its engine core with `spawn`, which imports this file again.
 """
@@ -135,17 +135,18 @@ def top_logprobs(position) -> list[list]:
     return [[t, float(lp.logprob)] for t, lp in items if lp.rank is not None and lp.rank <= TOP][:TOP]
 
 
-def spec_counts(out, n_tokens: int) -> dict:
-    """`accepted` and the derived `forwards` of one sequence (see the module docstring); empty for
-    a plain run or where this vLLM reports no per-request metrics."""
+def spec_counts(out, n_tokens: int, speculative: bool = True) -> dict:
+    """`accepted` and the derived `forwards` of one sequence (see the module docstring); a plain
+    run's forwards (one per token); empty where a speculative run's vLLM reports no per-request
+    metrics (its tokens per forward are then unknown, not 1)."""
     metrics = getattr(out, "spec_decode_metrics", None)
-    if metrics is None:
-        return {}
+    if metrics is None:  # a plain run: one forward per token, the prefill the first
+        return {} if speculative else {"forwards": max(n_tokens, 1)}
     accepted = [int(a) for a in metrics.per_step_accepted]
     return {"accepted": accepted, "forwards": max(n_tokens - sum(accepted), 1 + len(accepted))}
 
 
-def record(prompt: dict, result, env: dict, extra: dict) -> dict:
+def record(prompt: dict, result, env: dict, extra: dict, speculative: bool) -> dict:
     out = result.outputs[0]
     ids = [int(t) for t in out.token_ids]  # vLLM keeps the stop id it stopped on
     rec = {"prompt_id": prompt["prompt_id"], "token_ids": ids, "finish_reason": out.finish_reason,
@@ -153,7 +154,7 @@ def record(prompt: dict, result, env: dict, extra: dict) -> dict:
            "settings": {k: prompt[k] for k in SETTINGS}, "env": env, "extra": extra}
     if out.logprobs is not None:
         rec["logprobs"] = [top_logprobs(p) for p in out.logprobs]
-    return rec | spec_counts(out, len(ids))
+    return rec | spec_counts(out, len(ids), speculative)
 
 
 def environment(run: dict, kernel: str, batch: int) -> dict:
@@ -209,7 +210,8 @@ def serve(model: str, run: dict, prompts: list[dict]) -> dict:
     head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     env = environment(run, attention_kernel(llm, head, llm.llm_engine.vllm_config.model_config.dtype), batch)
     timing = {"startup_s": round(started - t0, 3), "generate_s": round(done - started, 3)}
-    write_jsonl(run["out"], [record(p, r, env, {"run": run["name"]} | timing) for p, r in zip(prompts, results)])
+    write_jsonl(run["out"], [record(p, r, env, {"run": run["name"]} | timing, spec is not None)
+                             for p, r in zip(prompts, results)])
     del llm  # shut the engine core down before the next run starts its own
     gc.collect()
     return timing
