@@ -128,7 +128,7 @@ def test_export_prompts_takes_the_studys_options_and_has_no_silent_budget(tmp_pa
 def engine_python() -> str:
     """The engine environment's Python, or a one-line failure saying why there is none."""
     python = os.environ.get(runner.PYTHON_ENV) or str(ROOT / ".venv-vllm" / "bin" / "python")
-    problem = runner._python_problem(python, ["the smoke study's engine arm"])
+    problem = runner._python_problem(python, ["vllm-bf16 (tests/test_engines.py)"])
     if problem:
         pytest.fail(f"vLLM engine environment unusable: {problem}", pytrace=False)
     return python
