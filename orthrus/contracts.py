@@ -78,7 +78,7 @@ EXPORT_FIELDS = ["prompt_id", "domain", "prompt", "messages", "prompt_text", "pr
                  "stop_token_ids", "temperature", "message"]
 EXTERNAL_REQUIRED = ["prompt_id", "token_ids", "env"]
 EXTERNAL_FIELDS = EXTERNAL_REQUIRED + ["text", "finish_reason", "prompt_token_ids", "accepted", "forwards",
-                                       "draft_forwards", "seconds", "settings", "extra"]
+                                       "draft_forwards", "seconds", "settings", "logprobs", "extra"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
@@ -279,7 +279,9 @@ ARTEFACTS = {
         "row), `prompt_token_ids` (checked against the study's), `accepted` (accepted draft tokens per verify step), "
         "`forwards` (the target model's forwards, prefill included; with `accepted`, gives tokens per forward), "
         "`draft_forwards`, `seconds`, `settings` (the export's `max_new_tokens`, `stop_token_ids`, `message` and "
-        "`temperature`, echoed: each must be the study's), `extra` (anything else, kept in `env`). A bad record "
+        "`temperature`, echoed: each must be the study's), `logprobs` (the engine's own top-2 log-probabilities at "
+        "every generated position, [[id, logprob], [id, logprob]] in rank order: with them a divergence's verdict "
+        "asks whether the engine emitted its own argmax and by what margin), `extra` (anything else, kept in `env`). A bad record "
         "fails naming the file, the line and the field; so does a file decoded with another token budget "
         "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
         "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`)."),

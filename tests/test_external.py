@@ -225,6 +225,17 @@ def _record(**changes):
     ([_record(settings={"message": "none"})], ":1: field 'settings.message': 'none', not the study's 'empty'"),
     ([_record(settings={"top_p": 0.9})], ":1: field 'settings.top_p': unknown setting"),
     ([_record(settings=[12])], ":1: field 'settings': must be an object"),
+    # issue 33: the engine's own top-2 log-probabilities, one entry per generated token
+    ([_record(logprobs=[[[5, -0.1], [7, -2.0]]])], ":1: field 'logprobs': must be a list with one entry per token_ids "
+                                                  "item (2), got 1"),
+    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5]]])], ":1: field 'logprobs': position 1: must be a list of at "
+                                                               "least 2 [token_id, logprob] pairs"),
+    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [95, -1.0]]])], ":1: field 'logprobs': position 1: [95, -1.0] "
+                                                                           "is not a [token_id, logprob] pair"),
+    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [8, "x"]]])], "position 1: [8, 'x'] is not a [token_id, "
+                                                                         "logprob] pair"),
+    ([_record(logprobs=[[[5, -2.0], [7, -0.1]], [[6, -0.5], [8, -1.0]]])], ":1: field 'logprobs': position 0: not in rank "
+                                                                          "order"),
     ([_record(prompt_id=p, token_ids=[5] * (3 + k)) for k, p in enumerate(PROMPTS)],
      ":1: field 'token_ids': 3 tokens, no stop id, fewer than the study's max_new_tokens 12, and so end 4 of 4 records"),
 ])
@@ -320,3 +331,29 @@ def test_a_file_made_from_prompts_exported_with_another_budget_fails_ingest(tmp_
     err = capsys.readouterr().err
     assert rc == 2 and f"c.jsonl:{early[0]}: field 'token_ids': 6 tokens, no stop id" in err, err
     assert f"and so end {len(early)} of {len(records)} records" in err
+
+
+def test_the_engines_own_logprobs_reach_the_rows_and_fill_the_verdict_columns(tmp_path):
+    """An engine file with its own top-2 log-probabilities (issue 33): ingest keeps them in the rows'
+    env, and a first divergence gets a verdict from them, argmax and margin, as an in-process decoder does."""
+    from orthrus.audit.forensics import engine_top, judge_external
+
+    prompts = pd.DataFrame({"prompt_id": list(PROMPTS), "domain": [d for d, _ in PROMPTS.values()],
+                            "prompt": [p for _, p in PROMPTS.values()]})
+    options = DecodeOptions(decoder="external", precision="bf16", attention="sdpa", max_new_tokens=MAX_NEW)
+    top = [[[5, -0.25], [9, -1.5]], [[6, -0.75], [7, -0.8125]]]
+    path = write(tmp_path / "lp.jsonl", [_record(logprobs=top, accepted=[1], forwards=1)])
+    df, _ = ingest(path, "vllm-lp", prompts, word_tokenizer(), options, [EOS])
+    row = df[df.prompt_id == "p0"].iloc[0]
+    assert engine_top(row.env, 1) == top[1] and engine_top(row.env, 5) is None
+    assert (row.n_prefill, row.n_verify, list(row.accepted)) == (1, 0, [1])
+    # the engine emitted 6 where the reference emitted 7 at position 1: its own margin is 0.0625, one bf16
+    # ulp at the logits' magnitude (0.0625 at [8, 16)), so a rounding verdict from its own pass
+    logits = torch.zeros(95)
+    logits[7], logits[6] = 10.0625, 10.0
+    cols = judge_external(logits, 7, 6, "bf16", {"bf16": 4.0}, True, engine_top(row.env, 1))
+    assert cols["verdict"] == "rounding" and cols["verify_argmax"] is True
+    assert cols["verify_logit_dec"] == -0.75 and cols["verify_logit_ref"] == -0.8125 and cols["verify_margin"] == 0.0625
+    # without them (a file that does not give them): the reference alone, verify columns empty
+    cols = judge_external(logits, 7, 6, "bf16", {"bf16": 4.0}, True, None)
+    assert cols["verify_argmax"] is None and cols["verdict"] == "rounding" and "unchecked" in cols["verdict_note"]

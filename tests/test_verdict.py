@@ -239,3 +239,27 @@ def test_audit_words():
     assert audit(Row(**base | {"ci_high": 0.85})) == "numerics"
     assert audit(Row(**base | {"oracle_match_rate": math.nan})) == "numerics"
     assert audit(Row(**base | {"decoder": "ar-batched"})) == "numerics"  # the oracle speaks for verify blocks only
+
+
+# the engine's own top 2 at the divergence, its token, the reference's token -> verdict (issue 33); the
+# reference's logits 10.0625 / 10.0 (1 bf16 ulp apart, 0.0625 at [8, 16)) give the magnitude
+ENGINE_CASES = [
+    ("rounding: its own argmax by 1 ulp", [[6, -0.75], [7, -0.8125]], "rounding"),
+    ("tie: its own two equal", [[7, -0.75], [6, -0.75]], "tie"),
+    ("structural: a token its own pass ranks second", [[7, -0.5], [6, -0.75]], "structural"),
+    ("structural: a token outside its own top 2", [[7, -0.5], [8, -0.75]], "structural"),
+    ("structural: its own margin 8 ulps", [[6, -0.25], [7, -0.75]], "structural"),
+    ("structural: the reference's token below a runner-up 8 ulps behind", [[6, -0.25], [8, -0.75]], "structural"),
+    ("unknown: the reference's token below a runner-up 1 ulp behind", [[6, -0.25], [8, -0.3125]], None),
+]
+
+
+@pytest.mark.parametrize("name, top, expected", ENGINE_CASES, ids=[c[0] for c in ENGINE_CASES])
+def test_an_engines_divergence_is_judged_by_its_own_top_2(name, top, expected):
+    from orthrus.audit.verdict import engine_verdict
+
+    v, note = engine_verdict(top, 6, 7, 10.0625, 10.0, "bf16", {"bf16": 4.0}, True)
+    assert v == expected, note
+    # the reference's own tie decides where the engine emitted its argmax
+    if expected == "rounding":
+        assert engine_verdict(top, 6, 7, 10.0, 10.0, "bf16", 4.0, True)[0] == "tie"

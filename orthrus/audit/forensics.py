@@ -48,7 +48,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from orthrus.analysis.stats import first_divergence
-from orthrus.audit.verdict import ROUNDING_ULPS, external_verdict, gap_ulps, rounding_ulps_arg, verdict
+from orthrus.audit.verdict import ROUNDING_ULPS, engine_verdict, external_verdict, gap_ulps, rounding_ulps_arg, verdict
 from orthrus.contracts import EXTERNAL_DECODER, FORENSICS_COLUMNS
 from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
@@ -197,7 +197,7 @@ def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = 
                "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
         if o.decoder == EXTERNAL_DECODER:  # an engine's file: nothing to replay (see judge_external)
             rows.append(row | judge_external(step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps,
-                                             row["replay_consistent"]))
+                                             row["replay_consistent"], engine_top(o.env, t)))
             continue
         if o.decoder in LOOP_DECODERS:
             ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t,
@@ -232,17 +232,35 @@ def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, m
     return logits | {"verify_argmax": argmax, "gap_ulps": gap, "verdict": v, "verdict_note": note}
 
 
-def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, reproduced: bool) -> dict:
-    """The verdict columns of a divergence of an engine's file: the reference's two logits; the
-    engine's pass is not in the file (verify columns empty) and the verdict is
-    `orthrus.audit.verdict.external_verdict`'s."""
+def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, reproduced: bool,
+                   top: list | None = None) -> dict:
+    """The verdict columns of a divergence of an engine's file: the reference's two logits, and,
+    where the file gives the engine's own top-2 log-probabilities at the position (`top`), the
+    engine's as its verify columns (log-probabilities: their differences are the logits') and
+    `orthrus.audit.verdict.engine_verdict`; without them the verify columns stay empty and the
+    verdict is `external_verdict`'s, from the reference alone."""
     step = step_logits.float()
-    logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token]),
-              "verify_logit_ref": float("nan"), "verify_logit_dec": float("nan")}
-    v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced)
-    return logits | {"verify_margin": float("nan"), "verify_argmax": None,
-                     "gap_ulps": gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision),
-                     "verdict": v, "verdict_note": note}
+    logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token])}
+    gap = gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision)
+    nan = float("nan")
+    if top is None:
+        v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced)
+        return logits | {"verify_logit_ref": nan, "verify_logit_dec": nan, "verify_margin": nan, "verify_argmax": None,
+                         "gap_ulps": gap, "verdict": v, "verdict_note": note}
+    lp = {int(t): float(x) for t, x in top}
+    v, note = engine_verdict(top, token, ref_token, logits["ref_logit_ref"], logits["ref_logit_dec"], precision,
+                             max_ulps, reproduced)
+    return logits | {"verify_logit_ref": lp.get(ref_token, nan), "verify_logit_dec": lp.get(token, nan),
+                     "verify_margin": float(top[0][1]) - float(top[1][1]),
+                     "verify_argmax": token in lp and lp[token] >= max(lp.values()),
+                     "gap_ulps": gap, "verdict": v, "verdict_note": note}
+
+
+def engine_top(env, t: int) -> list | None:
+    """The engine's own top log-probabilities at generated position `t`, where its file gave them
+    (`orthrus ingest` keeps them in the row's env as `engine_logprobs`)."""
+    top = env_record(env).get("engine_logprobs")
+    return top[t] if isinstance(top, list) and t < len(top) else None
 
 
 def main(argv: list[str] | None = None) -> int:

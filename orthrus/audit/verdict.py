@@ -124,3 +124,54 @@ def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str,
                             "its file, so whether it emitted its own argmax is unchecked")
     return None, (f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g}); without the engine's "
                   "logits another kernel's numerics and a bug cannot be told apart")
+
+
+def engine_margin(top: list, token: int, other: int) -> tuple[float | None, bool]:
+    """The engine's own log-probability of `token` minus that of `other` at one position, from its
+    top-k pairs [[id, logprob], ...] (rank order): (margin, exact). Where `other` is outside the
+    top k, the margin is at least `token`'s lead over the best other listed token (exact False);
+    None where `token` itself is outside."""
+    lp = {int(t): float(v) for t, v in top}
+    if token not in lp:
+        return None, False
+    if other in lp:
+        return lp[token] - lp[other], True
+    rest = [v for t, v in lp.items() if t != token]
+    return (lp[token] - max(rest) if rest else None), False
+
+
+def engine_verdict(top: list, token: int, ref_token: int, ref_logit_ref: float, ref_logit_dec: float, precision: str,
+                   max_ulps: float | dict, reproduced: bool) -> tuple[str | None, str]:
+    """(verdict, note) for a first divergence of an engine's file that gives the engine's own
+    top-k log-probabilities at the position (`top`, [[id, logprob], ...]): the in-process
+    verdict's questions asked of the engine's own pass. A difference of two log-probabilities is
+    the difference of their logits (one normalizer), measured in ulps at the logits' magnitude,
+    which the in-process reference's logits of the two tokens give (same model, same prefix).
+
+    - `structural`: the engine emitted a token its own pass does not rank first (a bug in the
+      engine's acceptance or sampling), or its own margin for it over the reference's token is
+      larger than rounding explains;
+    - `tie`: the engine's own two log-probabilities are equal, or the reference's two logits are;
+    - `rounding`: it emitted its own argmax, by a margin over the reference's token of at most
+      `max_ulps`;
+    - None where the reference's token is outside the engine's top k and its lead over the
+      runner-up is within the bound (its margin over the reference's token is then unknown)."""
+    max_ulps = rounding_bound(max_ulps, precision)
+    lp = {int(t): float(v) for t, v in top}
+    best = max(lp.values())
+    if token not in lp or lp[token] < best:
+        return "structural", "the engine emitted a token that its own pass does not rank first"
+    unit = ulp(max(abs(ref_logit_ref), abs(ref_logit_dec)), precision)
+    margin, exact = engine_margin(top, token, ref_token)
+    own = margin / unit if margin is not None else math.nan
+    if exact and own == 0:
+        return "tie", "the engine's own two log-probabilities are equal"
+    if reproduced and gap_ulps(ref_logit_ref, ref_logit_dec, precision) == 0:
+        return "tie", f"the reference's two logits are equal (the engine's own margin {own:g} ulp)"
+    if exact and own <= max_ulps:
+        return "rounding", f"engine's own margin {own:g} ulp over the reference's token (at most {max_ulps:g})"
+    if own > max_ulps:
+        what = "over the reference's token" if exact else "over its runner-up, the reference's token below its top 2"
+        return "structural", f"engine's own margin {own:g} ulp {what}, more than rounding explains ({max_ulps:g})"
+    return None, (f"the reference's token is outside the engine's top {len(top)} and its lead over the runner-up is "
+                  f"{own:g} ulp, within the bound: its margin over the reference's token is unknown")

@@ -1,7 +1,12 @@
 """`orthrus export-prompts`: the evaluation set as an engine outside this package needs it.
 
-    orthrus export-prompts --model-path DIR --prompts eval.parquet [--max-new-tokens N] [--message M]
-                           --out prompts.jsonl
+    orthrus export-prompts --model-path DIR --prompts eval.parquet --options JSON --out prompts.jsonl
+    orthrus export-prompts --model-path DIR --prompts eval.parquet --max-new-tokens N [--message M] --out ...
+
+`--options` is the study's DecodeOptions JSON (the workflow passes the one `orthrus ingest` checks the
+engine's file against, so the export's token budget and message format cannot differ from the
+study's); by hand, `--max-new-tokens` is required instead (no default: a default that is not the
+study's budget made files that ingest then refused, issue 32).
 
 One JSON object per line and prompt (docs/DESIGN.md, "Exported prompts"): the prompt id and domain,
 the raw prompt, its chat messages, the chat-rendered text and its token ids under the study's message
@@ -70,14 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus export-prompts", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True, help="the reference model (teacher): its tokenizer and configs")
     ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
-    ap.add_argument("--max-new-tokens", type=int, default=DecodeOptions.max_new_tokens)
-    ap.add_argument("--message", default=DecodeOptions.message, help="none | empty | system:<text>")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--options", help="the study's DecodeOptions JSON: its max_new_tokens and message")
+    source.add_argument("--max-new-tokens", type=int, help="by hand: the study's decode.max_new_tokens")
+    ap.add_argument("--message", help=f"with --max-new-tokens: none | empty | system:<text> "
+                                      f"(default {DecodeOptions.message})")
     ap.add_argument("--out", required=True, help="the JSON Lines file to write")
     args = ap.parse_args(argv)
-    DecodeOptions(decoder="external", max_new_tokens=args.max_new_tokens, message=args.message)  # checks both
+    if args.options is not None:
+        if args.message is not None:
+            ap.error("--message: the --options give the message format")
+        options = DecodeOptions.from_json(args.options)
+    else:  # checks both
+        options = DecodeOptions(decoder="external", max_new_tokens=args.max_new_tokens,
+                                message=args.message if args.message is not None else DecodeOptions.message)
     path = resolve_checkpoint(args.model_path)
     records = export_records(AutoTokenizer.from_pretrained(path), read_prompt_set(args.prompts), stop_ids(path),
-                             args.max_new_tokens, args.message)
+                             options.max_new_tokens, options.message)
     write_jsonl(args.out, records)
     print(f"[export-prompts] {len(records)} prompts -> {args.out}", file=sys.stderr)
     return 0

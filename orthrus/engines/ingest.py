@@ -183,8 +183,32 @@ def _ints(path, i, field, value, vocab: int | None = None, minimum: int = 0) -> 
 
 
 def check_record(path, i: int, rec: dict, study: _Study) -> dict:
-    """One record as the decoding row's values (see the module docstring for the checks)."""
+    """One record as the decoding row's values (see the module docstring for the checks): one
+    validator per field, each failing in one line that names the file, the line and the field."""
     where = f"{path}:{i}"
+    _check_fields(where, rec)
+    pid = _prompt_id(where, rec["prompt_id"], study)
+    tokens = _token_ids(path, i, rec["token_ids"], study)
+    env = _env(where, rec["env"], study.options)
+    _prompt_tokens(path, i, rec.get("prompt_token_ids"), study.prompt_ids[pid], study)
+    _text(where, rec.get("text"), tokens, study)
+    _check_settings(where, rec.get("settings"), study)
+    finish, error = _finish(where, rec.get("finish_reason"), tokens, study)
+    forwards = _count(where, "forwards", rec.get("forwards"), 1)
+    draft_forwards = _count(where, "draft_forwards", rec.get("draft_forwards"), 0)
+    accepted = _ints(path, i, "accepted", rec["accepted"]) if rec.get("accepted") is not None else None
+    seconds = _seconds(where, rec.get("seconds"))
+    logprobs = _logprobs(where, rec.get("logprobs"), tokens, study.vocab)
+    n_prefill, n_verify = _model_forwards(forwards, accepted)
+    return {"prompt_id": pid, "line": i, "tokens": tokens, "accepted": accepted or [], "n_prefill": n_prefill,
+            "n_diffusion": draft_forwards or 0, "n_verify": n_verify,
+            "seconds": float(seconds) if seconds is not None else math.nan, "finish_reason": finish, "error": error,
+            "engine_env": env, "extra": rec.get("extra"), "logprobs": logprobs,
+            "past_stop": any(t in study.stop for t in tokens[:-1]),
+            "early": finish == "length" and len(tokens) < study.options.max_new_tokens}
+
+
+def _check_fields(where: str, rec: dict) -> None:
     missing = [f for f in EXTERNAL_REQUIRED if f not in rec]
     if missing:
         raise ExternalFileError(f"{where}: field {missing[0]!r}: required field missing (required: "
@@ -193,85 +217,126 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
     if unknown:
         raise ExternalFileError(f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(EXTERNAL_FIELDS)}; "
                                 "put anything else under 'extra')")
-    pid = rec["prompt_id"]
+
+
+def _prompt_id(where: str, pid, study: _Study) -> str:
     if not isinstance(pid, str):
         raise ExternalFileError(f"{where}: field 'prompt_id': must be a string, got {pid!r}")
     if pid not in study.domain:
         raise ExternalFileError(f"{where}: field 'prompt_id': {pid!r} is not a prompt of the study's prompt set "
                                 "(export them with `orthrus export-prompts`)")
-    tokens = _ints(path, i, "token_ids", rec["token_ids"], study.vocab)
-    o = study.options
-    if len(tokens) > o.max_new_tokens:
-        raise ExternalFileError(f"{where}: field 'token_ids': {len(tokens)} tokens, more than the study's max_new_tokens "
-                                f"{o.max_new_tokens} (the engine ran another experiment)")
-    env = rec["env"]
+    return pid
+
+
+def _token_ids(path, i: int, value, study: _Study) -> list[int]:
+    tokens = _ints(path, i, "token_ids", value, study.vocab)
+    budget = study.options.max_new_tokens
+    if len(tokens) > budget:
+        raise ExternalFileError(f"{path}:{i}: field 'token_ids': {len(tokens)} tokens, more than the study's "
+                                f"max_new_tokens {budget} (the engine ran another experiment)")
+    return tokens
+
+
+def _env(where: str, env, options: DecodeOptions) -> dict:
     if not isinstance(env, dict):
         raise ExternalFileError(f"{where}: field 'env': must be an object (engine, version, dtype, kernel, batch_size, "
                                 "device)")
     if not isinstance(env.get("engine"), str) or not env["engine"].strip():
         raise ExternalFileError(f"{where}: field 'env.engine': required, the engine's name (e.g. vllm, sglang)")
-    if env.get("dtype") is not None and precision_of(env["dtype"]) != o.precision:
-        raise ExternalFileError(f"{where}: field 'env.dtype': {env['dtype']!r} is not {o.precision}, the precision the "
-                                "file is compared at (decode.external's precision, or the first record's dtype)")
-    if rec.get("prompt_token_ids") is not None:
-        given = _ints(path, i, "prompt_token_ids", rec["prompt_token_ids"], study.vocab)
-        if given != study.prompt_ids[pid]:
-            at = next((j for j, (a, b) in enumerate(zip(given, study.prompt_ids[pid])) if a != b),
-                      min(len(given), len(study.prompt_ids[pid])))
-            raise ExternalFileError(f"{where}: field 'prompt_token_ids': not the study's prompt (they part at token {at} "
-                                    f"of {len(study.prompt_ids[pid])}): another tokenizer, chat template or message "
-                                    f"format than {o.message!r}; feed the exported prompt_token_ids")
-    if rec.get("text") is not None:
-        text = rec["text"]
-        decoded = {study.tokenizer.decode(tokens, skip_special_tokens=s) for s in (True, False)}
-        if not isinstance(text, str) or text not in decoded:
-            raise ExternalFileError(f"{where}: field 'text': the token ids do not decode to it with the study's tokenizer "
-                                    "(a record of another tokenizer?)")
-    _check_settings(where, rec.get("settings"), study)
-    reason = rec.get("finish_reason")
+    if env.get("dtype") is not None and precision_of(env["dtype"]) != options.precision:
+        raise ExternalFileError(f"{where}: field 'env.dtype': {env['dtype']!r} is not {options.precision}, the precision "
+                                "the file is compared at (decode.external's precision, or the first record's dtype)")
+    return env
+
+
+def _prompt_tokens(path, i: int, value, ours: list[int], study: _Study) -> None:
+    """`prompt_token_ids`, where given, must be the study's rendering of the prompt."""
+    if value is None:
+        return
+    given = _ints(path, i, "prompt_token_ids", value, study.vocab)
+    if given != ours:
+        at = next((j for j, (a, b) in enumerate(zip(given, ours)) if a != b), min(len(given), len(ours)))
+        raise ExternalFileError(f"{path}:{i}: field 'prompt_token_ids': not the study's prompt (they part at token {at} "
+                                f"of {len(ours)}): another tokenizer, chat template or message format than "
+                                f"{study.options.message!r}; feed the exported prompt_token_ids")
+
+
+def _text(where: str, text, tokens: list[int], study: _Study) -> None:
+    if text is None:
+        return
+    decoded = {study.tokenizer.decode(tokens, skip_special_tokens=s) for s in (True, False)}
+    if not isinstance(text, str) or text not in decoded:
+        raise ExternalFileError(f"{where}: field 'text': the token ids do not decode to it with the study's tokenizer "
+                                "(a record of another tokenizer?)")
+
+
+def _finish(where: str, reason, tokens: list[int], study: _Study) -> tuple[str, str | None]:
+    """(the decoding row's finish_reason, its error) from the record's `finish_reason`."""
     ends_at_stop = bool(tokens) and tokens[-1] in study.stop
-    error = None
     if reason is None:
-        finish = "eos" if ends_at_stop else "length"
-    elif not isinstance(reason, str):
+        return ("eos" if ends_at_stop else "length"), None
+    if not isinstance(reason, str):
         raise ExternalFileError(f"{where}: field 'finish_reason': must be a string (stop, eos, length), got {reason!r}")
-    elif reason.lower() in FINISH:
-        finish = FINISH[reason.lower()]
-        if finish == "eos" and not ends_at_stop:
-            raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r}, but token_ids does not end with a stop "
-                                    f"id {sorted(study.stop)}: write the stop token back (docs/EXTERNAL.md)")
-        if finish == "length" and len(tokens) < o.max_new_tokens:
-            raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r} after {len(tokens)} tokens, fewer than "
-                                    f"the study's max_new_tokens {o.max_new_tokens}: the engine ran with another token "
-                                    "budget (prompts exported with another --max-new-tokens, whose default is "
-                                    f"{DecodeOptions.max_new_tokens}?) or hit its context limit; {_REEXPORT}")
-    else:
-        finish, error = "error", f"EngineFinish: the engine ended this prompt with finish_reason {reason!r}"
-    counts = {}
-    for field, minimum in (("forwards", 1), ("draft_forwards", 0)):
-        v = rec.get(field)
-        if v is not None and (not _is_int(v) or v < minimum):
-            raise ExternalFileError(f"{where}: field {field!r}: must be an integer >= {minimum}, got {v!r}")
-        counts[field] = v
-    accepted = _ints(path, i, "accepted", rec["accepted"]) if rec.get("accepted") is not None else None
-    seconds = rec.get("seconds")
+    finish = FINISH.get(reason.lower())
+    if finish is None:
+        return "error", f"EngineFinish: the engine ended this prompt with finish_reason {reason!r}"
+    if finish == "eos" and not ends_at_stop:
+        raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r}, but token_ids does not end with a stop "
+                                f"id {sorted(study.stop)}: write the stop token back (docs/EXTERNAL.md)")
+    budget = study.options.max_new_tokens
+    if finish == "length" and len(tokens) < budget:
+        raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r} after {len(tokens)} tokens, fewer than "
+                                f"the study's max_new_tokens {budget}: the engine ran with another token budget "
+                                "(prompts exported with another --max-new-tokens, whose default is "
+                                f"{DecodeOptions.max_new_tokens}?) or hit its context limit; {_REEXPORT}")
+    return finish, None
+
+
+def _count(where: str, field: str, value, minimum: int) -> int | None:
+    if value is not None and (not _is_int(value) or value < minimum):
+        raise ExternalFileError(f"{where}: field {field!r}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _seconds(where: str, seconds) -> float | None:
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                                 or not 0 <= seconds < math.inf):
         raise ExternalFileError(f"{where}: field 'seconds': must be a finite number >= 0, got {seconds!r}")
-    # the model's forwards: as given (the prefill one of them), else one verify per accepted step after
-    # the prefill; neither given: none recorded (tokens per forward undefined, NaN)
-    if counts["forwards"] is not None:
-        n_prefill, n_verify = 1, counts["forwards"] - 1
-    elif accepted is not None:
-        n_prefill, n_verify = 1, len(accepted)
-    else:
-        n_prefill, n_verify = 0, 0
-    return {"prompt_id": pid, "line": i, "tokens": tokens, "accepted": accepted or [], "n_prefill": n_prefill,
-            "n_diffusion": counts["draft_forwards"] or 0, "n_verify": n_verify,
-            "seconds": float(seconds) if seconds is not None else math.nan, "finish_reason": finish, "error": error,
-            "engine_env": env, "extra": rec.get("extra"),
-            "past_stop": any(t in study.stop for t in tokens[:-1]),
-            "early": finish == "length" and len(tokens) < o.max_new_tokens}
+    return seconds
+
+
+def _logprobs(where: str, value, tokens: list[int], vocab: int) -> list | None:
+    """`logprobs`: the engine's own top log-probabilities at every generated position, [[id, logprob],
+    ...] (at least 2 pairs, in rank order, logprobs finite and not increasing): what a verdict needs
+    to ask whether the engine emitted its own argmax and by what margin (orthrus.audit.verdict)."""
+    if value is None:
+        return None
+    field = f"{where}: field 'logprobs'"
+    if not isinstance(value, list) or len(value) != len(tokens):
+        n = len(value) if isinstance(value, list) else type(value).__name__
+        raise ExternalFileError(f"{field}: must be a list with one entry per token_ids item ({len(tokens)}), got {n}")
+    for t, top in enumerate(value):
+        if not isinstance(top, list) or len(top) < 2:
+            raise ExternalFileError(f"{field}: position {t}: must be a list of at least 2 [token_id, logprob] pairs "
+                                    "(the engine's top 2)")
+        for pair in top:
+            if (not isinstance(pair, list) or len(pair) != 2 or not _is_int(pair[0]) or not 0 <= pair[0] < vocab
+                    or isinstance(pair[1], bool) or not isinstance(pair[1], (int, float)) or not math.isfinite(pair[1])):
+                raise ExternalFileError(f"{field}: position {t}: {pair!r} is not a [token_id, logprob] pair with an id "
+                                        f"of the vocabulary 0..{vocab - 1} and a finite log-probability")
+        if any(a[1] < b[1] for a, b in zip(top, top[1:])):
+            raise ExternalFileError(f"{field}: position {t}: not in rank order (log-probabilities must not increase)")
+    return [[[int(a), float(b)] for a, b in top[:2]] for top in value]
+
+
+def _model_forwards(forwards: int | None, accepted: list[int] | None) -> tuple[int, int]:
+    """(prefill forwards, verify forwards): as given (the prefill one of them), else one verify per
+    accepted step after the prefill; neither given: none recorded (tokens per forward undefined, NaN)."""
+    if forwards is not None:
+        return 1, forwards - 1
+    if accepted is not None:
+        return 1, len(accepted)
+    return 0, 0
 
 
 def _check_settings(where: str, settings, study: _Study) -> None:
@@ -347,6 +412,8 @@ def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: li
                                "error": f"Missing: {path} has no record for this prompt", "env": json.dumps(env, sort_keys=True)})
             continue
         env |= {"engine_env": r["engine_env"]} | ({"extra": r["extra"]} if r["extra"] is not None else {})
+        if r["logprobs"] is not None:  # the engine's own top 2 per position, for the verdicts (orthrus.audit.forensics)
+            env["engine_logprobs"] = r["logprobs"]
         rows.append(row | {k: r[k] for k in ("tokens", "accepted", "n_prefill", "n_diffusion", "n_verify", "seconds",
                                              "finish_reason", "error")} | {"env": json.dumps(env, sort_keys=True)})
     df = pd.DataFrame(rows, columns=DECODE_COLUMNS)

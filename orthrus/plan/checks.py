@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from orthrus.audit.sampling_config import problems as sampling_problems
+from orthrus.engines.runner import problems as engine_problems
 from orthrus.models.hub import is_hub_id
 
 
@@ -142,6 +143,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _draft_problems(cfg, props)
     problems += _grid_problems(cfg)
     problems += _external_problems(cfg)
+    problems += engine_problems(cfg)  # decode.engines, engines.* (orthrus/engines/runner.py)
     problems += _architecture_problems(cfg)
     problems += _frontier_problems(cfg)
     problems += sampling_problems(cfg)

@@ -151,7 +151,11 @@ class Study:
                       if k in self.teacher_decoders + self.controls and k not in self.orthrus_models}
         self.model_grids = {m: g for m, g in grids.items() if m in self.orthrus_models}
         self.tpf, self.frontier, self.bench, self.sampling = c["tpf"], c["frontier"], c["benchmarks"], c["sampling"]
-        self.external = d["external"]
+        # engines' trajectory files (decode.external), and the runs the workflow makes itself
+        # (decode.engines: workflow/rules/engines.smk), each the decoder `external` under its own name
+        from orthrus.engines.runner import external_entries
+
+        self.external = d["external"] | external_entries(config, R)
         self.external_cells = self._external_cells()
 
     # ------------------------------------------------------------------ models and their paths

@@ -14,8 +14,8 @@ rule export_prompts:
         f"{R}/export/prompts.jsonl",
     params:
         teacher=S.teacher_path(),
-        max_new_tokens=config["decode"]["max_new_tokens"],
-        message=config["decode"]["message"],
+        # the study's options, the ones ingest checks the engine's file against: one budget, one message format
+        options=cell_options(config["decode"], contracts.EXTERNAL_DECODER, PRECISIONS[0], ATTENTIONS[0]),
     log:
         f"{R}/logs/export_prompts.log",
     localrule: True
@@ -26,7 +26,7 @@ rule export_prompts:
         ENV
     shell:
         "orthrus export-prompts --model-path {params.teacher:q} --prompts {input.prompts:q}"
-        " --max-new-tokens {params.max_new_tokens:q} --message {params.message:q} --out {output:q} > {log:q} 2>&1"
+        " --options {params.options:q} --out {output:q} > {log:q} 2>&1"
 
 
 # decode.external entries with `stand_in`: the workflow plays the engine (transformers' generate on the
