@@ -8,6 +8,7 @@ corpus stage cuts them (prompts grouped by domain, then by length); `--ungrouped
 batch sizes cut by length alone, to show what the grouping buys. The default `--n` is one shard
 of the default study (1000 distillation prompts in 2 shards).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,17 +37,28 @@ def main() -> None:
     prompts, domains = df["prompt"].tolist(), df["domain"].tolist()
     generate_responses(model, tok, prompts[:2], batch_size=2, max_new_tokens=8, progress=False)  # warm-up
     base = None
-    runs = [(bs, True) for bs in args.batch_sizes] + [(bs, False) for bs in args.batch_sizes if args.ungrouped and bs > 1]
+    runs = [(bs, True) for bs in args.batch_sizes] + [
+        (bs, False) for bs in args.batch_sizes if args.ungrouped and bs > 1
+    ]
     print(f"{'batch':>5} {'grouped':>8} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs batch 1':>10}")
     for bs, grouped in runs:
         t0 = time.perf_counter()
-        out = generate_responses(model, tok, prompts, batch_size=bs, max_new_tokens=args.max_new_tokens, progress=False,
-                                 groups=domains if grouped else None)
+        out = generate_responses(
+            model,
+            tok,
+            prompts,
+            batch_size=bs,
+            max_new_tokens=args.max_new_tokens,
+            progress=False,
+            groups=domains if grouped else None,
+        )
         seconds = time.perf_counter() - t0
         tokens = sum(len(o["response_ids"]) for o in out)
         rate = tokens / seconds
         base = base or rate
-        print(f"{bs:>5} {'domain' if grouped else 'no':>8} {tokens:>7} {seconds:>8.2f} {rate:>9.0f} {rate / base:>9.1f}x")
+        print(
+            f"{bs:>5} {'domain' if grouped else 'no':>8} {tokens:>7} {seconds:>8.2f} {rate:>9.0f} {rate / base:>9.1f}x"
+        )
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

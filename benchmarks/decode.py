@@ -6,6 +6,7 @@ Without --model it builds a tiny random Orthrus (the ratio is then meaningless: 
 diffusion weights accept nothing; it still measures the loop's own overhead). "Loop
 overhead" is the wall time of the Orthrus loop outside its forward passes, relative to them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,9 @@ def load(args):
     if args.model:
         from transformers import AutoTokenizer
 
-        model = orthrus.OrthrusForCausalLM.from_pretrained(args.model, dtype=args.precision, attn_implementation=args.attention)
+        model = orthrus.OrthrusForCausalLM.from_pretrained(
+            args.model, dtype=args.precision, attn_implementation=args.attention
+        )
         tok = AutoTokenizer.from_pretrained(args.model)
         prompts = pd.read_parquet(args.prompts)
         prompts = prompts.groupby("domain").head(args.per_domain)
@@ -48,8 +51,17 @@ def load(args):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=32, tie_word_embeddings=True, attn_implementation=args.attention)
+    cfg = Qwen3Config(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        attn_implementation=args.attention,
+    )
     model = orthrus.OrthrusForCausalLM.from_base(Qwen3ForCausalLM(cfg), block_size=8, mask_token_id=511).eval()
     return model, [("random", torch.randint(0, 500, (20,))) for _ in range(args.per_domain)]
 
@@ -83,15 +95,17 @@ def main() -> None:
     table = []
     for domain in dict.fromkeys(d for d, _ in prompts):
         ar, orth = rows[(domain, "ar")], rows[(domain, "orthrus")]
-        table.append({
-            "domain": domain,
-            "ar_ms_per_token": 1e3 * ar["seconds"] / ar["tokens"],
-            "orthrus_ms_per_token": 1e3 * orth["seconds"] / orth["tokens"],
-            "speedup": (ar["seconds"] / ar["tokens"]) / (orth["seconds"] / orth["tokens"]),
-            "tpf_verify": orth["tokens"] / orth["verify_forwards"],
-            "tpf_all": orth["tokens"] / orth["all_forwards"],
-            "loop_overhead": orth["seconds"] / orth["forward_seconds"] - 1,
-        })
+        table.append(
+            {
+                "domain": domain,
+                "ar_ms_per_token": 1e3 * ar["seconds"] / ar["tokens"],
+                "orthrus_ms_per_token": 1e3 * orth["seconds"] / orth["tokens"],
+                "speedup": (ar["seconds"] / ar["tokens"]) / (orth["seconds"] / orth["tokens"]),
+                "tpf_verify": orth["tokens"] / orth["verify_forwards"],
+                "tpf_all": orth["tokens"] / orth["all_forwards"],
+                "loop_overhead": orth["seconds"] / orth["forward_seconds"] - 1,
+            }
+        )
     df = pd.DataFrame(table).sort_values("speedup", ascending=False)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     total = {m: sum(v["seconds"] for (d, mm), v in rows.items() if mm == m) for m in ("ar", "orthrus")}

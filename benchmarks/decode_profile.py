@@ -9,6 +9,7 @@ NaN-filling of new tensors would cost (`orthrus.configure` turns it off). On a 1
 every forward costs about the same whatever its length: the time is the library's per-op overhead,
 so a study's decoding time is its number of forwards times this.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,9 @@ def main(argv=None) -> int:
     bare = seconds([sys.executable, "-c", "pass"])
     imports = seconds([sys.executable, "-c", "import orthrus.decode.stage, transformers.models.qwen3.modeling_qwen3"])
     torch.set_num_threads(1)
-    opts = DecodeOptions(decoder="ar-ref", precision=args.precision, attention=args.attention, max_new_tokens=args.steps)
+    opts = DecodeOptions(
+        decoder="ar-ref", precision=args.precision, attention=args.attention, max_new_tokens=args.steps
+    )
     t0 = time.perf_counter()
     model, _ = load_model(args.model, opts)
     load = time.perf_counter() - t0
@@ -72,12 +75,20 @@ def main(argv=None) -> int:
     ids = torch.arange(2, 34)
     with torch.inference_mode():
         t0 = time.perf_counter()
-        out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False, min_new_tokens=args.steps,
-                             max_new_tokens=args.steps, pad_token_id=0)
+        out = model.generate(
+            ids[None],
+            attention_mask=torch.ones_like(ids[None]),
+            do_sample=False,
+            min_new_tokens=args.steps,
+            max_new_tokens=args.steps,
+            pad_token_id=0,
+        )
         gen = (time.perf_counter() - t0) / (out.shape[1] - len(ids))
     fwd = per_forward[False]
-    print(f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters), "
-          f"{args.precision} {args.attention}, 1 thread")
+    print(
+        f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters), "
+        f"{args.precision} {args.attention}, 1 thread"
+    )
     print(f"start-up: imports {imports:.2f} s (a bare interpreter {bare:.2f} s); model load {load:.2f} s")
     print(f"one single-token forward: {fwd * 1e3:.2f} ms, {ops:.0f} aten ops ({fwd / ops * 1e6:.1f} us per op)")
     print(f"transformers generate per token: {gen * 1e3:.2f} ms = {gen / fwd:.2f}x the forward")

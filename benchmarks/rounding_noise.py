@@ -14,6 +14,7 @@ few ulps; fp32 keeps every accumulated rounding of the network's sums, so its sp
 The verdicts' default bound per precision is twice the largest, rounded up to a power of two
 (orthrus/audit/verdict.py, ROUNDING_ULPS).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,12 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from orthrus.data.chat import render_chat
-from orthrus.decode.loop import ar_forward
-from orthrus.models.loading import load_model
-from orthrus.decode.options import DecodeOptions
 from orthrus.audit.verdict import ulp
+from orthrus.data.chat import render_chat
 from orthrus.data.prompts import tiny_prompts
+from orthrus.decode.loop import ar_forward
+from orthrus.decode.options import DecodeOptions
+from orthrus.models.loading import load_model
 
 
 @torch.inference_mode()
@@ -46,7 +47,7 @@ def noise(model, prompt: list[int], tokens: int, k: int, precision: str) -> list
     ar_forward(model, torch.tensor(prompt), cache, last_only=True)
     block_rows = []
     for i in range(0, tokens, k):
-        out, _ = ar_forward(model, torch.tensor(ids[i: i + k]), cache)
+        out, _ = ar_forward(model, torch.tensor(ids[i : i + k]), cache)
         block_rows += list(out.float())
     return [float((b - s).abs().max()) / ulp(float(s.abs().max()), precision) for s, b in zip(rows, block_rows)]
 
@@ -54,7 +55,9 @@ def noise(model, prompt: list[int], tokens: int, k: int, precision: str) -> list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="orthrus/world/subject/teacher")
-    ap.add_argument("--prompts", type=int, default=24, help="the first of the tiny world's eval prompts, spread over its domains")
+    ap.add_argument(
+        "--prompts", type=int, default=24, help="the first of the tiny world's eval prompts, spread over its domains"
+    )
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--precisions", nargs="+", default=["bf16", "fp16", "fp32"])
@@ -63,15 +66,24 @@ def main() -> None:
     torch.set_num_threads(1)
     evals, _, _ = tiny_prompts(seed=0, eval_per_domain=-(-args.prompts // 12), distill_n=1)
     texts = list(evals["prompt"])[: args.prompts]
-    print(f"{'precision':<9} {'attention':<9} {'positions':>9} {'bit-equal':>9} {'median':>8} {'p99':>8} {'max':>8}  (ulps)")
+    print(
+        f"{'precision':<9} {'attention':<9} {'positions':>9} {'bit-equal':>9} {'median':>8} {'p99':>8} {'max':>8}  (ulps)"
+    )
     for precision in args.precisions:
         for attention in args.attentions:
             options = DecodeOptions(decoder="ar", precision=precision, attention=attention)
             model, tok = load_model(args.model, options)
-            d = np.array([x for text in texts
-                          for x in noise(model, render_chat(tok, text, options.message), args.tokens, args.block, precision)])
-            print(f"{precision:<9} {attention:<9} {len(d):>9} {np.mean(d == 0):>9.3f} {np.median(d):>8.2f} "
-                  f"{np.percentile(d, 99):>8.2f} {d.max():>8.2f}")
+            d = np.array(
+                [
+                    x
+                    for text in texts
+                    for x in noise(model, render_chat(tok, text, options.message), args.tokens, args.block, precision)
+                ]
+            )
+            print(
+                f"{precision:<9} {attention:<9} {len(d):>9} {np.mean(d == 0):>9.3f} {np.median(d):>8.2f} "
+                f"{np.percentile(d, 99):>8.2f} {d.max():>8.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ none, as `orthrus compare-runs` does): the statistic of each run, their minimum,
 spread (max - min), and how many runs reach each verdict; exit 0 when every run reaches the same
 verdict on every claim they share, 1 otherwise. `--markdown` prints the table as Markdown.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,9 @@ def parse_run(spec: str) -> tuple[str, Path]:
     if not sep:
         name, path = "", spec
     p = Path(path)
-    return name or (p.name if p.name not in ("tables", "results") else p.resolve().parents[1 if p.name == "tables" else 0].name), p
+    return name or (
+        p.name if p.name not in ("tables", "results") else p.resolve().parents[1 if p.name == "tables" else 0].name
+    ), p
 
 
 def run_seeds(seeds, work: Path, cores: int, configfile: Path) -> list[tuple[str, Path]]:
@@ -51,8 +54,21 @@ def run_seeds(seeds, work: Path, cores: int, configfile: Path) -> list[tuple[str
     for seed in seeds:
         d = work / f"seed-{seed}"
         d.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(d),
-               "--cores", str(cores), "--configfile", str(configfile.resolve()), "--config", f"seed={seed}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(d),
+            "--cores",
+            str(cores),
+            "--configfile",
+            str(configfile.resolve()),
+            "--config",
+            f"seed={seed}",
+        ]
         print(f"[seed_spread] seed {seed}: {' '.join(cmd)}", file=sys.stderr)
         subprocess.run(cmd, check=True)
         runs.append((f"seed-{seed}", d))
@@ -74,7 +90,9 @@ def spread(runs: list[tuple[str, Path]]) -> pd.DataFrame:
     out.insert(0, "statistic_name", long.groupby(keys)["statistic_name"].first().reindex(out.index).fillna(""))
     out["min"], out["max"] = stat.min(axis=1), stat.max(axis=1)
     out["spread"] = out["max"] - out["min"]
-    verdicts = long.groupby(keys)["verdict"].apply(lambda v: ", ".join(f"{k} {n}/{len(v)}" for k, n in v.value_counts().items()))
+    verdicts = long.groupby(keys)["verdict"].apply(
+        lambda v: ", ".join(f"{k} {n}/{len(v)}" for k, n in v.value_counts().items())
+    )
     out["verdicts"] = verdicts.reindex(out.index)
     out["agree"] = long.groupby(keys)["verdict"].nunique().reindex(out.index) == 1
     return out.reset_index()
@@ -97,8 +115,16 @@ def main(argv=None) -> int:
     if len(set(names)) != len(names):
         ap.error(f"two runs share a name ({', '.join(names)}): name them NAME=PATH")
     table = spread(runs)
-    with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60,
-                           "display.float_format", "{:.3g}".format):
+    with pd.option_context(
+        "display.width",
+        250,
+        "display.max_columns",
+        None,
+        "display.max_colwidth",
+        60,
+        "display.float_format",
+        "{:.3g}".format,
+    ):
         print(table.to_markdown(index=False, floatfmt=".3g") if args.markdown else table.to_string(index=False))
     n_diff = int((~table["agree"]).sum())
     print(f"{len(runs)} runs, {len(table)} claims, {n_diff} with differing verdicts")

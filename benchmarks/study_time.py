@@ -14,6 +14,7 @@ no job used, so the next person knows where to look.
 Run it right after a complete run from a clean `results/`: a stage rerun later moves the
 span.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,16 +34,32 @@ def read_timings(root: Path) -> pd.DataFrame:
         cpu = float(t["cpu_time"].iloc[0]) if "cpu_time" in t else float("nan")
         end = f.stat().st_mtime
         stage = f.relative_to(root).parts[0].removesuffix(".tsv")
-        rows.append({"stage": stage, "job": str(f.relative_to(root)), "seconds": s, "max_rss_mb": rss,
-                     "cpu_s": cpu, "start": end - s, "end": end})
+        rows.append(
+            {
+                "stage": stage,
+                "job": str(f.relative_to(root)),
+                "seconds": s,
+                "max_rss_mb": rss,
+                "cpu_s": cpu,
+                "start": end - s,
+                "end": end,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def summarize(jobs: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     """Per-stage table in start order, and the wall-time span of all jobs."""
     g = jobs.groupby("stage")
-    table = pd.DataFrame({"jobs": g.size(), "sum_s": g["seconds"].sum(), "longest_s": g["seconds"].max(),
-                          "peak_rss_mb": g["max_rss_mb"].max(), "first_start": g["start"].min()})
+    table = pd.DataFrame(
+        {
+            "jobs": g.size(),
+            "sum_s": g["seconds"].sum(),
+            "longest_s": g["seconds"].max(),
+            "peak_rss_mb": g["max_rss_mb"].max(),
+            "first_start": g["start"].min(),
+        }
+    )
     table = table.sort_values("first_start").drop(columns="first_start")
     return table, float(jobs["end"].max() - jobs["start"].min())
 
@@ -83,17 +100,22 @@ def main(argv=None) -> int:
         sys.exit(f"no Snakemake benchmark files under {args.timing}: run `snakemake --cores 2` first")
     table, wall = summarize(jobs)
     print(table.round(1).to_string())
-    print(f"\n{len(jobs)} jobs, {jobs['seconds'].sum():.0f} s of job time, peak RSS "
-          f"{jobs['max_rss_mb'].max():.0f} MB")
-    print(f"wall time {wall:.0f} s = {wall / 60:.1f} min; budget {args.budget:.0f} s: "
-          f"ratio {wall / args.budget:.2f} ({'within' if wall <= args.budget else 'OVER'} budget)")
+    print(f"\n{len(jobs)} jobs, {jobs['seconds'].sum():.0f} s of job time, peak RSS {jobs['max_rss_mb'].max():.0f} MB")
+    print(
+        f"wall time {wall:.0f} s = {wall / 60:.1f} min; budget {args.budget:.0f} s: "
+        f"ratio {wall / args.budget:.2f} ({'within' if wall <= args.budget else 'OVER'} budget)"
+    )
     chain = critical_path(jobs)
-    print(f"\ncritical path ({sum(c['seconds'] for c in chain):.0f} s of jobs, "
-          f"{sum(c['gap_before_s'] for c in chain):.0f} s between them):")
+    print(
+        f"\ncritical path ({sum(c['seconds'] for c in chain):.0f} s of jobs, "
+        f"{sum(c['gap_before_s'] for c in chain):.0f} s between them):"
+    )
     for c in chain:
         print(f"  {c['job']:<60} {c['seconds']:7.1f} s  (gap before {c['gap_before_s']:.1f} s)")
-    print(f"cores idle: {idle_share(jobs, args.cores):.0%} of {args.cores} cores x wall time "
-          "(jobs without a benchmark file, e.g. gathers and tables, count as idle)")
+    print(
+        f"cores idle: {idle_share(jobs, args.cores):.0%} of {args.cores} cores x wall time "
+        "(jobs without a benchmark file, e.g. gathers and tables, count as idle)"
+    )
     return 0
 
 

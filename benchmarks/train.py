@@ -16,6 +16,7 @@ and prints loss tokens per second, the speed-up of the single pass, and the peak
 each (CUDA: `max_memory_allocated`; CPU: the child process' peak RSS above its set-up).
 Each variant runs in its own child process so peaks do not mix. Not a timed test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,18 @@ def build(args):
     from orthrus.distill.settings import offset_weights
 
     torch.manual_seed(0)
-    conf = Qwen3Config(vocab_size=2112, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
-                       tie_word_embeddings=True, attn_implementation=args.attention)
+    conf = Qwen3Config(
+        vocab_size=2112,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        attn_implementation=args.attention,
+    )
     base = Qwen3ForCausalLM(conf)
     model = OrthrusForCausalLM.from_base(base, block_size=args.block_size, mask_token_id=831)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -82,8 +92,10 @@ def per_block(model, batch, shared_ar: bool):
             else:
                 with torch.no_grad():
                     prefix = DynamicCache(config=model.config)
-                    model.model(input_ids=batch["ids"][s: s + 1, :a], **cache_kwarg(model.model, prefix), use_cache=True)
-            lg = model.diffusion_forward(batch["blocks"][s: s + 1, sl], batch["pos"][s: s + 1, sl], prefix)[0]
+                    model.model(
+                        input_ids=batch["ids"][s : s + 1, :a], **cache_kwarg(model.model, prefix), use_cache=True
+                    )
+            lg = model.diffusion_forward(batch["blocks"][s : s + 1, sl], batch["pos"][s : s + 1, sl], prefix)[0]
             tok = F.cross_entropy(lg.float(), batch["targets"][s, sl], reduction="none")
             loss = (tok * w).sum()
             loss.backward()
@@ -128,8 +140,16 @@ def child(args) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         extra = peak - base_mem
     W = float(batch["w"].sum())
-    return {"mode": args.mode, "loss_per_token": loss / W, "seconds_per_step": sec, "loss_tokens": W,
-            "tokens_per_s": W / sec, "peak_bytes": peak, "peak_over_setup_bytes": extra, "device": str(device)}
+    return {
+        "mode": args.mode,
+        "loss_per_token": loss / W,
+        "seconds_per_step": sec,
+        "loss_tokens": W,
+        "tokens_per_s": W / sec,
+        "peak_bytes": peak,
+        "peak_over_setup_bytes": extra,
+        "device": str(device),
+    }
 
 
 def main(argv=None) -> int:
@@ -156,21 +176,31 @@ def main(argv=None) -> int:
             return out.returncode
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     ref = rows[0]
-    print(f"tiny Qwen3 (hidden 128, 4 layers, vocab 2112), {args.batch} sequences x "
-          f"({args.prompt_len} prompt + {args.response_len} response) tokens, {args.blocks} blocks of K="
-          f"{args.block_size} per sequence, {ref['loss_tokens']:.0f} loss tokens per step, {ref['device']}, "
-          f"{args.threads} thread(s), attention {args.attention}")
-    print(f"{'variant':<22}{'loss/token':>12}{'s/step':>10}{'tokens/s':>11}{'single/this':>12}"
-          f"{'peak MiB':>10}{'+setup MiB':>12}")
+    print(
+        f"tiny Qwen3 (hidden 128, 4 layers, vocab 2112), {args.batch} sequences x "
+        f"({args.prompt_len} prompt + {args.response_len} response) tokens, {args.blocks} blocks of K="
+        f"{args.block_size} per sequence, {ref['loss_tokens']:.0f} loss tokens per step, {ref['device']}, "
+        f"{args.threads} thread(s), attention {args.attention}"
+    )
+    print(
+        f"{'variant':<22}{'loss/token':>12}{'s/step':>10}{'tokens/s':>11}{'single/this':>12}"
+        f"{'peak MiB':>10}{'+setup MiB':>12}"
+    )
     for r in rows:
-        print(f"{r['mode']:<22}{r['loss_per_token']:>12.6f}{r['seconds_per_step']:>10.3f}{r['tokens_per_s']:>11.0f}"
-              f"{ref['tokens_per_s'] / r['tokens_per_s']:>12.1f}"
-              f"{r['peak_bytes'] / 2**20:>10.1f}{r['peak_over_setup_bytes'] / 2**20:>12.1f}")
-    same = all(abs(r["loss_per_token"] - ref["loss_per_token"]) < 1e-4 * max(1, abs(ref["loss_per_token"])) for r in rows)
+        print(
+            f"{r['mode']:<22}{r['loss_per_token']:>12.6f}{r['seconds_per_step']:>10.3f}{r['tokens_per_s']:>11.0f}"
+            f"{ref['tokens_per_s'] / r['tokens_per_s']:>12.1f}"
+            f"{r['peak_bytes'] / 2**20:>10.1f}{r['peak_over_setup_bytes'] / 2**20:>12.1f}"
+        )
+    same = all(
+        abs(r["loss_per_token"] - ref["loss_per_token"]) < 1e-4 * max(1, abs(ref["loss_per_token"])) for r in rows
+    )
     ratio = ref["tokens_per_s"] / rows[-1]["tokens_per_s"]
-    print(f"single-pass vs one block at a time: {ratio:.1f}x (target >= 8x); "
-          f"vs per-block with a shared AR forward: {ref['tokens_per_s'] / rows[1]['tokens_per_s']:.1f}x; "
-          f"same loss: {same}")
+    print(
+        f"single-pass vs one block at a time: {ratio:.1f}x (target >= 8x); "
+        f"vs per-block with a shared AR forward: {ref['tokens_per_s'] / rows[1]['tokens_per_s']:.1f}x; "
+        f"same loss: {same}"
+    )
     return 0 if same else 1
 
 

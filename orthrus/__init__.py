@@ -3,6 +3,7 @@
 The public names are imported lazily, so that light stages (tables, figures, gathers) start
 without loading torch and transformers.
 """
+
 import importlib
 
 __version__ = "0.1.0"

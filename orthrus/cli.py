@@ -1,4 +1,5 @@
 """`orthrus <command> ...`: one entry point; each command lives in the module that does the work."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Configuration as plain data: a YAML/JSON file or inline JSON, and `--set key=value` overrides."""
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ def load_config(path: str | None, section: str | None = None) -> dict:
         cfg = json.loads(text)
     else:
         import yaml
+
         cfg = yaml.safe_load(text) or {}
     if section and isinstance(cfg, dict) and isinstance(cfg.get(section), dict):
         cfg = cfg[section]

@@ -5,6 +5,7 @@ workflow (`workflow/rules/common.smk`) takes its table and figure files and wild
 vocabularies from here, and `docs/DESIGN.md`'s artefact section is rendered from `ARTEFACTS`
 (`python -m orthrus.contracts --design docs/DESIGN.md [--check]` writes or checks it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,55 +60,186 @@ def runs_model_code(task: str) -> bool:
     lm-eval run` also checks the tasks' own `unsafe_code` flag."""
     return "humaneval" in task
 
+
 # ---- intermediate files
 PROMPT_COLUMNS = ["prompt_id", "domain", "prompt"]
-CORPUS_COLUMNS = ["prompt_id", "domain", "prompt", "response", "prompt_ids", "response_ids",
-                  "finish_reason", "error", "teacher", "dtype", "batch_size"]
-DECODE_COLUMNS = CONFIG + ["prompt_id", "domain", "prompt_len", "tokens", "accepted", "n_prefill", "n_diffusion",
-                           "n_verify", "seconds", "finish_reason", "error", "env"]
-PPL_COLUMNS = ["model", "precision", "attention", "prompt_id", "domain", "ppl", "entropy", "margins", "n_tokens",
-               "scorer_precision"]
-FORENSICS_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "ref_token", "orthrus_token", "margin_native",
-                              "margin_fp32", "verify_margin", "first_layer_diverging", "max_abs_hidden_diff",
-                              "replay_consistent", "ref_logit_ref", "ref_logit_dec", "verify_logit_ref",
-                              "verify_logit_dec", "verify_argmax", "gap_ulps", "verdict", "verdict_note"]
+CORPUS_COLUMNS = [
+    "prompt_id",
+    "domain",
+    "prompt",
+    "response",
+    "prompt_ids",
+    "response_ids",
+    "finish_reason",
+    "error",
+    "teacher",
+    "dtype",
+    "batch_size",
+]
+DECODE_COLUMNS = CONFIG + [
+    "prompt_id",
+    "domain",
+    "prompt_len",
+    "tokens",
+    "accepted",
+    "n_prefill",
+    "n_diffusion",
+    "n_verify",
+    "seconds",
+    "finish_reason",
+    "error",
+    "env",
+]
+PPL_COLUMNS = [
+    "model",
+    "precision",
+    "attention",
+    "prompt_id",
+    "domain",
+    "ppl",
+    "entropy",
+    "margins",
+    "n_tokens",
+    "scorer_precision",
+]
+FORENSICS_COLUMNS = CONFIG + [
+    "prompt_id",
+    "domain",
+    "position",
+    "ref_token",
+    "orthrus_token",
+    "margin_native",
+    "margin_fp32",
+    "verify_margin",
+    "first_layer_diverging",
+    "max_abs_hidden_diff",
+    "replay_consistent",
+    "ref_logit_ref",
+    "ref_logit_dec",
+    "verify_logit_ref",
+    "verify_logit_dec",
+    "verify_argmax",
+    "gap_ulps",
+    "verdict",
+    "verdict_note",
+]
 # The way in and out for engines outside this package: the evaluation set as an engine needs it
 # (`orthrus export-prompts`, one JSON object per line and prompt) and the trajectory file an engine
 # writes back (decode.external; `orthrus ingest` checks it and writes a decoding result).
-EXPORT_FIELDS = ["prompt_id", "domain", "prompt", "messages", "prompt_text", "prompt_token_ids", "max_new_tokens",
-                 "stop_token_ids", "temperature", "message"]
+EXPORT_FIELDS = [
+    "prompt_id",
+    "domain",
+    "prompt",
+    "messages",
+    "prompt_text",
+    "prompt_token_ids",
+    "max_new_tokens",
+    "stop_token_ids",
+    "temperature",
+    "message",
+]
 EXTERNAL_REQUIRED = ["prompt_id", "token_ids", "env"]
-EXTERNAL_FIELDS = EXTERNAL_REQUIRED + ["text", "finish_reason", "prompt_token_ids", "accepted", "forwards",
-                                       "draft_forwards", "seconds", "settings", "logprobs", "extra"]
+EXTERNAL_FIELDS = EXTERNAL_REQUIRED + [
+    "text",
+    "finish_reason",
+    "prompt_token_ids",
+    "accepted",
+    "forwards",
+    "draft_forwards",
+    "seconds",
+    "settings",
+    "logprobs",
+    "extra",
+]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
 # ---- tables (results/tables/): each CSV table has a Markdown twin and ends with ERRORS
 ERRORS = "n_errors_excluded"
-TRAJECTORY_COLUMNS = CONFIG + ["reference", "prompt_id", "domain", "match", "first_divergence", "common_prefix_len",
-                               "levenshtein", "n_tokens", "ref_n_tokens", "ppl"]
+TRAJECTORY_COLUMNS = CONFIG + [
+    "reference",
+    "prompt_id",
+    "domain",
+    "match",
+    "first_divergence",
+    "common_prefix_len",
+    "levenshtein",
+    "n_tokens",
+    "ref_n_tokens",
+    "ppl",
+]
 MATCH_OVERALL_COLUMNS = CONFIG + ["n", "match_rate", "ci_low", "ci_high"]
 MATCH_BY_DOMAIN_COLUMNS = CONFIG + ["domain", "n", "match_rate", "ci_low", "ci_high"]
 # the run settings a TPF row comes from, read from each decoding row's `env` record (the Table 2 run
 # of the paper config decodes 256 tokens with a user-only message)
 TPF_RUN = ["message", "max_new_tokens"]
-TPF_COLUMNS = CONFIG + TPF_RUN + ["domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all", "tpf_all_ci",
-                                  "tpf_authors", "tpf_authors_ci"]
+TPF_COLUMNS = (
+    CONFIG
+    + TPF_RUN
+    + ["domain", "n", "tpf_verify", "tpf_verify_ci", "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci"]
+)
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
 PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept"]
 # the per-divergence verdict counts (orthrus.audit.verdict), in the forensics summary and decoders.csv
 VERDICT_COUNTS = ["n_tie", "n_rounding", "n_structural", "n_no_verdict"]
-DECODERS_COLUMNS = ["precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
-                    "oracle_match_rate", "batch_match_rate"] + VERDICT_COUNTS + ["audit"]
-FORENSICS_SUMMARY_COLUMNS = CONFIG + ["n_divergences", "median_margin_native", "median_margin_fp32",
-                                      "near_tie_threshold", "frac_near_tie", "frac_exact_tie", "mode_first_layer",
-                                      "max_gap_ulps", "rounding_ulps", "frac_within_ulps"] + VERDICT_COUNTS
+DECODERS_COLUMNS = (
+    [
+        "precision",
+        "attention",
+        "decoder",
+        "model",
+        "n",
+        "match_rate",
+        "ci_low",
+        "ci_high",
+        "tpf_verify",
+        "oracle_match_rate",
+        "batch_match_rate",
+    ]
+    + VERDICT_COUNTS
+    + ["audit"]
+)
+FORENSICS_SUMMARY_COLUMNS = (
+    CONFIG
+    + [
+        "n_divergences",
+        "median_margin_native",
+        "median_margin_fp32",
+        "near_tie_threshold",
+        "frac_near_tie",
+        "frac_exact_tie",
+        "mode_first_layer",
+        "max_gap_ulps",
+        "rounding_ulps",
+        "frac_within_ulps",
+    ]
+    + VERDICT_COUNTS
+)
 # the forensics rows the tables use (a subset of FORENSICS_COLUMNS)
-FORENSICS_ROW_COLUMNS = CONFIG + ["prompt_id", "domain", "position", "margin_native", "margin_fp32",
-                                  "first_layer_diverging", "gap_ulps", "verdict", "verdict_note"]
-UNCERTAINTY_COLUMNS = ["domain", "declared", "n_prompts", "n_steps", "mean_entropy", "near_tie_share",
-                       "near_ties_per_prompt", "near_tie_threshold", "scored_precision", "scored_attention"]
+FORENSICS_ROW_COLUMNS = CONFIG + [
+    "prompt_id",
+    "domain",
+    "position",
+    "margin_native",
+    "margin_fp32",
+    "first_layer_diverging",
+    "gap_ulps",
+    "verdict",
+    "verdict_note",
+]
+UNCERTAINTY_COLUMNS = [
+    "domain",
+    "declared",
+    "n_prompts",
+    "n_steps",
+    "mean_entropy",
+    "near_tie_share",
+    "near_ties_per_prompt",
+    "near_tie_threshold",
+    "scored_precision",
+    "scored_attention",
+]
 # file -> columns; every `orthrus analyze` run writes exactly these files
 TABLES = {
     "trajectories.parquet": TRAJECTORY_COLUMNS,
@@ -124,90 +256,186 @@ TABLES = {
 }
 # the benchmark tables (`orthrus lm-eval table`)
 BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
-BENCHMARK_AGREEMENT_COLUMNS = ["model", "decoder", "reference_model", "reference_decoder", "precision", "attention",
-                               "task", "metric", "n", "n_responses_differ", "n_answers_differ", "value", "reference_value", "score_diff",
-                               "stderr", "reference_stderr", "combined_stderr", "paired_diff", "paired_stderr",
-                               "within_stderr"]
+BENCHMARK_AGREEMENT_COLUMNS = [
+    "model",
+    "decoder",
+    "reference_model",
+    "reference_decoder",
+    "precision",
+    "attention",
+    "task",
+    "metric",
+    "n",
+    "n_responses_differ",
+    "n_answers_differ",
+    "value",
+    "reference_value",
+    "score_diff",
+    "stderr",
+    "reference_stderr",
+    "combined_stderr",
+    "paired_diff",
+    "paired_stderr",
+    "within_stderr",
+]
 BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
 # the claims table (`orthrus claims`, from the tables above): one row per claim and subject
 CLAIM_VERDICTS = ("holds", "fails", "untestable")
-CLAIMS_COLUMNS = ["claim", "subject", "description", "source", "statistic_name", "statistic", "ci_low", "ci_high", "n",
-                  "test", "threshold", "p_value", "verdict", "reason", ERRORS]
+CLAIMS_COLUMNS = [
+    "claim",
+    "subject",
+    "description",
+    "source",
+    "statistic_name",
+    "statistic",
+    "ci_low",
+    "ci_high",
+    "n",
+    "test",
+    "threshold",
+    "p_value",
+    "verdict",
+    "reason",
+    ERRORS,
+]
 CLAIMS_TABLES = {"claims.csv": CLAIMS_COLUMNS}
 # the price of exactness (`orthrus frontier`): one row per (setting, prompt), then one per setting
-FRONTIER_COLUMNS = ["model", "precision", "attention", "verify_guard", "prompt_id", "domain", "tokens", "ar_tokens",
-                    "match", "n_prefill", "n_verify", "n_diffusion", "seconds", "env"]
-EXACTNESS_COST_COLUMNS = ["model", "precision", "attention", "verify_guard", "n", "n_match", "match_rate", "ci_low",
-                          "ci_high", "tpf_verify", "seconds_per_token", "time_vs_base", "exact", "cheapest_exact"]
+FRONTIER_COLUMNS = [
+    "model",
+    "precision",
+    "attention",
+    "verify_guard",
+    "prompt_id",
+    "domain",
+    "tokens",
+    "ar_tokens",
+    "match",
+    "n_prefill",
+    "n_verify",
+    "n_diffusion",
+    "seconds",
+    "env",
+]
+EXACTNESS_COST_COLUMNS = [
+    "model",
+    "precision",
+    "attention",
+    "verify_guard",
+    "n",
+    "n_match",
+    "match_rate",
+    "ci_low",
+    "ci_high",
+    "tpf_verify",
+    "seconds_per_token",
+    "time_vs_base",
+    "exact",
+    "cheapest_exact",
+]
 FRONTIER_TABLES = {"exactness_cost.csv": EXACTNESS_COST_COLUMNS + [ERRORS]}
 FRONTIER_FIGURE = "exactness_cost"
 # lossless in distribution (`orthrus sampling`, orthrus/audit/sampling.py): per (cell, reference trajectory)
 # the per-position TVs, per (loop, prompt) the two-sample test, then one row per cell and per (loop, prompt)
 SAMPLING_CELL = ["model", "decoder", "precision", "attention", "temperature", "top_p"]
 SAMPLING_TV_ROWS = SAMPLING_CELL + ["prompt_id", "domain", "n_tokens", "tv", "env"]
-SAMPLING_TEST_ROWS = SAMPLING_CELL + ["prompt_id", "domain", "n_samples", "m", "p_positions", "p_prefix", "p_value",
-                                      "samples", "ar_samples", "seconds", "env"]
-SAMPLING_TV_COLUMNS = SAMPLING_CELL + ["length", "n_trajectories", "n_positions", "tv_mean", "tv_p99", "tv_max",
-                                       "seq_bound", "bound_at_length"]
-TWO_SAMPLE_COLUMNS = SAMPLING_CELL + ["prompt_id", "domain", "n_samples", "m", "p_first", "p_min_position", "p_prefix",
-                                      "p_value", "alpha", "rejected", "n_prompts", "n_rejected", "n_below_alpha"]
-SAMPLING_TABLES = {"sampling_tv.csv": SAMPLING_TV_COLUMNS + [ERRORS], "sampling_two_sample.csv": TWO_SAMPLE_COLUMNS + [ERRORS]}
+SAMPLING_TEST_ROWS = SAMPLING_CELL + [
+    "prompt_id",
+    "domain",
+    "n_samples",
+    "m",
+    "p_positions",
+    "p_prefix",
+    "p_value",
+    "samples",
+    "ar_samples",
+    "seconds",
+    "env",
+]
+SAMPLING_TV_COLUMNS = SAMPLING_CELL + [
+    "length",
+    "n_trajectories",
+    "n_positions",
+    "tv_mean",
+    "tv_p99",
+    "tv_max",
+    "seq_bound",
+    "bound_at_length",
+]
+TWO_SAMPLE_COLUMNS = SAMPLING_CELL + [
+    "prompt_id",
+    "domain",
+    "n_samples",
+    "m",
+    "p_first",
+    "p_min_position",
+    "p_prefix",
+    "p_value",
+    "alpha",
+    "rejected",
+    "n_prompts",
+    "n_rejected",
+    "n_below_alpha",
+]
+SAMPLING_TABLES = {
+    "sampling_tv.csv": SAMPLING_TV_COLUMNS + [ERRORS],
+    "sampling_two_sample.csv": TWO_SAMPLE_COLUMNS + [ERRORS],
+}
 SAMPLING_FIGURE = "sampling_tv"
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
     "trajectories.parquet": "`reference` names the trajectory each row is compared with: the reference model's "
-                            "`ar-ref` at the row's precision and attention, or, for an external decoder whose "
-                            "decode.external entry declares `reference: NAME` (an engine's own plain run), that "
-                            "file's; every match table of the configuration is then against it.",
+    "`ar-ref` at the row's precision and attention, or, for an external decoder whose "
+    "decode.external entry declares `reference: NAME` (an engine's own plain run), that "
+    "file's; every match table of the configuration is then against it.",
     "decoders.csv": "`oracle_match_rate` is the oracle control's match rate at the same precision and attention "
-                    "(the verify shape's numerics alone), `batch_match_rate` the ar-batched control's (the reference's "
-                    "noise floor in batches); the verdict counts are the first divergences' (`n_no_verdict`: no "
-                    "forensics row or no verdict); `audit` is `exact`, `numerics` (every divergence a tie or "
-                    "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
-                    "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
-                    "verdict).",
+    "(the verify shape's numerics alone), `batch_match_rate` the ar-batched control's (the reference's "
+    "noise floor in batches); the verdict counts are the first divergences' (`n_no_verdict`: no "
+    "forensics row or no verdict); `audit` is `exact`, `numerics` (every divergence a tie or "
+    "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
+    "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
+    "verdict).",
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
-                     "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
-                     "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "
-                     "intercept, `curve_intercept` is `beta0` plus the length and domain terms averaged over the "
-                     "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
-                     "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
-                     "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
+    "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
+    "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "
+    "intercept, `curve_intercept` is `beta0` plus the length and domain terms averaged over the "
+    "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
+    "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
+    "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
     "exactness_cost.csv": "One row per setting that could restore the AR trajectory (each precision and attention "
-                          "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
-                          "side by side on the same few prompts per domain: `match_rate` against the model's own AR "
-                          "view in the same cell (Wilson CI), `tpf_verify` tokens per prefill and verify forward, "
-                          "`seconds_per_token` the loop's wall time and `time_vs_base` the median over the prompts of "
-                          "its ratio to the unguarded base loop's on the same prompt; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
-                          "lowest time.",
+    "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
+    "side by side on the same few prompts per domain: `match_rate` against the model's own AR "
+    "view in the same cell (Wilson CI), `tpf_verify` tokens per prefill and verify forward, "
+    "`seconds_per_token` the loop's wall time and `time_vs_base` the median over the prompts of "
+    "its ratio to the unguarded base loop's on the same prompt; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
+    "lowest time.",
     "sampling_tv.csv": "One row per cell of the sampling audit (loop, precision, attention, temperature, `top_p` "
-                       "1 for none): along `n_trajectories` reference trajectories sampled from the model's AR view "
-                       "and teacher-forced through the loop's verify blocks, the total variation between each "
-                       "speculative row's exact output distribution and the single-step distribution: its mean, "
-                       "99th percentile and maximum over `n_positions`; `seq_bound` the mean over trajectories of "
-                       "the sum of their TVs (capped at 1: the chain-rule bound on the sequence TV), "
-                       "`bound_at_length` the mean TV times `length` (a response of the study's length). "
-                       "`orthrus-lossy` is the planted control (q at temperature 1 in the ratio; at temperature 1 it "
-                       "is the honest loop).",
+    "1 for none): along `n_trajectories` reference trajectories sampled from the model's AR view "
+    "and teacher-forced through the loop's verify blocks, the total variation between each "
+    "speculative row's exact output distribution and the single-step distribution: its mean, "
+    "99th percentile and maximum over `n_positions`; `seq_bound` the mean over trajectories of "
+    "the sum of their TVs (capped at 1: the chain-rule bound on the sequence TV), "
+    "`bound_at_length` the mean TV times `length` (a response of the study's length). "
+    "`orthrus-lossy` is the planted control (q at temperature 1 in the ratio; at temperature 1 it "
+    "is the honest loop).",
     "sampling_two_sample.csv": "One row per (loop, prompt) of the empirical test: `n_samples` samples of the first "
-                               "`m` tokens from the loop and as many from plain AR sampling; `p_first` the chi-square "
-                               "test on the first token, `p_min_position` the smallest over the m positions, "
-                               "`p_prefix` on the m-token prefix, `p_value` the smallest of the m + 1 Bonferroni-"
-                               "corrected; `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
-                               "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
+    "`m` tokens from the loop and as many from plain AR sampling; `p_first` the chi-square "
+    "test on the first token, `p_min_position` the smallest over the m positions, "
+    "`p_prefix` on the m-token prefix, `p_value` the smallest of the m + 1 Bonferroni-"
+    "corrected; `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
+    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
-                  "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
-                  "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
-                  "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
-                  "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
-                  "listed in `orthrus/report/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
+    "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
+    "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
+    "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
+    "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
+    "listed in `orthrus/report/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
 }
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
 FIGURES = {
     "match_by_domain": "match rate per domain and precision, Wilson CI, one panel per attention",
     "match_vs_ppl": "binned match probability against reference-response PPL, with the fitted logistic model "
-                    "of ppl_logit.csv (at the mean length and domain mix)",
+    "of ppl_logit.csv (at the mean length and domain mix)",
     "survival": "fraction of trajectories still matching after t tokens",
     "first_divergence_hist": "histogram of first-divergence positions",
     "tpf_by_domain": "tokens per forward per domain (verify-only and all forwards)",
@@ -215,8 +443,8 @@ FIGURES = {
     "pairwise_match": "heat map of match rates between all decoding results",
     "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
     "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup, engines' files and the controls "
-                "per precision, "
-                "with the oracle's match rate and the batch noise floor",
+    "per precision, "
+    "with the oracle's match rate and the batch noise floor",
 }
 BENCHMARK_FIGURE = "benchmarks"
 FIGURE_FORMATS = ("png", "pdf")
@@ -235,24 +463,35 @@ def _list(cols) -> str:
 
 ARTEFACTS = {
     "Prompt sets": Artefact(
-        "results/prompts/{eval,distill}.parquet", "orthrus prompts", PROMPT_COLUMNS,
+        "results/prompts/{eval,distill}.parquet",
+        "orthrus prompts",
+        PROMPT_COLUMNS,
         "`prompt` is the raw user text; whoever tokenizes applies the chat template "
         "(`orthrus.data.chat.render_chat`). Every reader goes through `orthrus.data.prompt_set.read_prompt_set` (UTF-8, no "
-        "null or empty value, unique ids; errors name file, row id and column)."),
+        "null or empty value, unique ids; errors name file, row id and column).",
+    ),
     "Teacher corpus shard": Artefact(
-        "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)", "orthrus corpus", CORPUS_COLUMNS,
+        "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)",
+        "orthrus corpus",
+        CORPUS_COLUMNS,
         "`prompt_ids` are the chat-rendered prompt tokens, `response_ids` the greedy response (EOS included when "
         "reached); `finish_reason` is eos, length or error (a prompt too long for the teacher, or a dataset record "
         "without prompt or response: no tokens, skipped and counted by training). The `.sha256` sidecar is the "
-        "content hash training fingerprints read."),
+        "content hash training fingerprints read.",
+    ),
     "Model folder": Artefact(
-        "results/teacher, results/draft, results/models/{model}", "orthrus train-teacher / orthrus train", [],
+        "results/teacher, results/draft, results/models/{model}",
+        "orthrus train-teacher / orthrus train",
+        [],
         "A Hugging Face model folder (config.json, model.safetensors, tokenizer files; never pickles) plus, for "
         f"an Orthrus variant, `train_log.csv` ({_list(TRAIN_LOG_COLUMNS)}), `eval_log.csv` "
         f"({_list(TRAIN_EVAL_COLUMNS)}: held-out tokens per forward through the real decoding loop) and "
-        "`train_summary.json`; the teacher has `train_log.csv` and `teacher_eval.json`."),
+        "`train_summary.json`; the teacher has `train_log.csv` and `teacher_eval.json`.",
+    ),
     "Decoding result": Artefact(
-        "results/decode/{model}/{decoder}-{precision}-{attention}.parquet", "orthrus decode", DECODE_COLUMNS,
+        "results/decode/{model}/{decoder}-{precision}-{attention}.parquet",
+        "orthrus decode",
+        DECODE_COLUMNS,
         "One row per prompt. `tokens` is the response (list<int>); `accepted` the accepted draft tokens per verify "
         "step (empty for plain AR); `n_diffusion` counts the proposer's forwards (Orthrus's diffusion view, "
         "assisted's draft model), `n_verify` the model's other forwards; `finish_reason` is eos, length or error "
@@ -260,17 +499,23 @@ ARTEFACTS = {
         "library versions, device) and the run's protocol (message format, max_new_tokens, loop options). An engine's "
         "file (decoder `external`, model its decode.external name) comes in through `orthrus ingest`: "
         "`results/decode/{name}/external-{precision}-{attention}.parquet`, its `env` the record's under "
-        "`engine_env`."),
+        "`engine_env`.",
+    ),
     "Exported prompts": Artefact(
-        "results/export/prompts.jsonl", "orthrus export-prompts", EXPORT_FIELDS,
+        "results/export/prompts.jsonl",
+        "orthrus export-prompts",
+        EXPORT_FIELDS,
         "The evaluation set as an engine outside this package needs it, one JSON object per line and prompt: "
         "`prompt` the raw user text, `messages` its chat messages, `prompt_text` the chat-rendered text and "
         "`prompt_token_ids` its tokens under the study's message format (`orthrus.data.chat.render_chat`; feed the ids, "
         "not the text), and the generation settings of the study: greedy (`temperature` 0), `max_new_tokens`, "
         "`stop_token_ids` (the teacher's generation-config EOS ids, where transformers' generate stops) and the "
-        "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang."),
+        "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang.",
+    ),
     "External trajectory file": Artefact(
-        "decode.external.{name}.path (JSONL)", "an engine (docs/EXTERNAL.md)", EXTERNAL_FIELDS,
+        "decode.external.{name}.path (JSONL)",
+        "an engine (docs/EXTERNAL.md)",
+        EXTERNAL_FIELDS,
         "One JSON object per line and prompt; `orthrus ingest` reads it into the decoding result "
         "`results/decode/{name}/external-{precision}-{attention}.parquet`. Required: `prompt_id` (one of the "
         "exported prompts', each once), `token_ids` (the generated ids, the stop id included when reached) and `env` "
@@ -284,15 +529,20 @@ ARTEFACTS = {
         "asks whether the engine emitted its own argmax and by what margin), `extra` (anything else, kept in `env`). A bad record "
         "fails naming the file, the line and the field; so does a file decoded with another token budget "
         "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
-        "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`)."),
+        "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`).",
+    ),
     "Perplexity file": Artefact(
-        "results/ppl/reference.parquet", "orthrus perplexity", PPL_COLUMNS,
+        "results/ppl/reference.parquet",
+        "orthrus perplexity",
+        PPL_COLUMNS,
         "One row per reference (`ar-ref`) trajectory, and per trajectory of an engine's plain run that another "
         "external file names as its `reference` (`model` its name), scored by the teacher at `scorer_precision`: "
         "`ppl` of the response, `entropy` the mean next-token entropy (nats), `margins` the top-1/top-2 logit margin at every "
-        "response step (list<float>)."),
+        "response step (list<float>).",
+    ),
     "Forensics file": Artefact(
-        "results/forensics/{model}.parquet, results/forensics/external/{name}.parquet", "orthrus forensics",
+        "results/forensics/{model}.parquet, results/forensics/external/{name}.parquet",
+        "orthrus forensics",
         FORENSICS_COLUMNS,
         "One row per diverging trajectory, at its first divergence: the reference's margin in the decoding "
         "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, whether "
@@ -302,42 +552,79 @@ ARTEFACTS = {
         "(tie, rounding, structural; `orthrus.audit.verdict`) with a note saying why (or why none could be given). An "
         "engine's file (decoder `external`) is scored by the in-process teacher alone: its own pass cannot be "
         "recomputed, so the verify columns are empty and the verdict rests on the reference's gap "
-        "(`orthrus.audit.verdict.external_verdict`: a tie or a rounding, else none)."),
+        "(`orthrus.audit.verdict.external_verdict`: a tie or a rounding, else none).",
+    ),
     "Benchmark record": Artefact(
-        "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json", "orthrus lm-eval run", [],
+        "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json",
+        "orthrus lm-eval run",
+        [],
         "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "
-        "environment and library versions; task files for the tiny tasks are in results/benchmarks/tasks/."),
+        "environment and library versions; task files for the tiny tasks are in results/benchmarks/tasks/.",
+    ),
 }
-ARTEFACTS.update({
-    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus analyze", cols,
-                                " ".join(["Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.",
-                                          *([TABLE_NOTES[name]] if name in TABLE_NOTES else [])]))
-    for name, cols in TABLES.items()})
-ARTEFACTS.update({
-    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin.")
-    for name, cols in BENCHMARK_TABLES.items()})
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}",
+            "orthrus analyze",
+            cols,
+            " ".join(
+                [
+                    "Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.",
+                    *([TABLE_NOTES[name]] if name in TABLE_NOTES else []),
+                ]
+            ),
+        )
+        for name, cols in TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin."
+        )
+        for name, cols in BENCHMARK_TABLES.items()
+    }
+)
 ARTEFACTS["Frontier measurement"] = Artefact(
-    "results/frontier/{model}.parquet", "orthrus frontier measure", FRONTIER_COLUMNS,
+    "results/frontier/{model}.parquet",
+    "orthrus frontier measure",
+    FRONTIER_COLUMNS,
     "One row per (setting, prompt): the Orthrus loop's `tokens` in the setting (`precision`, `attention`, "
     "`verify_guard`), the model's own AR view's `ar_tokens` in the same cell, `match`, the forward counts, the "
-    "loop's wall `seconds` (the settings interleaved prompt by prompt) and the cell's numerical `env`.")
-ARTEFACTS.update({
-    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus frontier table", cols,
-                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
-    for name, cols in FRONTIER_TABLES.items()})
+    "loop's wall `seconds` (the settings interleaved prompt by prompt) and the cell's numerical `env`.",
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus frontier table", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in FRONTIER_TABLES.items()
+    }
+)
 ARTEFACTS["Sampling measurement"] = Artefact(
-    "results/sampling/{model}-tv.parquet, results/sampling/{model}-two-sample.parquet", "orthrus sampling measure",
+    "results/sampling/{model}-tv.parquet, results/sampling/{model}-two-sample.parquet",
+    "orthrus sampling measure",
     SAMPLING_TV_ROWS + ["|"] + SAMPLING_TEST_ROWS,
     "Two files: one row per (cell, reference trajectory) with its per-position `tv` list, and one row per (loop, "
-    "prompt) of the two-sample test with its `samples` and the AR arm's `ar_samples`; each with the cell's `env`.")
-ARTEFACTS.update({
-    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus sampling table", cols,
-                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
-    for name, cols in SAMPLING_TABLES.items()})
-ARTEFACTS.update({
-    f"Table `{name}`": Artefact(f"results/tables/{name}", "orthrus claims", cols,
-                                f"CSV with a Markdown twin. {TABLE_NOTES[name]}")
-    for name, cols in CLAIMS_TABLES.items()})
+    "prompt) of the two-sample test with its `samples` and the AR arm's `ar_samples`; each with the cell's `env`.",
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus sampling table", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in SAMPLING_TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus claims", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in CLAIMS_TABLES.items()
+    }
+)
 
 
 def design_section() -> str:
@@ -349,9 +636,11 @@ def design_section() -> str:
             out.append(f"Columns: {_list(a.columns)}.")
         out.append(f"{a.about}\n")
     figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
-    out.append(f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
-               f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
-               f"`orthrus frontier table`, `{SAMPLING_FIGURE}` by `orthrus sampling table`):\n\n{figures}\n")
+    out.append(
+        f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
+        f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
+        f"`orthrus frontier table`, `{SAMPLING_FIGURE}` by `orthrus sampling table`):\n\n{figures}\n"
+    )
     return "\n".join(out)
 
 
@@ -367,7 +656,9 @@ def render_into(text: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m orthrus.contracts", description="The artefact section of the design page.")
+    ap = argparse.ArgumentParser(
+        prog="python -m orthrus.contracts", description="The artefact section of the design page."
+    )
     ap.add_argument("--design", help="rewrite the contracts block of this page (default: print the section)")
     ap.add_argument("--check", action="store_true", help="with --design: fail if the page is out of date")
     args = ap.parse_args(argv)

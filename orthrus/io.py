@@ -1,4 +1,5 @@
 """Atomic file output: a killed stage never leaves a half-written file behind."""
+
 from __future__ import annotations
 
 import contextlib

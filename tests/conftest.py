@@ -15,9 +15,18 @@ torch.set_num_threads(1)
 
 def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256):
     return Qwen3Config(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=positions,
-        tie_word_embeddings=True, initializer_range=init, eos_token_id=EOS, attn_implementation=attn,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=positions,
+        tie_word_embeddings=True,
+        initializer_range=init,
+        eos_token_id=EOS,
+        attn_implementation=attn,
     )
 
 
@@ -26,8 +35,9 @@ def tiny_base(seed=0, attn="eager", init=0.2, **kw):
     return Qwen3ForCausalLM(tiny_config(attn, init, **kw)).eval()
 
 
-def tiny_orthrus(seed=0, block_size=8, diffusion="random", attn="eager", init=0.2, dtype=torch.float32, noise=1e-3,
-                 peaked=0.0, **kw):
+def tiny_orthrus(
+    seed=0, block_size=8, diffusion="random", attn="eager", init=0.2, dtype=torch.float32, noise=1e-3, peaked=0.0, **kw
+):
     """A tiny Orthrus whose diffusion view is random (acceptance ~0) or the AR view plus noise.
 
     A random backbone mostly predicts from the current token, which the diffusion view sees
@@ -72,8 +82,9 @@ def teacher_and_orthrus(seed, attn="eager", init=0.2, shift=0.0, shift_seed=0, b
     the input token), so the noisy drafts are accepted more often."""
     base = tiny_base(seed, attn, init)
     with torch.no_grad():
-        base.model.embed_tokens.weight.add_(shift * torch.randn(base.config.hidden_size,
-                                                                generator=torch.Generator().manual_seed(shift_seed)))
+        base.model.embed_tokens.weight.add_(
+            shift * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(shift_seed))
+        )
     teacher = Qwen3ForCausalLM(base.config).eval()
     teacher.load_state_dict(base.state_dict())
     orth = OrthrusForCausalLM.from_base(base, block_size=block_size, mask_token_id=MASK)
@@ -90,10 +101,16 @@ def prompt_frame(prompts) -> pd.DataFrame:
     if isinstance(prompts, pd.DataFrame):
         return prompts
     if isinstance(prompts, dict):
-        return pd.DataFrame({"prompt_id": list(prompts), "domain": [d for d, _ in prompts.values()],
-                             "prompt": [p for _, p in prompts.values()]})
-    return pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(prompts))], "domain": ["x"] * len(prompts),
-                         "prompt": list(prompts)})
+        return pd.DataFrame(
+            {
+                "prompt_id": list(prompts),
+                "domain": [d for d, _ in prompts.values()],
+                "prompt": [p for _, p in prompts.values()],
+            }
+        )
+    return pd.DataFrame(
+        {"prompt_id": [f"p{i}" for i in range(len(prompts))], "domain": ["x"] * len(prompts), "prompt": list(prompts)}
+    )
 
 
 def save_tiny(root: Path, models: dict, prompts=None, tokenizer=None, prompts_file: str = "p.parquet") -> Path:
@@ -123,7 +140,10 @@ def saved(tmp_path):
 def random_prompts():
     def make(n, seed=0, lo=1, hi=12):
         g = torch.Generator().manual_seed(seed)
-        return [torch.randint(2, MASK, (int(torch.randint(lo, hi + 1, (1,), generator=g)),), generator=g) for _ in range(n)]
+        return [
+            torch.randint(2, MASK, (int(torch.randint(lo, hi + 1, (1,), generator=g)),), generator=g) for _ in range(n)
+        ]
+
     return make
 
 
@@ -149,7 +169,7 @@ def verify_kernel_noise(monkeypatch):
         if past and rows > 1:
             pos = torch.arange(past, past + rows, dtype=torch.float64)[:, None]
             ids = torch.arange(out.logits.shape[-1], dtype=torch.float64)[None]
-            wobble = torch.sin(pos * 12.9898 + ids * 78.233) * 2.0 ** -8
+            wobble = torch.sin(pos * 12.9898 + ids * 78.233) * 2.0**-8
             out.logits = out.logits + (out.logits.double().abs() * wobble).to(out.logits.dtype)
         return out
 

@@ -1,4 +1,5 @@
 """orthrus analyze / orthrus figures on synthetic decoding results."""
+
 import json
 import math
 
@@ -7,13 +8,13 @@ import pandas as pd
 import pytest
 
 from orthrus import analysis
-from orthrus.report import figures
 from orthrus.analysis import AnalysisError, analyze
 from orthrus.analysis.load import load_forensics
 from orthrus.analysis.ppl import fit_ppl_logit
+from orthrus.analysis.stats import wilson_ci
 from orthrus.analysis.uncertainty import forensics_summary, uncertainty_by_domain
 from orthrus.contracts import TABLES, UNCERTAINTY_COLUMNS
-from orthrus.analysis.stats import wilson_ci
+from orthrus.report import figures
 
 DOMAINS = ["code", "math", "qa"]
 N_PER_DOMAIN = 40
@@ -24,10 +25,24 @@ MODEL = "orth"
 def _row(model, decoder, precision, pid, dom, tokens, n_verify=None, n_diffusion=None):
     n = len(tokens)
     nv = n_verify if n_verify is not None else (n if decoder != "orthrus" else 0)
-    return dict(model=model, decoder=decoder, precision=precision, attention="eager", prompt_id=pid,
-                domain=dom, prompt_len=5, tokens=list(tokens), accepted=[],
-                n_prefill=1, n_diffusion=n_diffusion if n_diffusion is not None else 0,
-                n_verify=nv, seconds=0.01, finish_reason="length", error=None, env=json.dumps({}))
+    return dict(
+        model=model,
+        decoder=decoder,
+        precision=precision,
+        attention="eager",
+        prompt_id=pid,
+        domain=dom,
+        prompt_len=5,
+        tokens=list(tokens),
+        accepted=[],
+        n_prefill=1,
+        n_diffusion=n_diffusion if n_diffusion is not None else 0,
+        n_verify=nv,
+        seconds=0.01,
+        finish_reason="length",
+        error=None,
+        env=json.dumps({}),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +78,21 @@ def world(tmp_path_factory):
                 o = list(toks)
                 pos = int(rng.integers(0, 24))
                 o[pos] = 999  # substitution: first divergence at pos, Levenshtein 1
-                fx_rows.append(dict(model=MODEL, decoder="orthrus", precision="bf16", attention="eager",
-                                    prompt_id=pid, domain=dom, position=pos,
-                                    margin_native=[0.0, 0.0625, 0.5][i % 3], margin_fp32=0.01,
-                                    first_layer_diverging=[1, 1, None][i % 3],
-                                    max_abs_hidden_diff=[0.0, 0.1]))
+                fx_rows.append(
+                    dict(
+                        model=MODEL,
+                        decoder="orthrus",
+                        precision="bf16",
+                        attention="eager",
+                        prompt_id=pid,
+                        domain=dom,
+                        position=pos,
+                        margin_native=[0.0, 0.0625, 0.5][i % 3],
+                        margin_fp32=0.01,
+                        first_layer_diverging=[1, 1, None][i % 3],
+                        max_abs_hidden_diff=[0.0, 0.1],
+                    )
+                )
             else:
                 o = toks[:20]  # stopped early: divergence at 20, Levenshtein 4
             truth[pid] = matched
@@ -83,8 +108,7 @@ def world(tmp_path_factory):
     fx_path = tmp / "forensics.parquet"
     pd.DataFrame(fx_rows).to_parquet(fx_path, index=False)
     tables = analyze(list(paths.values()), REF, ppl_path, fx_path)
-    return dict(tmp=tmp, paths=paths, ppl=ppl_path, fx=fx_path, tables=tables, truth=truth,
-                fx_rows=fx_rows)
+    return dict(tmp=tmp, paths=paths, ppl=ppl_path, fx=fx_path, tables=tables, truth=truth, fx_rows=fx_rows)
 
 
 def test_columns_are_the_contract(world):
@@ -93,28 +117,106 @@ def test_columns_are_the_contract(world):
     for name, cols in TABLES.items():
         assert list(t[name].columns) == cols, name
     assert list(t["match_overall.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "n", "match_rate", "ci_low", "ci_high", "n_errors_excluded"]
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "n",
+        "match_rate",
+        "ci_low",
+        "ci_high",
+        "n_errors_excluded",
+    ]
     assert list(t["match_by_domain.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "domain", "n", "match_rate", "ci_low", "ci_high",
-        "n_errors_excluded"]
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "domain",
+        "n",
+        "match_rate",
+        "ci_low",
+        "ci_high",
+        "n_errors_excluded",
+    ]
     assert list(t["tpf_by_domain.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "message", "max_new_tokens", "domain", "n", "tpf_verify",
-        "tpf_verify_ci", "tpf_all", "tpf_all_ci", "tpf_authors", "tpf_authors_ci", "n_errors_excluded"]
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "message",
+        "max_new_tokens",
+        "domain",
+        "n",
+        "tpf_verify",
+        "tpf_verify_ci",
+        "tpf_all",
+        "tpf_all_ci",
+        "tpf_authors",
+        "tpf_authors_ci",
+        "n_errors_excluded",
+    ]
     assert list(t["uncertainty_by_domain.csv"].columns) == UNCERTAINTY_COLUMNS + ["n_errors_excluded"]
     assert list(t["decoders.csv"].columns) == [
-        "precision", "attention", "decoder", "model", "n", "match_rate", "ci_low", "ci_high", "tpf_verify",
-        "oracle_match_rate", "batch_match_rate", "n_tie", "n_rounding", "n_structural", "n_no_verdict", "audit",
-        "n_errors_excluded"]
+        "precision",
+        "attention",
+        "decoder",
+        "model",
+        "n",
+        "match_rate",
+        "ci_low",
+        "ci_high",
+        "tpf_verify",
+        "oracle_match_rate",
+        "batch_match_rate",
+        "n_tie",
+        "n_rounding",
+        "n_structural",
+        "n_no_verdict",
+        "audit",
+        "n_errors_excluded",
+    ]
     assert all((t[n]["n_errors_excluded"] == 0).all() for n in t if n.endswith(".csv"))
     assert list(t["pairwise_match.csv"].columns) == [
-        "a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder", "b_precision",
-        "b_attention", "n", "match_rate", "n_errors_excluded"]
+        "a_model",
+        "a_decoder",
+        "a_precision",
+        "a_attention",
+        "b_model",
+        "b_decoder",
+        "b_precision",
+        "b_attention",
+        "n",
+        "match_rate",
+        "n_errors_excluded",
+    ]
     assert list(t["ppl_by_match.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "matched", "n", "mean_ppl", "ci_low", "ci_high",
-        "n_errors_excluded"]
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "matched",
+        "n",
+        "mean_ppl",
+        "ci_low",
+        "ci_high",
+        "n_errors_excluded",
+    ]
     assert list(t["ppl_logit.csv"].columns) == [
-        "model", "decoder", "precision", "attention", "n", "beta1", "ci_low", "ci_high", "p_value", "note",
-        "beta0", "curve_intercept", "n_errors_excluded"]
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "n",
+        "beta1",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "note",
+        "beta0",
+        "curve_intercept",
+        "n_errors_excluded",
+    ]
 
 
 def test_match_rates_and_trajectories(world):
@@ -174,8 +276,14 @@ def test_tpf_authors_and_a_separate_tpf_run(world, tmp_path):
     """A Table 2 run (256 tokens, user-only message) beside the study's rows; tpf_authors from
     the recorded accepted lengths; a domain key with a space survives."""
     env = json.dumps({"message": "none", "max_new_tokens": 256})
-    rows = [dict(_row(MODEL, "orthrus", "bf16", f"wmt ru-en-{i}", "wmt ru-en", list(range(2, 26)), 5, 5),
-                 accepted=[3, 4, 5, 6, 1][: 3 + i % 3], env=env) for i in range(4)]
+    rows = [
+        dict(
+            _row(MODEL, "orthrus", "bf16", f"wmt ru-en-{i}", "wmt ru-en", list(range(2, 26)), 5, 5),
+            accepted=[3, 4, 5, 6, 1][: 3 + i % 3],
+            env=env,
+        )
+        for i in range(4)
+    ]
     path = tmp_path / "tpf.parquet"
     pd.DataFrame(rows).to_parquet(path, index=False)
     t = analysis.analyze(list(world["paths"].values()), REF, tpf_paths=[path])["tpf_by_domain.csv"]
@@ -188,14 +296,24 @@ def test_tpf_authors_and_a_separate_tpf_run(world, tmp_path):
 
 def test_pairwise(world):
     pw = world["tables"]["pairwise_match.csv"]
-    diag = pw[(pw.a_model == pw.b_model) & (pw.a_decoder == pw.b_decoder)
-              & (pw.a_precision == pw.b_precision) & (pw.a_attention == pw.b_attention)]
+    diag = pw[
+        (pw.a_model == pw.b_model)
+        & (pw.a_decoder == pw.b_decoder)
+        & (pw.a_precision == pw.b_precision)
+        & (pw.a_attention == pw.b_attention)
+    ]
     assert len(diag) == 5 and (diag["match_rate"] == 1.0).all()
     assert len(pw) == 25  # every ordered pair shares all prompts
 
     def rate(a, b):
-        sel = pw[(pw.a_model == a[0]) & (pw.a_decoder == a[1]) & (pw.a_precision == a[2])
-                 & (pw.b_model == b[0]) & (pw.b_decoder == b[1]) & (pw.b_precision == b[2])]
+        sel = pw[
+            (pw.a_model == a[0])
+            & (pw.a_decoder == a[1])
+            & (pw.a_precision == a[2])
+            & (pw.b_model == b[0])
+            & (pw.b_decoder == b[1])
+            & (pw.b_precision == b[2])
+        ]
         assert len(sel) == 1
         return sel["match_rate"].iloc[0]
 
@@ -252,8 +370,10 @@ def test_logit_curve_is_the_fitted_model_at_the_mean_length_and_domain_mix():
 
     d = _logit_df(500, 1)
     fit = fit_ppl_logit(d)
-    res = smf.logit("match ~ np.log(ppl) + length + C(domain)",
-                    data=d.assign(match=d["match"].astype(int), length=d["length"].astype(float))).fit(disp=0)
+    res = smf.logit(
+        "match ~ np.log(ppl) + length + C(domain)",
+        data=d.assign(match=d["match"].astype(int), length=d["length"].astype(float)),
+    ).fit(disp=0)
     assert fit["beta1"] == pytest.approx(res.params["np.log(ppl)"], rel=1e-12)
     assert fit["beta0"] == pytest.approx(res.params["Intercept"], rel=1e-12)
     eta = res.model.exog @ res.params.to_numpy()
@@ -265,7 +385,8 @@ def test_logit_curve_is_the_fitted_model_at_the_mean_length_and_domain_mix():
         x = mean_row.copy()
         x[j] = lp
         assert 1 / (1 + np.exp(-(fit["curve_intercept"] + fit["beta1"] * lp))) == pytest.approx(
-            1 / (1 + np.exp(-(x @ res.params.to_numpy()))), rel=1e-12)
+            1 / (1 + np.exp(-(x @ res.params.to_numpy()))), rel=1e-12
+        )
     p_curve = 1 / (1 + np.exp(-curve))
     assert p_curve.mean() == pytest.approx(res.predict().mean(), abs=0.02)
     assert res.predict().mean() == pytest.approx(d["match"].mean(), abs=1e-6)
@@ -338,7 +459,9 @@ def test_missing_column_and_file_errors(world, tmp_path, capsys):
         analyze([world["paths"]["ref-bf16"], bad], REF)
     from orthrus.cli import main as orthrus_cli
 
-    rc = orthrus_cli(["analyze", "--decode", str(world["paths"]["ref-bf16"]), str(bad), "--out-dir", str(tmp_path / "t")])
+    rc = orthrus_cli(
+        ["analyze", "--decode", str(world["paths"]["ref-bf16"]), str(bad), "--out-dir", str(tmp_path / "t")]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert "bad.parquet" in err and "'tokens'" in err and "Traceback" not in err and err.count("\n") == 1
@@ -359,8 +482,18 @@ def test_missing_column_and_file_errors(world, tmp_path, capsys):
 def test_cli_and_figures(world, tmp_path):
     out = tmp_path / "tables"
     p = world["paths"]
-    argv = ["--decode", *map(str, p.values()), "--reference", REF, "--ppl", str(world["ppl"]),
-            "--forensics", str(world["fx"]), "--out-dir", str(out)]
+    argv = [
+        "--decode",
+        *map(str, p.values()),
+        "--reference",
+        REF,
+        "--ppl",
+        str(world["ppl"]),
+        "--forensics",
+        str(world["fx"]),
+        "--out-dir",
+        str(out),
+    ]
     assert analysis.main(argv) == 0
     for name in TABLES:
         assert (out / name).stat().st_size > 0
@@ -444,8 +577,12 @@ def test_every_table_counts_the_error_rows_it_excluded(world, tmp_path):
     tpf = t["tpf_by_domain.csv"].query("precision == 'bf16'").set_index("domain")["n_errors_excluded"]
     assert tpf.to_dict() == {"code": 1, "math": 0, "qa": 0, "all": 1}  # TPF compares with nothing
     pair = t["pairwise_match.csv"]
-    both = pair[(pair.a_decoder == "orthrus") & (pair.a_precision == "bf16") & (pair.b_decoder == "ar-ref")
-                & (pair.b_precision == "bf16")]
+    both = pair[
+        (pair.a_decoder == "orthrus")
+        & (pair.a_precision == "bf16")
+        & (pair.b_decoder == "ar-ref")
+        & (pair.b_precision == "bf16")
+    ]
     assert both["n_errors_excluded"].tolist() == [2]
     for name in ("ppl_by_match.csv", "ppl_logit.csv", "forensics.csv"):
         assert (t[name].query("precision == 'bf16'")["n_errors_excluded"] == 2).all(), name
@@ -455,24 +592,38 @@ def test_a_domain_whose_every_prompt_errored_stays_in_the_tables(world, tmp_path
     """Orthrus bf16 errs on every code prompt, the fp32 reference on every qa prompt, the AR view on
     all of its prompts: each cell keeps its row (n 0, no rate) with its error count."""
     paths = dict(world["paths"])
-    for key, errs in (("orth-bf16", lambda df: df.domain == "code"), ("ref-fp32", lambda df: df.domain == "qa"),
-                      ("ar-bf16", lambda df: df.domain != "")):
+    for key, errs in (
+        ("orth-bf16", lambda df: df.domain == "code"),
+        ("ref-fp32", lambda df: df.domain == "qa"),
+        ("ar-bf16", lambda df: df.domain != ""),
+    ):
         df = pd.read_parquet(paths[key])
         df.loc[errs(df), ["finish_reason", "error"]] = ["error", "PromptTooLong: ..."]
         paths[key] = tmp_path / f"{key}.parquet"
         df.to_parquet(paths[key], index=False)
     t = analyze(list(paths.values()), REF, world["ppl"], world["fx"])
     dom = t["match_by_domain.csv"].set_index(["decoder", "precision", "domain"])
-    assert dom.loc[("orthrus", "bf16", "code"), "n"] == 0 and math.isnan(dom.loc[("orthrus", "bf16", "code"), "match_rate"])
+    assert dom.loc[("orthrus", "bf16", "code"), "n"] == 0 and math.isnan(
+        dom.loc[("orthrus", "bf16", "code"), "match_rate"]
+    )
     assert dom.loc[("orthrus", "bf16", "code"), "n_errors_excluded"] == N_PER_DOMAIN
-    assert dom.loc[("orthrus", "fp32", "qa"), "n"] == 0 and dom.loc[("orthrus", "fp32", "qa"), "n_errors_excluded"] == N_PER_DOMAIN
+    assert (
+        dom.loc[("orthrus", "fp32", "qa"), "n"] == 0
+        and dom.loc[("orthrus", "fp32", "qa"), "n_errors_excluded"] == N_PER_DOMAIN
+    )
     assert dom.loc[("orthrus", "fp32", "code"), "n"] == N_PER_DOMAIN
     assert list(dom.loc[("orthrus", "bf16")].index) == DOMAINS  # in domain order
-    assert {d: int(dom.loc[("ar", "bf16", d), "n_errors_excluded"]) for d in DOMAINS} == {d: N_PER_DOMAIN for d in DOMAINS}
+    assert {d: int(dom.loc[("ar", "bf16", d), "n_errors_excluded"]) for d in DOMAINS} == {
+        d: N_PER_DOMAIN for d in DOMAINS
+    }
     overall = t["match_overall.csv"].set_index(["decoder", "precision"])
-    assert overall.loc[("ar", "bf16"), "n"] == 0 and overall.loc[("ar", "bf16"), "n_errors_excluded"] == 3 * N_PER_DOMAIN
+    assert (
+        overall.loc[("ar", "bf16"), "n"] == 0 and overall.loc[("ar", "bf16"), "n_errors_excluded"] == 3 * N_PER_DOMAIN
+    )
     tpf = t["tpf_by_domain.csv"].query("decoder == 'orthrus' and precision == 'bf16'").set_index("domain")
-    assert list(tpf.index) == DOMAINS + ["all"] and tpf.loc["code", "n"] == 0 and math.isnan(tpf.loc["code", "tpf_verify"])
+    assert (
+        list(tpf.index) == DOMAINS + ["all"] and tpf.loc["code", "n"] == 0 and math.isnan(tpf.loc["code", "tpf_verify"])
+    )
     assert tpf.loc["code", "n_errors_excluded"] == N_PER_DOMAIN and tpf.loc["all", "n"] == 2 * N_PER_DOMAIN
     assert t["match_by_domain.csv"]["n"].dtype == "int64"
 
@@ -481,11 +632,14 @@ def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
     """tpf_by_domain counts per run setting (the separate TPF run's errors only in its own rows);
     uncertainty_by_domain counts the reference's errors at the scored precision/attention, which
     the perplexity forward never saw."""
+
     def rows(model, decoder, precision, budget, message, error_pid):
         out = []
         for dom in ("code", "math"):
             for i in range(3):
-                r = _row(model, decoder, precision, f"{dom}-{i}", dom, [5, 6, 7], *((2, 2) if decoder == "orthrus" else ()))
+                r = _row(
+                    model, decoder, precision, f"{dom}-{i}", dom, [5, 6, 7], *((2, 2) if decoder == "orthrus" else ())
+                )
                 r["env"] = json.dumps({"message": message, "max_new_tokens": budget})
                 if r["prompt_id"] == error_pid:
                     r.update(tokens=[], finish_reason="error", error="PromptTooLong: ...")
@@ -493,15 +647,31 @@ def test_error_counts_of_the_tables_added_with_the_paper_protocol(tmp_path):
         return pd.DataFrame(out)
 
     paths = {}
-    for key, args in {"ref": (REF, "ar-ref", "fp32", 3, "empty", "math-1"),
-                      "orth": (MODEL, "orthrus", "fp32", 3, "empty", None),
-                      "tpf": (MODEL, "orthrus", "fp32", 256, "none", "code-2")}.items():
+    for key, args in {
+        "ref": (REF, "ar-ref", "fp32", 3, "empty", "math-1"),
+        "orth": (MODEL, "orthrus", "fp32", 3, "empty", None),
+        "tpf": (MODEL, "orthrus", "fp32", 256, "none", "code-2"),
+    }.items():
         paths[key] = tmp_path / f"{key}.parquet"
         rows(*args).to_parquet(paths[key], index=False)
     ppl = tmp_path / "ppl.parquet"
-    pd.DataFrame([dict(model=REF, precision="fp32", attention="eager", prompt_id=f"{d}-{i}", domain=d, ppl=1.2,
-                       entropy=0.5, margins=[1.0, 2.0]) for d in ("code", "math") for i in range(3)
-                  if (d, i) != ("math", 1)]).to_parquet(ppl, index=False)
+    pd.DataFrame(
+        [
+            dict(
+                model=REF,
+                precision="fp32",
+                attention="eager",
+                prompt_id=f"{d}-{i}",
+                domain=d,
+                ppl=1.2,
+                entropy=0.5,
+                margins=[1.0, 2.0],
+            )
+            for d in ("code", "math")
+            for i in range(3)
+            if (d, i) != ("math", 1)
+        ]
+    ).to_parquet(ppl, index=False)
     t = analyze([paths["ref"], paths["orth"]], REF, ppl, tpf_paths=[paths["tpf"]])
     tpf = t["tpf_by_domain.csv"].set_index(["max_new_tokens", "domain"])["n_errors_excluded"].to_dict()
     assert tpf == {(3, "code"): 0, (3, "math"): 0, (3, "all"): 0, (256, "code"): 1, (256, "math"): 0, (256, "all"): 1}
@@ -516,10 +686,31 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     rows = []
     for prec, margins in (("fp32", [0.0, 0.1, 0.5, 2.0]), ("bf16", [9.0, 9.0, 9.0, 9.0])):
         for att in ("eager", "sdpa"):
-            rows += [dict(model=REF, precision=prec, attention=att, prompt_id=f"poetry-en-{i}", domain="poetry-en",
-                          ppl=1.5, entropy=1.0, margins=margins) for i in range(2)]
-            rows.append(dict(model=REF, precision=prec, attention=att, prompt_id="math-0", domain="math", ppl=1.0,
-                             entropy=0.1 if att == "eager" else 5.0, margins=[3.0, 4.0]))
+            rows += [
+                dict(
+                    model=REF,
+                    precision=prec,
+                    attention=att,
+                    prompt_id=f"poetry-en-{i}",
+                    domain="poetry-en",
+                    ppl=1.5,
+                    entropy=1.0,
+                    margins=margins,
+                )
+                for i in range(2)
+            ]
+            rows.append(
+                dict(
+                    model=REF,
+                    precision=prec,
+                    attention=att,
+                    prompt_id="math-0",
+                    domain="math",
+                    ppl=1.0,
+                    entropy=0.1 if att == "eager" else 5.0,
+                    margins=[3.0, 4.0],
+                )
+            )
     path = tmp_path / "ppl.parquet"
     pd.DataFrame(rows).to_parquet(path)
     # the authors' domains share names with the tiny world's: its claims only for its own prompts
@@ -532,7 +723,9 @@ def test_uncertainty_by_domain_uses_the_fp32_reference_path(tmp_path):
     assert t.loc["poetry-en", "declared"] == "open" and t.loc["math", "declared"] == "determined"
     assert t.loc["math", "near_tie_share"] == 0.0 and t.loc["math", "mean_entropy"] == pytest.approx(0.1)
     assert t.loc["all", "n_prompts"] == 3 and t.loc["all", "near_tie_share"] == pytest.approx(4 / 10)
-    assert t.loc["poetry-en", "near_ties_per_prompt"] == 2 and t.loc["all", "near_ties_per_prompt"] == pytest.approx(4 / 3)
+    assert t.loc["poetry-en", "near_ties_per_prompt"] == 2 and t.loc["all", "near_ties_per_prompt"] == pytest.approx(
+        4 / 3
+    )
     # an old perplexity file without the uncertainty columns gives an empty table, not an error
     pd.DataFrame(rows).drop(columns=["entropy", "margins"]).to_parquet(path)
     assert uncertainty_by_domain(path, REF).empty
@@ -557,7 +750,10 @@ def test_transformers_speculative_decoders_in_every_table_and_the_decoders_figur
     tpf = t["tpf_by_domain.csv"].set_index(["decoder", "domain"])
     assert tpf.loc[("assisted", "all"), "tpf_verify"] == pytest.approx(24 / 12)
     assert tpf.loc[("assisted", "all"), "tpf_all"] == pytest.approx(24 / 42)
-    assert math.isnan(tpf.loc[("assisted", "all"), "tpf_authors"]) and (tpf.loc[("orthrus", "all"), "tpf_authors"] > 0).all()
+    assert (
+        math.isnan(tpf.loc[("assisted", "all"), "tpf_authors"])
+        and (tpf.loc[("orthrus", "all"), "tpf_authors"] > 0).all()
+    )
     assert {"assisted", "prompt-lookup", "orthrus"} <= set(t["ppl_by_match.csv"]["decoder"])
     assert {"assisted", "prompt-lookup"} <= set(t["pairwise_match.csv"]["a_decoder"])
     dec = t["decoders.csv"]
@@ -598,10 +794,15 @@ def test_a_model_narrowed_by_decode_grids_in_every_table_and_figure(world, tmp_p
     without the narrowed one), and every figure is drawn."""
     p = world["paths"]
     paths = []
-    for key, model, attentions in (("ref-bf16", REF, ("eager", "sdpa")), ("ref-fp32", REF, ("eager", "sdpa")),
-                                   ("orth-bf16", MODEL, ("eager", "sdpa")), ("orth-fp32", MODEL, ("eager", "sdpa")),
-                                   ("ar-bf16", MODEL, ("eager", "sdpa")),
-                                   ("orth-bf16", "narrow", ("sdpa",)), ("orth-fp32", "narrow", ("sdpa",))):
+    for key, model, attentions in (
+        ("ref-bf16", REF, ("eager", "sdpa")),
+        ("ref-fp32", REF, ("eager", "sdpa")),
+        ("orth-bf16", MODEL, ("eager", "sdpa")),
+        ("orth-fp32", MODEL, ("eager", "sdpa")),
+        ("ar-bf16", MODEL, ("eager", "sdpa")),
+        ("orth-bf16", "narrow", ("sdpa",)),
+        ("orth-fp32", "narrow", ("sdpa",)),
+    ):
         for att in attentions:
             path = tmp_path / f"{key}-{model}-{att}.parquet"
             pd.read_parquet(p[key]).assign(model=model, attention=att).to_parquet(path, index=False)
@@ -610,11 +811,13 @@ def test_a_model_narrowed_by_decode_grids_in_every_table_and_figure(world, tmp_p
     fx_path = tmp_path / "forensics.parquet"
     pd.concat([fx, fx.assign(model="narrow", attention="sdpa")]).to_parquet(fx_path, index=False)
     t = analyze(paths, REF, world["ppl"], fx_path)
-    cells = lambda df, m: sorted(map(tuple, df.loc[df.model == m, ["decoder", "precision", "attention"]]
-                                     .drop_duplicates().values.tolist()))
+    cells = lambda df, m: sorted(
+        map(tuple, df.loc[df.model == m, ["decoder", "precision", "attention"]].drop_duplicates().values.tolist())
+    )
     narrow = [("orthrus", "bf16", "sdpa"), ("orthrus", "fp32", "sdpa")]
-    full = sorted((d, pr, a) for d, pr in (("orthrus", "bf16"), ("orthrus", "fp32"), ("ar", "bf16"))
-                  for a in ("eager", "sdpa"))
+    full = sorted(
+        (d, pr, a) for d, pr in (("orthrus", "bf16"), ("orthrus", "fp32"), ("ar", "bf16")) for a in ("eager", "sdpa")
+    )
     for name in ("match_overall.csv", "match_by_domain.csv", "trajectories.parquet"):
         assert cells(t[name], "narrow") == narrow and cells(t[name], MODEL) == full, name
     for name in ("tpf_by_domain.csv", "ppl_by_match.csv", "ppl_logit.csv", "decoders.csv"):
@@ -638,11 +841,14 @@ def test_a_model_narrowed_by_decode_grids_in_every_table_and_figure(world, tmp_p
 def test_analyze_fills_the_declared_uncertainty_of_the_tiny_world(world, tmp_path):
     """`orthrus analyze --world-domains` reaches uncertainty_by_domain.csv's `declared` column (an
     engine pair's references, a table of their own, must not take its place)."""
-    ppl = pd.read_parquet(world["ppl"]).assign(entropy=1.0, margins=[[0.05, 3.0]] * len(pd.read_parquet(world["ppl"])),
-                                               attention="eager")
+    ppl = pd.read_parquet(world["ppl"]).assign(
+        entropy=1.0, margins=[[0.05, 3.0]] * len(pd.read_parquet(world["ppl"])), attention="eager"
+    )
     ppl["domain"] = "math"
     path = tmp_path / "ppl.parquet"
     ppl.to_parquet(path)
     for declared, want in ((True, "determined"), (False, "")):
-        t = analyze(list(world["paths"].values()), REF, path, world["fx"], declared=declared)["uncertainty_by_domain.csv"]
+        t = analyze(list(world["paths"].values()), REF, path, world["fx"], declared=declared)[
+            "uncertainty_by_domain.csv"
+        ]
         assert t.set_index("domain").loc["math", "declared"] == want

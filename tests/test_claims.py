@@ -1,5 +1,6 @@
 """claims.csv (`orthrus claims`) on the committed run's tables and on constructed ones, and
 `orthrus compare-runs` between runs whose verdicts agree and runs whose verdicts differ."""
+
 from __future__ import annotations
 
 import math
@@ -12,11 +13,10 @@ import pytest
 import yaml
 
 from orthrus import contracts
-from orthrus.report import claims
-from orthrus.report import compare_runs
 from orthrus.analysis import stats
-from orthrus.errors import InputError
 from orthrus.analysis.stats import paired_stderr, tost_paired
+from orthrus.errors import InputError
+from orthrus.report import claims, compare_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "results"
@@ -68,7 +68,6 @@ def test_claims_of_the_committed_run_come_from_its_tables():
     assert r.verdict == ("holds" if r.ci_low > 0 else "fails") and r.ci_low < r.statistic < r.ci_high
     # Table 7: the paired TOST holds exactly where it rejects; enough documents that one changed
     # answer cannot decide it; corpus chrF has no per-document score
-    sub = "{}/orthrus/bf16/sdpa vs teacher/ar: {}"
     bench = df[df["claim"] == "benchmarks-equivalent"]
     tested = bench[bench["verdict"] != "untestable"]
     assert len(tested) and (tested["verdict"] == tested["p_value"].lt(0.05).map({True: "holds", False: "fails"})).all()
@@ -100,18 +99,23 @@ def test_the_benchmark_claim_is_a_paired_tost_on_the_same_documents(tmp_path):
     ag.loc[row, ["n", "paired_diff", "paired_stderr"]] = [200, float(np.mean(a - b)), paired_stderr(a, b)]
     ag.to_csv(run / "benchmarks_agreement.csv", index=False)
     for margin in (2.0, 5.0):
-        r = _get(claims.claims_table(run, claims.Settings(equivalence_margin=margin)), "benchmarks-equivalent",
-                 "ce-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_code exact_match,none")
+        r = _get(
+            claims.claims_table(run, claims.Settings(equivalence_margin=margin)),
+            "benchmarks-equivalent",
+            "ce-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_code exact_match,none",
+        )
         want = tost_paired(a * 100, b * 100, margin)
         assert (r.statistic, r.ci_low, r.ci_high, r.p_value) == pytest.approx(
-            (want.diff, want.ci_low, want.ci_high, want.p_value))
+            (want.diff, want.ci_low, want.ci_high, want.p_value)
+        )
         assert r.verdict == ("holds" if want.p_value < 0.05 else "fails") and r.n == 200
     # a table written before paired_diff existed: the score difference stands in for it
     qa = (ag["model"] == "kl-k8") & (ag["task"] == "tiny_qa")
     ag.loc[qa, "score_diff"] = 0.013
     ag.drop(columns="paired_diff").to_csv(run / "benchmarks_agreement.csv", index=False)
-    assert _get(claims.claims_table(run), "benchmarks-equivalent",
-                "kl-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_qa acc,none").statistic == pytest.approx(1.3)
+    assert _get(
+        claims.claims_table(run), "benchmarks-equivalent", "kl-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_qa acc,none"
+    ).statistic == pytest.approx(1.3)
 
 
 def test_constructed_tables_fail_and_untestable_claims_say_why(tmp_path):
@@ -124,7 +128,11 @@ def test_constructed_tables_fail_and_untestable_claims_say_why(tmp_path):
     ag = pd.read_csv(run / "benchmarks_agreement.csv")
     ag.loc[ag["task"] == "tiny_code", ["paired_diff", "paired_stderr"]] = np.nan
     ag.to_csv(run / "benchmarks_agreement.csv", index=False)
-    r = _get(claims.claims_table(run), "benchmarks-equivalent", "ce-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_code exact_match,none")
+    r = _get(
+        claims.claims_table(run),
+        "benchmarks-equivalent",
+        "ce-k8/orthrus/bf16/sdpa vs teacher/ar: tiny_code exact_match,none",
+    )
     assert r.verdict == "untestable" and "corpus-level" in r.reason
     (run / "benchmarks_agreement.csv").unlink()  # benchmarks off: no claim over them
     df = claims.claims_table(run)
@@ -182,8 +190,10 @@ def test_compare_runs_agrees_across_seeds_and_names_a_differing_verdict(tmp_path
     # a run whose claims differ: bf16 kl-k8 exact, and beta1 not significant
     bad = _copy(tmp_path, "bad")
     mo = pd.read_csv(bad / "match_overall.csv")
-    mo.loc[(mo.model == "kl-k8") & (mo.decoder == "orthrus") & (mo.precision == "bf16"),
-           ["match_rate", "ci_low", "ci_high"]] = [1.0, 0.98, 1.0]
+    mo.loc[
+        (mo.model == "kl-k8") & (mo.decoder == "orthrus") & (mo.precision == "bf16"),
+        ["match_rate", "ci_low", "ci_high"],
+    ] = [1.0, 0.98, 1.0]
     mo.to_csv(bad / "match_overall.csv", index=False)
     lg = pd.read_csv(bad / "ppl_logit.csv")
     lg.loc[lg.model == "kl-k8", "p_value"] = 0.2
@@ -203,8 +213,7 @@ def test_compare_runs_claims_one_run_lacks(tmp_path, capsys):
     mo[mo.decoder != "prompt-lookup"].to_csv(run / "match_overall.csv", index=False)
     assert compare_runs.main([str(RUN), str(run)]) == 1
     out = capsys.readouterr().out
-    assert any("teacher/prompt-lookup/bf16 " in x and "absent" in x and x.endswith("DIFFER")
-               for x in out.splitlines())
+    assert any("teacher/prompt-lookup/bf16 " in x and "absent" in x and x.endswith("DIFFER") for x in out.splitlines())
     assert compare_runs.main([str(RUN), str(run), "--common"]) == 0
     m = compare_runs.compare(claims.claims_table(RUN), claims.claims_table(run), common=True)
     assert m["agree"].all() and m["overlap"].isin([True, None]).all()
@@ -217,18 +226,79 @@ def test_the_verdict_claims_read_decoders_csv(tmp_path):
     decoder; planted-bug-caught holds where the planted decoder diverged and was called not
     lossless, fails where the audit missed it, and is untestable where it did not diverge."""
     run = _copy(tmp_path)
-    base = dict(attention="sdpa", n=10, ci_low=0.5, ci_high=0.9, tpf_verify=2.0, oracle_match_rate=0.8,
-                batch_match_rate=1.0, n_errors_excluded=0)
-    rows = [dict(base, precision="bf16", decoder="orthrus", model="m", match_rate=0.8, n_tie=1, n_rounding=1,
-                 n_structural=0, n_no_verdict=0, audit="numerics, within its oracle"),
-            dict(base, precision="bf16", decoder="prompt-lookup", model="teacher", match_rate=0.7, n_tie=1, n_rounding=1,
-                 n_structural=1, n_no_verdict=0, audit="not lossless"),
-            dict(base, precision="fp32", decoder="orthrus-lossy", model="m", match_rate=0.6, n_tie=0, n_rounding=0,
-                 n_structural=4, n_no_verdict=0, audit="not lossless"),
-            dict(base, precision="bf16", decoder="orthrus-lossy", model="m", match_rate=0.9, n_tie=0, n_rounding=1,
-                 n_structural=0, n_no_verdict=0, audit="numerics"),
-            dict(base, precision="fp32", attention="eager", decoder="orthrus-lossy", model="m", match_rate=1.0, n_tie=0,
-                 n_rounding=0, n_structural=0, n_no_verdict=0, audit="exact")]
+    base = dict(
+        attention="sdpa",
+        n=10,
+        ci_low=0.5,
+        ci_high=0.9,
+        tpf_verify=2.0,
+        oracle_match_rate=0.8,
+        batch_match_rate=1.0,
+        n_errors_excluded=0,
+    )
+    rows = [
+        dict(
+            base,
+            precision="bf16",
+            decoder="orthrus",
+            model="m",
+            match_rate=0.8,
+            n_tie=1,
+            n_rounding=1,
+            n_structural=0,
+            n_no_verdict=0,
+            audit="numerics, within its oracle",
+        ),
+        dict(
+            base,
+            precision="bf16",
+            decoder="prompt-lookup",
+            model="teacher",
+            match_rate=0.7,
+            n_tie=1,
+            n_rounding=1,
+            n_structural=1,
+            n_no_verdict=0,
+            audit="not lossless",
+        ),
+        dict(
+            base,
+            precision="fp32",
+            decoder="orthrus-lossy",
+            model="m",
+            match_rate=0.6,
+            n_tie=0,
+            n_rounding=0,
+            n_structural=4,
+            n_no_verdict=0,
+            audit="not lossless",
+        ),
+        dict(
+            base,
+            precision="bf16",
+            decoder="orthrus-lossy",
+            model="m",
+            match_rate=0.9,
+            n_tie=0,
+            n_rounding=1,
+            n_structural=0,
+            n_no_verdict=0,
+            audit="numerics",
+        ),
+        dict(
+            base,
+            precision="fp32",
+            attention="eager",
+            decoder="orthrus-lossy",
+            model="m",
+            match_rate=1.0,
+            n_tie=0,
+            n_rounding=0,
+            n_structural=0,
+            n_no_verdict=0,
+            audit="exact",
+        ),
+    ]
     pd.DataFrame(rows).to_csv(run / "decoders.csv", index=False)
     df = claims.claims_table(run)
     assert _get(df, "divergences-are-numerics", "m/orthrus/bf16/sdpa").verdict == "holds"
@@ -250,12 +320,23 @@ def test_the_near_tie_claim_is_in_ulps_of_the_decoding_precision(tmp_path):
     from orthrus.audit.verdict import gap_ulps
 
     run = _copy(tmp_path)
-    base = dict(model="m", decoder="orthrus", precision="bf16", attention="sdpa", domain="x",
-                first_layer_diverging=1, verdict="rounding", verdict_note="", margin_fp32=0.01)
+    base = dict(
+        model="m",
+        decoder="orthrus",
+        precision="bf16",
+        attention="sdpa",
+        domain="x",
+        first_layer_diverging=1,
+        verdict="rounding",
+        verdict_note="",
+        margin_fp32=0.01,
+    )
     # (reference logit of its token, of the decoder's): 1 ulp at 16.75, 2 ulps at 16.75, 0 (a tie)
     pairs = [(16.75, 16.625), (16.75, 16.5), (3.0, 3.0)]
-    rows = [base | dict(prompt_id=f"p{i}", position=3, margin_native=a - b, gap_ulps=gap_ulps(a, b, "bf16"))
-            for i, (a, b) in enumerate(pairs)]
+    rows = [
+        base | dict(prompt_id=f"p{i}", position=3, margin_native=a - b, gap_ulps=gap_ulps(a, b, "bf16"))
+        for i, (a, b) in enumerate(pairs)
+    ]
     assert [r["gap_ulps"] for r in rows] == [1.0, 2.0, 0.0]
     fs = forensics_summary(pd.DataFrame(rows), near_tie=0.125, rounding_ulps=2.0)
     fs.to_csv(run / "forensics.csv", index=False)
@@ -269,8 +350,10 @@ def test_the_near_tie_claim_is_in_ulps_of_the_decoding_precision(tmp_path):
     assert r.verdict == "fails" and r.reason == "1 of 3 divergences at a margin of more than 1 ulps (largest 2)"
     # a table written before the ulps columns cannot be judged in ulps
     fs.drop(columns=["rounding_ulps", "frac_within_ulps"]).to_csv(run / "forensics.csv", index=False)
-    assert "predates its margins in ulps" in _get(claims.claims_table(run), "divergence-at-near-tie",
-                                                  "every configuration").reason
+    assert (
+        "predates its margins in ulps"
+        in _get(claims.claims_table(run), "divergence-at-near-tie", "every configuration").reason
+    )
 
 
 def test_fp32_exact_allows_rare_roundings_at_ties_only(tmp_path):
@@ -285,13 +368,26 @@ def test_fp32_exact_allows_rare_roundings_at_ties_only(tmp_path):
     lo, hi = stats.wilson_ci(191, 192)
     mo.loc[cell, ["match_rate", "ci_low", "ci_high"]] = [191 / 192, lo, hi]
     mo.to_csv(run / "match_overall.csv", index=False)
-    base = dict(model="ce-k8", decoder="orthrus", precision="fp32", attention="sdpa", domain="x", prompt_id="p",
-                position=5, first_layer_diverging=1, margin_native=2e-6, margin_fp32=2e-6, verdict_note="")
+    base = dict(
+        model="ce-k8",
+        decoder="orthrus",
+        precision="fp32",
+        attention="sdpa",
+        domain="x",
+        prompt_id="p",
+        position=5,
+        first_layer_diverging=1,
+        margin_native=2e-6,
+        margin_fp32=2e-6,
+        verdict_note="",
+    )
     fx = pd.read_csv(run / "forensics.csv")
     fx = fx[~((fx.model == "ce-k8") & (fx.decoder == "orthrus") & (fx.precision == "fp32"))]
 
     def with_fp32_row(gap, verdict):
-        row = forensics_summary(pd.DataFrame([base | dict(gap_ulps=gap, verdict=verdict)])).assign(**{contracts.ERRORS: 0})
+        row = forensics_summary(pd.DataFrame([base | dict(gap_ulps=gap, verdict=verdict)])).assign(
+            **{contracts.ERRORS: 0}
+        )
         pd.concat([fx, row], ignore_index=True).to_csv(run / "forensics.csv", index=False)
         return _get(claims.claims_table(run), "fp32-exact", "every fp32 cell")
 

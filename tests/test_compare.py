@@ -1,4 +1,5 @@
 """orthrus compare-tables: two tables directories, table by table."""
+
 import shutil
 
 import numpy as np
@@ -13,12 +14,18 @@ from orthrus.report.compare_tables import cell_equal, compare_dirs, main
 def tables(tmp_path):
     a = tmp_path / "a"
     a.mkdir()
-    pd.DataFrame({"model": ["m", "m"], "decoder": ["orthrus", "ar"], "match_rate": [0.5, np.nan],
-                  "seconds": [1.0, 2.0]}).to_csv(a / "match_overall.csv", index=False)
+    pd.DataFrame(
+        {"model": ["m", "m"], "decoder": ["orthrus", "ar"], "match_rate": [0.5, np.nan], "seconds": [1.0, 2.0]}
+    ).to_csv(a / "match_overall.csv", index=False)
     (a / "match_overall.md").write_text("| rendered |\n")
-    pd.DataFrame({"prompt_id": ["p0", "p1", "p2"], "match": [True, False, True],
-                  "first_divergence": pd.array([None, 3, None], dtype="Int64"),
-                  "ppl": [1.5, np.nan, 2.0]}).to_parquet(a / "trajectories.parquet", index=False)
+    pd.DataFrame(
+        {
+            "prompt_id": ["p0", "p1", "p2"],
+            "match": [True, False, True],
+            "first_divergence": pd.array([None, 3, None], dtype="Int64"),
+            "ppl": [1.5, np.nan, 2.0],
+        }
+    ).to_parquet(a / "trajectories.parquet", index=False)
     b = tmp_path / "b"
     shutil.copytree(a, b)
     return a, b

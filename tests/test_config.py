@@ -1,5 +1,6 @@
 """Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
 before any job, naming the key (workflow/scripts/config_check.py)."""
+
 import copy
 import importlib
 import importlib.util
@@ -36,6 +37,7 @@ def _set(path, value):
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
+
     return mutate
 
 
@@ -46,6 +48,7 @@ def _drop(path):
         for p in parents:
             node = node[p]
         del node[last]
+
     return mutate
 
 
@@ -53,18 +56,23 @@ def _both(*mutations):
     def mutate(cfg):
         for m in mutations:
             m(cfg)
+
     return mutate
 
 
 HF = {"name": "teacher", "source": "hf"}
+
+
 # (case, mutation of the smoke config or raw YAML text, the key path the error must name)
 def _named(section, name, value=None):
     """Add an entry called `name` under the dotted `section` (a copy of smoke-ce by default)."""
+
     def mutate(cfg):
         node = cfg
         for p in section.split("."):
             node = node.setdefault(p, {})
         node[name] = copy.deepcopy(cfg["models"]["smoke-ce"]) if value is None else value
+
     return mutate
 
 
@@ -101,9 +109,30 @@ BAD = [
     ("decode tokens a million", _set("decode.max_new_tokens", 10**6), "decode.max_new_tokens"),
     ("teacher 1000 layers", _set("teacher.tiny.num_layers", 1000), "teacher.tiny.num_layers"),
     ("min_chars above max_chars", _set("prompts.min_chars", 5000), "prompts.min_chars"),
-    ("every domain weighs 0", _set("teacher.tiny.domain_weights", dict.fromkeys(
-        ["code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru", "poetry-en", "poetry-ru", "qa", "qa-ru",
-         "wmt-ru-en"], 0)), "teacher.tiny.domain_weights"),
+    (
+        "every domain weighs 0",
+        _set(
+            "teacher.tiny.domain_weights",
+            dict.fromkeys(
+                [
+                    "code",
+                    "code-ru",
+                    "creative-en",
+                    "gec-en",
+                    "gec-ru",
+                    "math",
+                    "math-ru",
+                    "poetry-en",
+                    "poetry-ru",
+                    "qa",
+                    "qa-ru",
+                    "wmt-ru-en",
+                ],
+                0,
+            ),
+        ),
+        "teacher.tiny.domain_weights",
+    ),
     ("model offset weights", _set("models.smoke-ce.offset_weights", [1, 1]), "models.smoke-ce.offset_weights"),
     ("model named like teacher", _set("models.teacher", {}), "models.teacher"),
     ("external named like model", _set("external_models.smoke-ce", "org/model"), "external_models.smoke-ce"),
@@ -134,13 +163,20 @@ BAD = [
     ("corpus precision", _set("corpus.precision", "int8"), "corpus.precision"),
     ("prompts domain", _set("prompts.domains", ["klingon"]), "prompts.domains[0]"),
     ("prompts hf without eval", _set("prompts.source", "hf"), "prompts.eval"),
-    ("prompts spec without path", _both(_set("prompts.source", "hf"), _set("prompts.eval", {"qa": {"n": 3}})),
-     "prompts.eval.qa.path"),
+    (
+        "prompts spec without path",
+        _both(_set("prompts.source", "hf"), _set("prompts.eval", {"qa": {"n": 3}})),
+        "prompts.eval.qa.path",
+    ),
     ("analysis near tie", _set("analysis.near_tie", -1), "analysis.near_tie"),
     ("analysis precision", _set("analysis.ppl_precision", "fp64"), "analysis.ppl_precision"),
     ("resources gpus", _set("resources.decode.gpus", -1), "resources.decode.gpus"),
     ("resources typo", _set("resources.decode.memory", 10), "resources.decode.memory"),
-    ("benchmarks no tasks", _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}), "benchmarks.tasks"),
+    (
+        "benchmarks no tasks",
+        _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}),
+        "benchmarks.tasks",
+    ),
     ("benchmarks precisions", _set("benchmarks", {"enabled": True, "precisions": []}), "benchmarks.precisions"),
     ("model schedule", _set("models.smoke-ce.schedule", "linear"), "models.smoke-ce.schedule"),
     ("model mask token empty", _set("models.smoke-ce.mask_token", ""), "models.smoke-ce.mask_token"),
@@ -149,8 +185,11 @@ BAD = [
     ("prompts sha256 not hex", _set("prompts.eval_file_sha256", "abc"), "prompts.eval_file_sha256"),
     ("prompts sha256 without file", _set("prompts.eval_file_sha256", "0" * 64), "prompts.eval_file_sha256"),
     ("prompts duplicates policy", _set("prompts.eval_duplicates", "last"), "prompts.eval_duplicates"),
-    ("hf prompts without distill for generate",
-     _both(_set("prompts.source", "hf"), _set("prompts.eval_file", "https://example.org/p.json")), "prompts.distill"),
+    (
+        "hf prompts without distill for generate",
+        _both(_set("prompts.source", "hf"), _set("prompts.eval_file", "https://example.org/p.json")),
+        "prompts.distill",
+    ),
     ("corpus source", _set("corpus.source", "scrape"), "corpus.source"),
     ("corpus hf without dataset", _set("corpus.source", "hf"), "corpus.dataset"),
     ("corpus message", _set("corpus.message", "user"), "corpus.message"),
@@ -165,15 +204,33 @@ BAD = [
     ("benchmarks max gen zero", _set("benchmarks.max_gen_toks", 0), "benchmarks.max_gen_toks"),
     ("benchmark docs of an unknown task", _set("benchmarks.n_docs", {"gsm8k": 10}), "benchmarks.n_docs"),
     ("benchmark docs zero for a task", _set("benchmarks.n_docs", {"tiny_qa": 0}), "benchmarks.n_docs.tiny_qa"),
-    ("benchmark docs missing a task that runs",
-     _both(_set("benchmarks.enabled", True), _set("benchmarks.tiny_tasks", ["tiny_arith", "tiny_qa"]),
-           _set("benchmarks.n_docs", {"tiny_arith": 30})), "benchmarks.n_docs"),
-    ("benchmark docs missing one of all five tasks",
-     _both(_set("benchmarks.enabled", True), _set("benchmarks.tiny_tasks", True),
-           _set("benchmarks.n_docs", {"tiny_arith": 3, "tiny_code": 3, "tiny_gec": 3, "tiny_qa": 3})), "benchmarks.n_docs"),
-    ("benchmark docs for a task that does not run",
-     _both(_set("benchmarks.enabled", True), _set("benchmarks.tiny_tasks", ["tiny_arith"]),
-           _set("benchmarks.n_docs", {"tiny_arith": 30, "tiny_qa": 20})), "benchmarks.n_docs"),
+    (
+        "benchmark docs missing a task that runs",
+        _both(
+            _set("benchmarks.enabled", True),
+            _set("benchmarks.tiny_tasks", ["tiny_arith", "tiny_qa"]),
+            _set("benchmarks.n_docs", {"tiny_arith": 30}),
+        ),
+        "benchmarks.n_docs",
+    ),
+    (
+        "benchmark docs missing one of all five tasks",
+        _both(
+            _set("benchmarks.enabled", True),
+            _set("benchmarks.tiny_tasks", True),
+            _set("benchmarks.n_docs", {"tiny_arith": 3, "tiny_code": 3, "tiny_gec": 3, "tiny_qa": 3}),
+        ),
+        "benchmarks.n_docs",
+    ),
+    (
+        "benchmark docs for a task that does not run",
+        _both(
+            _set("benchmarks.enabled", True),
+            _set("benchmarks.tiny_tasks", ["tiny_arith"]),
+            _set("benchmarks.n_docs", {"tiny_arith": 30, "tiny_qa": 20}),
+        ),
+        "benchmarks.n_docs",
+    ),
     # transformers' speculative decoders and the assisted decoder's draft (teacher.draft)
     ("decoders unknown", _set("decode.decoders", ["medusa"]), "decode.decoders[0]"),
     ("decoders duplicate", _set("decode.decoders", ["assisted", "assisted"]), "decode.decoders"),
@@ -182,28 +239,51 @@ BAD = [
     ("grid of an unknown decoder", _set("decode.grids", {"medusa": {"attentions": ["sdpa"]}}), "decode.grids.medusa"),
     # decode.grids may also narrow an Orthrus model (its Orthrus loop and AR view)
     ("grid of an unknown model", _set("decode.grids", {"smoke-k9": {"attentions": ["sdpa"]}}), "decode.grids.smoke-k9"),
-    ("grid of a model outside the decode grid", _set("decode.grids", {"smoke-ce": {"attentions": ["flash_attention_2"]}}),
-     "decode.grids.smoke-ce.attentions"),
-    ("grid of a model and a decoder", _both(_set("models.assisted", {}), _set("decode.grids.assisted", {})),
-     "decode.grids.assisted"),
+    (
+        "grid of a model outside the decode grid",
+        _set("decode.grids", {"smoke-ce": {"attentions": ["flash_attention_2"]}}),
+        "decode.grids.smoke-ce.attentions",
+    ),
+    (
+        "grid of a model and a decoder",
+        _both(_set("models.assisted", {}), _set("decode.grids.assisted", {})),
+        "decode.grids.assisted",
+    ),
     ("grid bad name", _set("decode.grids", {"smoke ce": {}}), "decode.grids"),
     ("grid of a decoder not run", _set("decode.decoders", ["assisted"]), "decode.grids.prompt-lookup"),
-    ("grid outside the decode grid", _set("decode.grids", {"assisted": {"precisions": ["fp16"]}}),
-     "decode.grids.assisted.precisions"),
+    (
+        "grid outside the decode grid",
+        _set("decode.grids", {"assisted": {"precisions": ["fp16"]}}),
+        "decode.grids.assisted.precisions",
+    ),
     ("grid key typo", _set("decode.grids", {"assisted": {"attention": ["sdpa"]}}), "decode.grids.assisted.attention"),
-    ("grid prompts of an unknown precision", _set("decode.grids", {"assisted": {"prompts_per_domain": {"fp64": 2}}}),
-     "decode.grids.assisted.prompts_per_domain"),
-    ("grid prompts zero for a precision", _set("decode.grids", {"assisted": {"prompts_per_domain": {"fp32": 0}}}),
-     "decode.grids.assisted.prompts_per_domain.fp32"),
-    ("grid prompts for a precision the cells do not run",
-     _set("decode.grids", {"assisted": {"precisions": ["fp32"], "prompts_per_domain": {"bf16": 2}}}),
-     "decode.grids.assisted.prompts_per_domain"),
+    (
+        "grid prompts of an unknown precision",
+        _set("decode.grids", {"assisted": {"prompts_per_domain": {"fp64": 2}}}),
+        "decode.grids.assisted.prompts_per_domain",
+    ),
+    (
+        "grid prompts zero for a precision",
+        _set("decode.grids", {"assisted": {"prompts_per_domain": {"fp32": 0}}}),
+        "decode.grids.assisted.prompts_per_domain.fp32",
+    ),
+    (
+        "grid prompts for a precision the cells do not run",
+        _set("decode.grids", {"assisted": {"precisions": ["fp32"], "prompts_per_domain": {"bf16": 2}}}),
+        "decode.grids.assisted.prompts_per_domain",
+    ),
     ("assisted without draft", _drop("teacher.draft"), "teacher.draft"),
-    ("hub draft beside tiny teacher", _set("teacher.draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
-     "teacher.draft.path"),
+    (
+        "hub draft beside tiny teacher",
+        _set("teacher.draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+        "teacher.draft.path",
+    ),
     ("hf draft without path", _set("teacher.draft", {"source": "hf"}), "teacher.draft.path"),
-    ("hf draft missing dir", _set("teacher", {**HF, "path": "Qwen/Qwen3-1.7B",
-                                              "draft": {"source": "hf", "path": "./no/such/draft"}}), "teacher.draft.path"),
+    (
+        "hf draft missing dir",
+        _set("teacher", {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "./no/such/draft"}}),
+        "teacher.draft.path",
+    ),
     ("draft source", _set("teacher.draft.source", "onnx"), "teacher.draft.source"),
     ("draft unknown key", _set("teacher.draft.name", "d"), "teacher.draft.name"),
     ("draft threads zero", _set("teacher.draft.threads", 0), "teacher.draft.threads"),
@@ -212,32 +292,59 @@ BAD = [
     ("draft tiny heads", _set("teacher.draft.tiny.num_heads", 3), "teacher.draft.tiny.num_heads"),
     # issue 35: settings that would train or measure nothing, each refused naming its key
     ("model block longer than max_len", _set("models.smoke-ce.block_size", 512), "models.smoke-ce.block_size"),
-    ("model block as long as max_len", _both(_set("models.smoke-ce.block_size", 16), _set("models.smoke-ce.max_len", 16)),
-     "models.smoke-ce.block_size"),
-    ("model offset weights all zero", _set("models.smoke-ce.offset_weights", [0, 0, 0]), "models.smoke-ce.offset_weights"),
+    (
+        "model block as long as max_len",
+        _both(_set("models.smoke-ce.block_size", 16), _set("models.smoke-ce.max_len", 16)),
+        "models.smoke-ce.block_size",
+    ),
+    (
+        "model offset weights all zero",
+        _set("models.smoke-ce.offset_weights", [0, 0, 0]),
+        "models.smoke-ce.offset_weights",
+    ),
     ("model lr 1e6", _set("models.smoke-ce.lr", 1.0e6), "models.smoke-ce.lr"),
     ("tiny teacher lr 1e6", _set("teacher.tiny.lr", 1.0e6), "teacher.tiny.lr"),
     ("model warmup beyond max_steps", _set("models.smoke-ce.warmup_steps", 6), "models.smoke-ce.warmup_steps"),
-    ("model warmup beyond the epochs' steps", _both(_set("models.smoke-ce.max_steps", None),
-                                                    _set("models.smoke-ce.warmup_steps", 5)), "models.smoke-ce.warmup_steps"),
-    ("model global batch above the corpus", _both(_set("models.smoke-ce.max_steps", None),
-                                                  _set("models.smoke-ce.batch_size", 64)), "models.smoke-ce.batch_size"),
+    (
+        "model warmup beyond the epochs' steps",
+        _both(_set("models.smoke-ce.max_steps", None), _set("models.smoke-ce.warmup_steps", 5)),
+        "models.smoke-ce.warmup_steps",
+    ),
+    (
+        "model global batch above the corpus",
+        _both(_set("models.smoke-ce.max_steps", None), _set("models.smoke-ce.batch_size", 64)),
+        "models.smoke-ce.batch_size",
+    ),
     ("tiny teacher warmup beyond steps", _set("teacher.tiny.warmup_steps", 300), "teacher.tiny.warmup_steps"),
     ("draft warmup beyond steps", _set("teacher.draft.tiny.warmup_steps", 10), "teacher.draft.tiny.warmup_steps"),
-    ("model mask token outside the vocabulary", _set("models.smoke-ce.mask_token_id", 10**6), "models.smoke-ce.mask_token_id"),
+    (
+        "model mask token outside the vocabulary",
+        _set("models.smoke-ce.mask_token_id", 10**6),
+        "models.smoke-ce.mask_token_id",
+    ),
     ("corpus shards above the distill prompts", _set("corpus.shards", 33), "corpus.shards"),
     ("near_tie a percent", _set("analysis.near_tie", 12.5), "analysis.near_tie"),
     ("seed beyond torch", _set("seed", 2**64), "seed"),
     ("seed negative", _set("seed", -1), "seed"),
     ("model seed beyond torch", _set("models.smoke-ce.seed", 2**64), "models.smoke-ce.seed"),
-    ("model seed plus global beyond torch", _both(_set("seed", 2**63), _set("models.smoke-ce.seed", 2**63)),
-     "models.smoke-ce.seed"),
+    (
+        "model seed plus global beyond torch",
+        _both(_set("seed", 2**63), _set("models.smoke-ce.seed", 2**63)),
+        "models.smoke-ce.seed",
+    ),
     ("benchmark task ..", _set("benchmarks.tasks", [".."]), "benchmarks.tasks[0]"),
     ("benchmark task with a slash", _set("benchmarks.tasks", ["a/b"]), "benchmarks.tasks[0]"),
     ("benchmark task like an option", _set("benchmarks.tasks", ["--help"]), "benchmarks.tasks[0]"),
     ("benchmark task with a newline", _set("benchmarks.tasks", ["gsm8k\n"]), "benchmarks.tasks[0]"),
-    ("prompts eval domain ..", _both(_set("prompts.source", "hf"), _set("prompts.eval", {"..": {"path": "x"}}),
-                                     _set("prompts.distill", [{"path": "y"}])), "prompts.eval"),
+    (
+        "prompts eval domain ..",
+        _both(
+            _set("prompts.source", "hf"),
+            _set("prompts.eval", {"..": {"path": "x"}}),
+            _set("prompts.distill", [{"path": "y"}]),
+        ),
+        "prompts.eval",
+    ),
     ("prompts eval file /dev/zero URL", _set("prompts.eval_file", "file:///dev/zero"), "prompts.eval_file"),
     ("prompts eval file /dev/zero", _set("prompts.eval_file", "/dev/zero"), "prompts.eval_file"),
     ("prompts eval file URL of a directory", _set("prompts.eval_file", "file:///tmp"), "prompts.eval_file"),
@@ -272,10 +379,33 @@ def _check(text: str, tmp_path) -> list[str]:
 
 def test_schema_uses_only_known_keywords():
     """A comma inside an unquoted flow-style description silently adds keys to the schema."""
-    known = {"$schema", "$defs", "$ref", "description", "type", "additionalProperties", "properties", "default",
-             "pattern", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "minItems",
-             "maxItems", "uniqueItems", "required", "propertyNames", "x-fill-defaults", "multipleOf", "minLength",
-             "maxLength", "maxProperties"}
+    known = {
+        "$schema",
+        "$defs",
+        "$ref",
+        "description",
+        "type",
+        "additionalProperties",
+        "properties",
+        "default",
+        "pattern",
+        "enum",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "required",
+        "propertyNames",
+        "x-fill-defaults",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "maxProperties",
+    }
     bad = []
 
     def walk(node, path, names=False):
@@ -294,14 +424,18 @@ def test_schema_uses_only_known_keywords():
     assert not bad, bad
 
 
-@pytest.mark.parametrize("section, defaults", [("models", "orthrus.distill.settings"), ("tiny", "orthrus.world.teacher")])
+@pytest.mark.parametrize(
+    "section, defaults", [("models", "orthrus.distill.settings"), ("tiny", "orthrus.world.teacher")]
+)
 def test_schema_describes_every_setting(section, defaults):
     """Every setting has a schema entry (its default there is generated: tests/test_plan.py)."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    props = (schema["properties"]["models"]["additionalProperties"] if section == "models"
-             else schema["properties"]["teacher"]["properties"]["tiny"])["properties"]
+    props = (
+        schema["properties"]["models"]["additionalProperties"]
+        if section == "models"
+        else schema["properties"]["teacher"]["properties"]["tiny"]
+    )["properties"]
     assert set(props) == set(importlib.import_module(defaults).DEFAULTS)
-
 
 
 @pytest.mark.parametrize("path", ["config.yaml", "tests/smoke/config.yaml", "configs/paper.yaml"])
@@ -309,8 +443,10 @@ def test_shipped_configs_pass(path):
     cfg = cc.load_yaml(ROOT / path)
     cc.check_config(cfg, SCHEMA, [ROOT / path])
     assert cfg["decode"]["max_error_share"] == 0 and "resources" in cfg  # defaults filled in
-    assert all(set(s or {}) <= set(yaml.safe_load((ROOT / path).read_text())["models"][m] or {})
-               for m, s in cfg["models"].items())  # variant settings stay as written
+    assert all(
+        set(s or {}) <= set(yaml.safe_load((ROOT / path).read_text())["models"][m] or {})
+        for m, s in cfg["models"].items()
+    )  # variant settings stay as written
 
 
 def test_local_hf_teacher_directory_is_accepted(tmp_path):
@@ -329,8 +465,12 @@ def test_paper_protocol_sources_are_accepted(tmp_path):
     (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"]}')
     cfg = copy.deepcopy(SMOKE)
     cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
-    cfg["prompts"] = {"source": "hf", "eval_file": str(tmp_path / "prompts.json"), "eval_duplicates": "first",
-                      "distill": []}
+    cfg["prompts"] = {
+        "source": "hf",
+        "eval_file": str(tmp_path / "prompts.json"),
+        "eval_duplicates": "first",
+        "distill": [],
+    }
     cfg["corpus"] |= {"source": "hf", "dataset": "ai-forever/ZaryaOrthrusDataset-1.7B", "message": "none"}
     cfg["external_models"] = {"ZaryaOrthrus-1.7B": "ai-forever/ZaryaOrthrus-1.7B"}
     cc.check_config(cfg, SCHEMA)
@@ -346,8 +486,11 @@ def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
     cfg = copy.deepcopy(SMOKE)
     cfg["models"] = {"smoke-ce": cfg["models"]["smoke-ce"]}
     cfg["external_models"] = {"ext": str(tmp_path / "orthrus")}
-    cfg["decode"]["grids"] = {"smoke-ce": {"attentions": ["sdpa"]}, "ext": {"precisions": ["fp32"]},
-                              "assisted": {"attentions": ["eager"]}}
+    cfg["decode"]["grids"] = {
+        "smoke-ce": {"attentions": ["sdpa"]},
+        "ext": {"precisions": ["fp32"]},
+        "assisted": {"attentions": ["eager"]},
+    }
     cc.check_config(cfg, SCHEMA)
     cfg["decode"]["grids"]["kl-k8"] = {"attentions": ["sdpa"]}
     with pytest.raises(cc.ConfigError) as err:
@@ -355,7 +498,8 @@ def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
     assert err.value.problems == [
         "decode.grids.kl-k8: 'kl-k8' is neither a speculative decoder of decode.decoders or a control of "
         "decode.controls ['assisted', 'prompt-lookup', 'oracle', 'ar-batched', 'orthrus-lossy'] nor an Orthrus "
-        "model of models / external_models ['smoke-ce', 'ext']"]
+        "model of models / external_models ['smoke-ce', 'ext']"
+    ]
 
 
 def test_every_section_of_the_schema_has_a_malformed_case():
@@ -382,8 +526,14 @@ def test_malformed_configs_stop_a_real_dry_run(tmp_path):
         work = tmp_path / str(i)
         work.mkdir()
         (work / "config.yaml").write_text(_config_text(case))
-        res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work),
-                              "-n", "-q"], capture_output=True, text=True, timeout=300, env=env, cwd=work)
+        res = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work), "-n", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=work,
+        )
         out = res.stdout + res.stderr
         ok = res.returncode != 0 and f"{key}:" in out and "ConfigError" in out and not (work / "results").exists()
         return None if ok else f"{name}: rc {res.returncode}, expected {key!r}:\n{out[-1500:]}"
@@ -413,8 +563,13 @@ def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
 def test_integer_valued_floats_are_integers_everywhere(tmp_path):
     """`corpus.shards: 2.0` (YAML for 2) is taken as 2 by every later reader (a scatter count, an
     argparse int), not refused deep inside a rule; 2.5 is refused naming the key."""
-    text = _config_text(lambda c: (c["corpus"].__setitem__("shards", 2.0), c["decode"].__setitem__("max_new_tokens", 16.0),
-                                   c["models"]["smoke-ce"].__setitem__("block_size", 4.0)))
+    text = _config_text(
+        lambda c: (
+            c["corpus"].__setitem__("shards", 2.0),
+            c["decode"].__setitem__("max_new_tokens", 16.0),
+            c["models"]["smoke-ce"].__setitem__("block_size", 4.0),
+        )
+    )
     cfg = yaml.safe_load(text)
     cc.check_config(cfg, SCHEMA, [])
     assert cfg["corpus"]["shards"] == 2 and type(cfg["corpus"]["shards"]) is int
@@ -433,16 +588,29 @@ def _bomb(levels=40, indent="  ") -> str:
 
 
 def _dry(work, *args, profile=True, timeout=120, quiet=True, dry=True):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work), *(["-n"] if dry else []),
-           *args, *(["-q"] if quiet else [])]  # -q last: it takes words after it
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(work),
+        *(["-n"] if dry else []),
+        *args,
+        *(["-q"] if quiet else []),
+    ]  # -q last: it takes words after it
     if not profile:
         cmd += ["--workflow-profile", "none"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=work, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     return res.returncode, res.stdout + res.stderr
 
 
-YTE = "__use_yte__: true\n" + SMOKE_TEXT.replace("\nseed: 0\n", "\nseed: ?__import__('pathlib').Path('MARKER').touch() or 0\n")
+YTE = "__use_yte__: true\n" + SMOKE_TEXT.replace(
+    "\nseed: 0\n", "\nseed: ?__import__('pathlib').Path('MARKER').touch() or 0\n"
+)
 
 
 def test_yte_config_file_is_refused_before_snakemake_renders_it(tmp_path):
@@ -483,10 +651,16 @@ HAZARDS = [
     ("tag on a list", "decode:\n  precisions: !!python/tuple [fp32]\n", "YAML tag"),
     ("use_yte false", "__use_yte__: false\nseed: 0\n", "__use_yte__ refused"),
     ("list alias bomb", "bomb:\n" + _bomb(), "alias bomb"),
-    ("bomb in data_files", "corpus:\n  source: hf\n  dataset: json\n  data_files: &top\n" + _bomb(indent="    ")
-     + "  split: *top\n", "alias bomb"),
-    ("mapping alias bomb", "a0: &a0 {x: 1, y: 1}\n" + "".join(f"a{i}: &a{i} {{p: *a{i - 1}, q: *a{i - 1}}}\n"
-                                                              for i in range(1, 30)), "alias bomb"),
+    (
+        "bomb in data_files",
+        "corpus:\n  source: hf\n  dataset: json\n  data_files: &top\n" + _bomb(indent="    ") + "  split: *top\n",
+        "alias bomb",
+    ),
+    (
+        "mapping alias bomb",
+        "a0: &a0 {x: 1, y: 1}\n" + "".join(f"a{i}: &a{i} {{p: *a{i - 1}, q: *a{i - 1}}}\n" for i in range(1, 30)),
+        "alias bomb",
+    ),
     ("deep nesting", "seed: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
     ("huge file", "seed: 0\n" + "#" * (2**20 + 1) + "\n", "larger than"),
 ]
@@ -543,12 +717,15 @@ def test_free_form_data_files_are_bounded(tmp_path):
     assert any(p.startswith("corpus.data_files:") for p in problems), problems
 
 
-@pytest.mark.parametrize("argv, files, values", [
-    (["-n", "--configfile", "a.yaml", "b.yaml", "-p"], ["a.yaml", "b.yaml"], []),
-    (["--configfiles=a.yaml", "target"], ["a.yaml"], []),
-    (["--config", "seed=1", "decode={x: 1}", "--configfile", "c.yaml"], ["c.yaml"], ["seed=1", "decode={x: 1}"]),
-    (["-C", "seed=1", "-n"], [], ["seed=1"]),
-])
+@pytest.mark.parametrize(
+    "argv, files, values",
+    [
+        (["-n", "--configfile", "a.yaml", "b.yaml", "-p"], ["a.yaml", "b.yaml"], []),
+        (["--configfiles=a.yaml", "target"], ["a.yaml"], []),
+        (["--config", "seed=1", "decode={x: 1}", "--configfile", "c.yaml"], ["c.yaml"], ["seed=1", "decode={x: 1}"]),
+        (["-C", "seed=1", "-n"], [], ["seed=1"]),
+    ],
+)
 def test_the_profile_guard_reads_the_command_line_as_snakemake_does(argv, files, values):
     assert cc.argv_sources(argv) == (files, values)
 
@@ -565,11 +742,21 @@ def test_nested_config_overrides_are_typed_by_the_schema():
     """Snakemake reads `decode={max_new_tokens: 8}` with YAML's base loader (every value a string):
     where the schema wants no string, the value is read as YAML; strings stay strings."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    got = cc.typed_overrides({"decode": {"max_new_tokens": "8", "own_ar_view": "false", "message": "8",
-                                         "precisions": ["fp32"]},
-                              "teacher": {"name": "123"}, "corpus": "{shards: 2}", "seed": 3}, schema)
-    assert got == {"decode": {"max_new_tokens": 8, "own_ar_view": False, "message": "8", "precisions": ["fp32"]},
-                   "teacher": {"name": "123"}, "corpus": {"shards": 2}, "seed": 3}
+    got = cc.typed_overrides(
+        {
+            "decode": {"max_new_tokens": "8", "own_ar_view": "false", "message": "8", "precisions": ["fp32"]},
+            "teacher": {"name": "123"},
+            "corpus": "{shards: 2}",
+            "seed": 3,
+        },
+        schema,
+    )
+    assert got == {
+        "decode": {"max_new_tokens": 8, "own_ar_view": False, "message": "8", "precisions": ["fp32"]},
+        "teacher": {"name": "123"},
+        "corpus": {"shards": 2},
+        "seed": 3,
+    }
     with pytest.raises(cc.ConfigError, match="YAML tag"):
         cc.typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
 
@@ -609,7 +796,9 @@ def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     rc, out = _dry(tmp_path, *targets, quiet=False)
-    assert rc == 0 and "rule prompts:" in out and "rule train_draft:" in out and "rule train_teacher:" not in out, out[-3000:]
+    assert rc == 0 and "rule prompts:" in out and "rule train_draft:" in out and "rule train_teacher:" not in out, out[
+        -3000:
+    ]
     assert out.count("Params have changed") == 2, out[-3000:]
 
 
@@ -645,10 +834,15 @@ def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
 # --------------------------------------------------------------------------- issue 35: scatter, seeds, the checked-where table
 
 
-@pytest.mark.parametrize("scatter, where", [({"corpus": 0}, "--set-scatter corpus=0"),
-                                            ({"decode": 5000}, "--set-scatter decode=5000"),
-                                            ({"corpsu": 2}, "--set-scatter corpsu=2"),
-                                            ({"corpus": 33}, "--set-scatter corpus:")])
+@pytest.mark.parametrize(
+    "scatter, where",
+    [
+        ({"corpus": 0}, "--set-scatter corpus=0"),
+        ({"decode": 5000}, "--set-scatter decode=5000"),
+        ({"corpsu": 2}, "--set-scatter corpsu=2"),
+        ({"corpus": 33}, "--set-scatter corpus:"),
+    ],
+)
 def test_set_scatter_counts_are_checked_with_the_config(scatter, where):
     """`--set-scatter corpus=0` (Snakemake itself takes 0) or more shards than distillation prompts
     (32 in the smoke config) is refused naming the option."""

@@ -1,4 +1,5 @@
 """orthrus.contracts: one light module, and the design page rendered from it."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,10 @@ def test_design_page_stands_on_its_own():
 
 def test_contracts_import_nothing_heavy():
     """The workflow imports it while parsing: no torch, pandas or transformers."""
-    code = ("import sys, orthrus.contracts; heavy = {'torch', 'pandas', 'numpy', 'transformers'} & set(sys.modules); "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, orthrus.contracts; heavy = {'torch', 'pandas', 'numpy', 'transformers'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

@@ -24,7 +24,9 @@ def match_rate(model, prompts, max_new):
     return same / len(prompts), float(np.mean(accepted)) if accepted else 0.0
 
 
-@pytest.mark.parametrize("block_size", [pytest.param(2, marks=pytest.mark.slow), 8, pytest.param(32, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "block_size", [pytest.param(2, marks=pytest.mark.slow), 8, pytest.param(32, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("diffusion", ["random", "noisy"])
 def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
     accepted = []
@@ -62,7 +64,11 @@ def test_bf16_orthrus_parts_from_ar_only_at_a_near_tie(attn, random_prompts, ver
         logits = stepwise(model, p.tolist(), ar[:t])[0].float()
         own, other = float(logits[ar[t]]), float(logits[orth[t]])
         ulp = 2.0 ** (math.floor(math.log2(max(abs(own), abs(other)))) - 7)
-        assert int(logits.argmax()) == ar[t] and own - other <= 2.0 ** -8 * (abs(own) + abs(other)) + 2 * ulp, (t, own, other)
+        assert int(logits.argmax()) == ar[t] and own - other <= 2.0**-8 * (abs(own) + abs(other)) + 2 * ulp, (
+            t,
+            own,
+            other,
+        )
     assert 0 < parted < len(prompts), f"{parted} of {len(prompts)} prompts parted"
 
 
@@ -73,8 +79,14 @@ def test_ar_mode_equals_transformers_generate(dtype, attn, random_prompts):
     model = orthrus.OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK).eval()
     for p in random_prompts(10, 5):
         ours = orthrus.generate(model, p, mode="ar", max_new_tokens=24)
-        ref = base.generate(p[None], attention_mask=torch.ones_like(p[None]), max_new_tokens=24, do_sample=False,
-                            eos_token_id=EOS, pad_token_id=EOS)[0, len(p):]
+        ref = base.generate(
+            p[None],
+            attention_mask=torch.ones_like(p[None]),
+            max_new_tokens=24,
+            do_sample=False,
+            eos_token_id=EOS,
+            pad_token_id=EOS,
+        )[0, len(p) :]
         assert ours.tokens.tolist() == ref.tolist()
 
 
@@ -119,7 +131,9 @@ def test_eos_stops_inside_accepted_block():
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     ref = orthrus.generate(model, torch.tensor([9, 9]), mode="ar", max_new_tokens=30, eos_token_id=[]).tokens.tolist()
     eos = ref[5]
-    out = orthrus.generate(model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=eos).tokens.tolist()
+    out = orthrus.generate(
+        model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=eos
+    ).tokens.tolist()
     assert out == ref[: ref.index(eos) + 1]
 
 
@@ -127,8 +141,16 @@ def first_two_tokens(model, mode, n, seed):
     g = torch.Generator().manual_seed(seed)
     draws = []
     for _ in range(n):
-        out = orthrus.generate(model, torch.tensor([3, 4]), mode=mode, max_new_tokens=2, eos_token_id=[],
-                               temperature=1.0, top_k=3, generator=g)
+        out = orthrus.generate(
+            model,
+            torch.tensor([3, 4]),
+            mode=mode,
+            max_new_tokens=2,
+            eos_token_id=[],
+            temperature=1.0,
+            top_k=3,
+            generator=g,
+        )
         draws.append(tuple(out.tokens.tolist()))
     return draws
 
@@ -156,24 +178,27 @@ def test_sampler_top_p_keeps_smallest_nucleus():
     assert probs.sum().item() == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("ids, kwargs, message", [
-    (torch.tensor([7.0, 8.0]), {}, "integer tensor"),
-    (torch.tensor([True]), {}, "integer tensor"),
-    ([7, 8], {}, "integer tensor"),
-    (torch.tensor([7, MASK + 1]), {}, r"\[0, 96\)"),
-    (torch.tensor([-1, 7]), {}, r"\[0, 96\)"),
-    (torch.tensor([[7], [8]]), {}, "batch size 1"),
-    (torch.tensor([7]), {"max_new_tokens": 4.5}, "max_new_tokens"),
-    (torch.tensor([7]), {"max_new_tokens": -1}, "max_new_tokens"),
-    (torch.tensor([7]), {"temperature": -0.5}, "temperature"),
-    (torch.tensor([7]), {"temperature": float("nan")}, "temperature"),
-    (torch.tensor([7]), {"temperature": 1.0, "top_p": 0}, "top_p"),
-    (torch.tensor([7]), {"temperature": 1.0, "top_p": 1.5}, "top_p"),
-    (torch.tensor([7]), {"temperature": 1.0, "top_k": -3}, "top_k"),
-    (torch.tensor([7]), {"temperature": 1.0, "top_k": 2.5}, "top_k"),
-    (torch.tensor([7]), {"block_size": 0}, "block_size"),
-    (torch.tensor([7]), {"block_size": 4.0}, "block_size"),
-])
+@pytest.mark.parametrize(
+    "ids, kwargs, message",
+    [
+        (torch.tensor([7.0, 8.0]), {}, "integer tensor"),
+        (torch.tensor([True]), {}, "integer tensor"),
+        ([7, 8], {}, "integer tensor"),
+        (torch.tensor([7, MASK + 1]), {}, r"\[0, 96\)"),
+        (torch.tensor([-1, 7]), {}, r"\[0, 96\)"),
+        (torch.tensor([[7], [8]]), {}, "batch size 1"),
+        (torch.tensor([7]), {"max_new_tokens": 4.5}, "max_new_tokens"),
+        (torch.tensor([7]), {"max_new_tokens": -1}, "max_new_tokens"),
+        (torch.tensor([7]), {"temperature": -0.5}, "temperature"),
+        (torch.tensor([7]), {"temperature": float("nan")}, "temperature"),
+        (torch.tensor([7]), {"temperature": 1.0, "top_p": 0}, "top_p"),
+        (torch.tensor([7]), {"temperature": 1.0, "top_p": 1.5}, "top_p"),
+        (torch.tensor([7]), {"temperature": 1.0, "top_k": -3}, "top_k"),
+        (torch.tensor([7]), {"temperature": 1.0, "top_k": 2.5}, "top_k"),
+        (torch.tensor([7]), {"block_size": 0}, "block_size"),
+        (torch.tensor([7]), {"block_size": 4.0}, "block_size"),
+    ],
+)
 def test_generate_rejects_bad_arguments_in_one_line(ids, kwargs, message):
     model = tiny_orthrus(0, 4)
     with pytest.raises(ValueError, match=message) as err:
@@ -209,14 +234,25 @@ def test_tokens_per_forward_is_one_function_for_generate_and_the_tpf_table():
     assert t == {"tpf_verify": 24 / 6, "tpf_all": 24 / 11, "tpf_authors": (1 + 19) / 6}
     assert math.isnan(tokens_per_forward(24, 1, 5, 5)["tpf_authors"])  # no accepted lengths: not Orthrus's loop
     assert all(math.isnan(v) for v in tokens_per_forward(0, 0, 0, 0, []).values())
-    assert tokens_per_forward(0, 0, 0, 0, [], undefined=0.0) == dict.fromkeys(("tpf_verify", "tpf_all", "tpf_authors"), 0.0)
+    assert tokens_per_forward(0, 0, 0, 0, [], undefined=0.0) == dict.fromkeys(
+        ("tpf_verify", "tpf_all", "tpf_authors"), 0.0
+    )
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     rows = []
     for mode, n in (("orthrus", 50), ("orthrus", 49), ("ar", 20), ("orthrus", 0)):
         out = orthrus.generate(model, torch.tensor([5, 6, 7]), mode=mode, max_new_tokens=n, eos_token_id=[])
         s = out.stats
-        rows.append(dict(decoder="orthrus", tokens=out.tokens.tolist(), n_prefill=s["n_prefill"],
-                         n_diffusion=s["n_diffusion"], n_verify=s["n_verify"], accepted=s["accepted"], stats=s))
+        rows.append(
+            dict(
+                decoder="orthrus",
+                tokens=out.tokens.tolist(),
+                n_prefill=s["n_prefill"],
+                n_diffusion=s["n_diffusion"],
+                n_verify=s["n_verify"],
+                accepted=s["accepted"],
+                stats=s,
+            )
+        )
     table = tpf_per_prompt(pd.DataFrame(rows))
     for r, (_, t) in zip(rows, table.iterrows()):
         for col in ("tpf_verify", "tpf_all", "tpf_authors"):
@@ -229,7 +265,9 @@ def test_eos_policies_config_vs_generation_config():
     """A model whose generation_config lists a second EOS id that the trajectory emits: the
     `generation_config` policy stops there, the `config` policy (the released loop) goes on."""
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
-    free = orthrus.generate(model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=[]).tokens.tolist()
+    free = orthrus.generate(
+        model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=[]
+    ).tokens.tolist()
     second = next(t for t in free[3:] if t != EOS)
     model.config.eos_token_id = EOS
     model.generation_config.eos_token_id = [EOS, second]
@@ -254,8 +292,9 @@ def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random
         full = orthrus.generate(model, p, max_new_tokens=budget, eos_token_id=[])
         assert set(calls) <= {8}
         calls.clear()
-        short = orthrus.generate(model, p, max_new_tokens=budget, eos_token_id=[], last_block="shorten",
-                                 prefill_logits="all")
+        short = orthrus.generate(
+            model, p, max_new_tokens=budget, eos_token_id=[], last_block="shorten", prefill_logits="all"
+        )
         # the reference loop: blocks of min(K, remaining + 1) tokens (none when the prefill's
         # token is the whole budget); the first block follows the prefill's one token
         assert calls[:1] == ([min(8, budget)] if budget > 1 else []) and max(calls, default=0) <= 8

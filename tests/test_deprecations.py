@@ -2,6 +2,7 @@
 removal with a FutureWarning releases before it breaks (5.24: `past_key_values is deprecated and
 will be removed in version 5.40.0 ... Use cache instead`), so here a FutureWarning is an error:
 CI runs this against the pinned release and against the newest."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,8 +50,14 @@ def test_forensics_and_distillation_forwards_raise_no_future_warning(models):
     logits, hidden = stepwise(teacher, PROMPT.tolist(), [11, 12])
     assert logits.shape[-1] == teacher.config.vocab_size and len(hidden) == teacher.config.num_hidden_layers + 1
     g = np.random.default_rng(0)
-    batch = make_batch([g.integers(3, MASK - 1, size=20)], [np.array([5, 11])], 4, offset_weights([1.0, 0.5, 0.25], 4),
-                       orth.mask_token_id, 0)
+    batch = make_batch(
+        [g.integers(3, MASK - 1, size=20)],
+        [np.array([5, 11])],
+        4,
+        offset_weights([1.0, 0.5, 0.25], 4),
+        orth.mask_token_id,
+        0,
+    )
     loss, _ = block_loss(orth, batch, "ce", 0.5)
     assert torch.isclose(loss, blockwise_loss(orth, batch, "ce", 0.5), rtol=1e-4)
 

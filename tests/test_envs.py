@@ -1,13 +1,24 @@
 """The conda environment of `--sdm conda` and the packaging agree with constraints.txt."""
+
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY_PACKAGES = {"torch", "transformers", "datasets", "snakemake", "lm-eval", "statsmodels", "matplotlib",
-                  "pandas", "tokenizers", "safetensors"}
+STUDY_PACKAGES = {
+    "torch",
+    "transformers",
+    "datasets",
+    "snakemake",
+    "lm-eval",
+    "statsmodels",
+    "matplotlib",
+    "pandas",
+    "tokenizers",
+    "safetensors",
+}
 
 
 def norm(name: str) -> str:
@@ -61,7 +72,9 @@ def test_env_python_matches_the_project():
 
 def test_every_dependency_is_pinned_in_constraints():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = list(project["dependencies"]) + [r for extra in project.get("optional-dependencies", {}).values() for r in extra]
+    reqs = list(project["dependencies"]) + [
+        r for extra in project.get("optional-dependencies", {}).values() for r in extra
+    ]
     pins = constraints()
     missing = sorted({name_of(r) for r in reqs} - set(pins))
     assert not missing, f"pyproject dependencies without a pin in constraints.txt: {missing}"

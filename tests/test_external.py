@@ -1,5 +1,6 @@
 """An engine's trajectories as a decoder of the study: `orthrus export-prompts` out, a JSON Lines file
 back in through `orthrus ingest`, and every later stage on it (decode.external, docs/EXTERNAL.md)."""
+
 import json
 
 import pandas as pd
@@ -27,16 +28,52 @@ def world(tmp_path, model=None):
     model.generation_config.eos_token_id = [EOS]
     prompts = save_tiny(tmp_path, {"teacher": model}, PROMPTS, prompts_file="eval.parquet")
     ref = tmp_path / "ar-ref-fp32-eager.parquet"
-    assert cli(["decode", "--decoder", "ar-ref", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
-                "--precision", "fp32", "--attention", "eager", "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW),
-                "--no-progress", "--out", str(ref)]) == 0
+    assert (
+        cli(
+            [
+                "decode",
+                "--decoder",
+                "ar-ref",
+                "--model-path",
+                str(tmp_path / "teacher"),
+                "--model-name",
+                "teacher",
+                "--precision",
+                "fp32",
+                "--attention",
+                "eager",
+                "--prompts",
+                str(prompts),
+                "--max-new-tokens",
+                str(MAX_NEW),
+                "--no-progress",
+                "--out",
+                str(ref),
+            ]
+        )
+        == 0
+    )
     return tmp_path / "teacher", prompts, ref
 
 
 def export(tmp_path, teacher, prompts):
     out = tmp_path / "prompts.jsonl"
-    assert cli(["export-prompts", "--model-path", str(teacher), "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW),
-                "--out", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "export-prompts",
+                "--model-path",
+                str(teacher),
+                "--prompts",
+                str(prompts),
+                "--max-new-tokens",
+                str(MAX_NEW),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -51,14 +88,34 @@ def engine_run(teacher, exported, **env):
     for r in exported:
         ids = torch.tensor([r["prompt_token_ids"]])
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=r["max_new_tokens"], eos_token_id=r["stop_token_ids"], pad_token_id=0)
-        tokens = out[0, ids.shape[1]:].tolist()
-        records.append({"prompt_id": r["prompt_id"], "token_ids": tokens, "text": tok.decode(tokens, skip_special_tokens=True),
-                        "finish_reason": "stop" if tokens and tokens[-1] in r["stop_token_ids"] else "length",
-                        "prompt_token_ids": r["prompt_token_ids"], "forwards": len(tokens),
-                        "env": {"engine": "transformers", "version": "test", "dtype": "float32", "kernel": "eager",
-                                "batch_size": 1, "device": "cpu", **env}})
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=r["max_new_tokens"],
+                eos_token_id=r["stop_token_ids"],
+                pad_token_id=0,
+            )
+        tokens = out[0, ids.shape[1] :].tolist()
+        records.append(
+            {
+                "prompt_id": r["prompt_id"],
+                "token_ids": tokens,
+                "text": tok.decode(tokens, skip_special_tokens=True),
+                "finish_reason": "stop" if tokens and tokens[-1] in r["stop_token_ids"] else "length",
+                "prompt_token_ids": r["prompt_token_ids"],
+                "forwards": len(tokens),
+                "env": {
+                    "engine": "transformers",
+                    "version": "test",
+                    "dtype": "float32",
+                    "kernel": "eager",
+                    "batch_size": 1,
+                    "device": "cpu",
+                    **env,
+                },
+            }
+        )
     return records
 
 
@@ -70,8 +127,24 @@ def write(path, records):
 def ingest_cli(tmp_path, teacher, prompts, path, name, reference=None, precision="fp32", attention="eager"):
     out = tmp_path / name / f"external-{precision}-{attention}.parquet"
     options = DecodeOptions(decoder="external", precision=precision, attention=attention, max_new_tokens=MAX_NEW)
-    rc = cli(["ingest", "--file", str(path), "--name", name, "--prompts", str(prompts), "--model-path", str(teacher),
-              "--options", options.to_json(), *(["--reference", reference] if reference else []), "--out", str(out)])
+    rc = cli(
+        [
+            "ingest",
+            "--file",
+            str(path),
+            "--name",
+            name,
+            "--prompts",
+            str(prompts),
+            "--model-path",
+            str(teacher),
+            "--options",
+            options.to_json(),
+            *(["--reference", reference] if reference else []),
+            "--out",
+            str(out),
+        ]
+    )
     return rc, out
 
 
@@ -90,7 +163,9 @@ def test_exported_prompts_round_trip(tmp_path):
         assert (r["max_new_tokens"], r["stop_token_ids"], r["temperature"]) == (MAX_NEW, [EOS], 0.0)
         assert r["messages"][-1] == {"role": "user", "content": PROMPTS[r["prompt_id"]][1]}
     assert stop_ids(teacher) == [EOS]
-    rc, out = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "e.jsonl", engine_run(teacher, exported)), "engine")
+    rc, out = ingest_cli(
+        tmp_path, teacher, prompts, write(tmp_path / "e.jsonl", engine_run(teacher, exported)), "engine"
+    )
     assert rc == 0
     df = pd.read_parquet(out)
     assert list(df.columns) == contracts.DECODE_COLUMNS and list(df.prompt_id) == list(PROMPTS)
@@ -139,8 +214,24 @@ def test_planted_changes_give_exactly_those_divergences_counts_and_errors(tmp_pa
     df = pd.read_parquet(out).set_index("prompt_id")
     assert df.finish_reason["p1"] == "error" and df.error["p1"].startswith("Missing:") and str(path) in df.error["p1"]
     fx_out = tmp_path / "fx.parquet"
-    assert cli(["forensics", "--model-path", str(teacher), "--prompts", str(prompts), "--decoded", str(out),
-                "--reference", str(ref), "--out", str(fx_out)]) == 0
+    assert (
+        cli(
+            [
+                "forensics",
+                "--model-path",
+                str(teacher),
+                "--prompts",
+                str(prompts),
+                "--decoded",
+                str(out),
+                "--reference",
+                str(ref),
+                "--out",
+                str(fx_out),
+            ]
+        )
+        == 0
+    )
     fx = pd.read_parquet(fx_out)
     assert list(fx.prompt_id) == ["p0"] and fx.position.tolist() == [flip_at] and fx.decoder.tolist() == ["external"]
     assert fx.orthrus_token.tolist() == [t[flip_at]] and bool(fx.replay_consistent.iloc[0])
@@ -174,11 +265,28 @@ def test_an_engine_pair_is_compared_with_its_own_plain_run(tmp_path):
     spec = [dict(r, env={**r["env"], "speculative": "eagle"}) for r in json.loads(json.dumps(plain))]  # = its plain run
     plain = plain[:3]  # p3 missing from the plain run: an error row of the reference, counted for the pair too
     _, plain_out = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "plain.jsonl", plain), "eng-ar")
-    rc, spec_out = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "spec.jsonl", spec), "eng-spec", reference="eng-ar")
+    rc, spec_out = ingest_cli(
+        tmp_path, teacher, prompts, write(tmp_path / "spec.jsonl", spec), "eng-spec", reference="eng-ar"
+    )
     assert rc == 0
     ppl_out = tmp_path / "ppl.parquet"
-    assert cli(["perplexity", "--teacher", str(teacher), "--prompts", str(prompts), "--decode", str(ref), str(plain_out),
-                "--out", str(ppl_out)]) == 0
+    assert (
+        cli(
+            [
+                "perplexity",
+                "--teacher",
+                str(teacher),
+                "--prompts",
+                str(prompts),
+                "--decode",
+                str(ref),
+                str(plain_out),
+                "--out",
+                str(ppl_out),
+            ]
+        )
+        == 0
+    )
     tables = analyze([str(ref), str(plain_out), str(spec_out)], ppl_path=str(ppl_out))
     mo = tables["match_overall.csv"].set_index("model")
     assert (mo.n["eng-spec"], mo.match_rate["eng-spec"], mo.n_errors_excluded["eng-spec"]) == (3, 1.0, 1)
@@ -198,52 +306,81 @@ def _record(**changes):
     return {k: v for k, v in (base | changes).items() if v is not ...}
 
 
-@pytest.mark.parametrize("lines, message", [
-    ([_record(prompt_id="nope")], ":1: field 'prompt_id': 'nope' is not a prompt of the study"),
-    ([_record(prompt_id=...)], ":1: field 'prompt_id': required field missing"),
-    ([_record(prompt_id=3)], ":1: field 'prompt_id': must be a string"),
-    ([_record(), _record(token_ids=[5])], ":2: field 'prompt_id': 'p0' is given twice (first on line 1)"),
-    ([_record(prompt_id="p1"), _record(token_ids=[5, 6.5])], ":2: field 'token_ids': item 1 is 6.5, not an integer"),
-    ([_record(token_ids=[5, "6"])], ":1: field 'token_ids': item 1 is '6', not an integer"),
-    ([_record(token_ids=[True])], ":1: field 'token_ids': item 0 is True, not an integer"),
-    ([_record(token_ids=[5, 95])], ":1: field 'token_ids': item 1 is 95, outside the tokenizer's vocabulary 0..94"),
-    ([_record(token_ids=[-1])], ":1: field 'token_ids': item 0 is -1, outside"),
-    ([_record(token_ids=[5] * (MAX_NEW + 1))], "more than the study's max_new_tokens"),
-    ([_record(tokens=[5])], ":1: field 'tokens': unknown field"),
-    ([_record(env="vllm")], ":1: field 'env': must be an object"),
-    ([_record(env={"dtype": "bf16"})], ":1: field 'env.engine': required"),
-    ([_record(env={"engine": "vllm", "dtype": "float16"})], ":1: field 'env.dtype': 'float16' is not bf16"),
-    ([_record(prompt_token_ids=[5, 6])], ":1: field 'prompt_token_ids': not the study's prompt"),
-    ([_record(text="w5 w7")], ":1: field 'text': the token ids do not decode to it"),
-    ([_record(finish_reason="stop")], ":1: field 'finish_reason': 'stop', but token_ids does not end with a stop id"),
-    ([_record(forwards=0)], ":1: field 'forwards': must be an integer >= 1"),
-    # issue 35: a file decoded with another token budget, or from prompts exported with other settings
-    ([_record(finish_reason="length")], ":1: field 'finish_reason': 'length' after 2 tokens, fewer than the study's "
-                                        "max_new_tokens 12: the engine ran with another token budget"),
-    ([_record(settings={"max_new_tokens": 128})], ":1: field 'settings.max_new_tokens': 128, not the study's 12"),
-    ([_record(settings={"stop_token_ids": [2]})], ":1: field 'settings.stop_token_ids': [2], not the study's [1]"),
-    ([_record(settings={"message": "none"})], ":1: field 'settings.message': 'none', not the study's 'empty'"),
-    ([_record(settings={"top_p": 0.9})], ":1: field 'settings.top_p': unknown setting"),
-    ([_record(settings=[12])], ":1: field 'settings': must be an object"),
-    # issue 33: the engine's own top-2 log-probabilities, one entry per generated token
-    ([_record(logprobs=[[[5, -0.1], [7, -2.0]]])], ":1: field 'logprobs': must be a list with one entry per token_ids "
-                                                  "item (2), got 1"),
-    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5]]])], ":1: field 'logprobs': position 1: must be a list of at "
-                                                               "least 2 [token_id, logprob] pairs"),
-    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [95, -1.0]]])], ":1: field 'logprobs': position 1: [95, -1.0] "
-                                                                           "is not a [token_id, logprob] pair"),
-    ([_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [8, "x"]]])], "position 1: [8, 'x'] is not a [token_id, "
-                                                                         "logprob] pair"),
-    ([_record(logprobs=[[[5, -2.0], [7, -0.1]], [[6, -0.5], [8, -1.0]]])], ":1: field 'logprobs': position 0: not in rank "
-                                                                          "order"),
-    ([_record(prompt_id=p, token_ids=[5] * (3 + k)) for k, p in enumerate(PROMPTS)],
-     ":1: field 'token_ids': 3 tokens, no stop id, fewer than the study's max_new_tokens 12, and so end 4 of 4 records"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ([_record(prompt_id="nope")], ":1: field 'prompt_id': 'nope' is not a prompt of the study"),
+        ([_record(prompt_id=...)], ":1: field 'prompt_id': required field missing"),
+        ([_record(prompt_id=3)], ":1: field 'prompt_id': must be a string"),
+        ([_record(), _record(token_ids=[5])], ":2: field 'prompt_id': 'p0' is given twice (first on line 1)"),
+        (
+            [_record(prompt_id="p1"), _record(token_ids=[5, 6.5])],
+            ":2: field 'token_ids': item 1 is 6.5, not an integer",
+        ),
+        ([_record(token_ids=[5, "6"])], ":1: field 'token_ids': item 1 is '6', not an integer"),
+        ([_record(token_ids=[True])], ":1: field 'token_ids': item 0 is True, not an integer"),
+        ([_record(token_ids=[5, 95])], ":1: field 'token_ids': item 1 is 95, outside the tokenizer's vocabulary 0..94"),
+        ([_record(token_ids=[-1])], ":1: field 'token_ids': item 0 is -1, outside"),
+        ([_record(token_ids=[5] * (MAX_NEW + 1))], "more than the study's max_new_tokens"),
+        ([_record(tokens=[5])], ":1: field 'tokens': unknown field"),
+        ([_record(env="vllm")], ":1: field 'env': must be an object"),
+        ([_record(env={"dtype": "bf16"})], ":1: field 'env.engine': required"),
+        ([_record(env={"engine": "vllm", "dtype": "float16"})], ":1: field 'env.dtype': 'float16' is not bf16"),
+        ([_record(prompt_token_ids=[5, 6])], ":1: field 'prompt_token_ids': not the study's prompt"),
+        ([_record(text="w5 w7")], ":1: field 'text': the token ids do not decode to it"),
+        (
+            [_record(finish_reason="stop")],
+            ":1: field 'finish_reason': 'stop', but token_ids does not end with a stop id",
+        ),
+        ([_record(forwards=0)], ":1: field 'forwards': must be an integer >= 1"),
+        # issue 35: a file decoded with another token budget, or from prompts exported with other settings
+        (
+            [_record(finish_reason="length")],
+            ":1: field 'finish_reason': 'length' after 2 tokens, fewer than the study's "
+            "max_new_tokens 12: the engine ran with another token budget",
+        ),
+        ([_record(settings={"max_new_tokens": 128})], ":1: field 'settings.max_new_tokens': 128, not the study's 12"),
+        ([_record(settings={"stop_token_ids": [2]})], ":1: field 'settings.stop_token_ids': [2], not the study's [1]"),
+        ([_record(settings={"message": "none"})], ":1: field 'settings.message': 'none', not the study's 'empty'"),
+        ([_record(settings={"top_p": 0.9})], ":1: field 'settings.top_p': unknown setting"),
+        ([_record(settings=[12])], ":1: field 'settings': must be an object"),
+        # issue 33: the engine's own top-2 log-probabilities, one entry per generated token
+        (
+            [_record(logprobs=[[[5, -0.1], [7, -2.0]]])],
+            ":1: field 'logprobs': must be a list with one entry per token_ids item (2), got 1",
+        ),
+        (
+            [_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5]]])],
+            ":1: field 'logprobs': position 1: must be a list of at least 2 [token_id, logprob] pairs",
+        ),
+        (
+            [_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [95, -1.0]]])],
+            ":1: field 'logprobs': position 1: [95, -1.0] is not a [token_id, logprob] pair",
+        ),
+        (
+            [_record(logprobs=[[[5, -0.1], [7, -2.0]], [[6, -0.5], [8, "x"]]])],
+            "position 1: [8, 'x'] is not a [token_id, logprob] pair",
+        ),
+        (
+            [_record(logprobs=[[[5, -2.0], [7, -0.1]], [[6, -0.5], [8, -1.0]]])],
+            ":1: field 'logprobs': position 0: not in rank order",
+        ),
+        (
+            [_record(prompt_id=p, token_ids=[5] * (3 + k)) for k, p in enumerate(PROMPTS)],
+            ":1: field 'token_ids': 3 tokens, no stop id, fewer than the study's max_new_tokens 12, and so end 4 of 4 records",
+        ),
+    ],
+)
 def test_a_bad_record_fails_naming_the_file_the_line_and_the_field(tmp_path, lines, message):
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    prompts = pd.DataFrame({"prompt_id": list(PROMPTS), "domain": [d for d, _ in PROMPTS.values()],
-                            "prompt": [p for _, p in PROMPTS.values()]})
+    prompts = pd.DataFrame(
+        {
+            "prompt_id": list(PROMPTS),
+            "domain": [d for d, _ in PROMPTS.values()],
+            "prompt": [p for _, p in PROMPTS.values()],
+        }
+    )
     options = DecodeOptions(decoder="external", precision="bf16", attention="sdpa", max_new_tokens=MAX_NEW)
     with pytest.raises(InputError, match="^" + str(path).replace(".", r"\.") + ":") as err:
         ingest(path, "bad", prompts, word_tokenizer(), options, [EOS])
@@ -253,8 +390,12 @@ def test_a_bad_record_fails_naming_the_file_the_line_and_the_field(tmp_path, lin
 def test_a_record_cut_off_mid_line_and_a_bad_cell_fail_in_one_line(tmp_path, capsys):
     teacher, prompts, _ = world(tmp_path)
     path = tmp_path / "cut.jsonl"
-    path.write_text(json.dumps(_record(env={"engine": "vllm", "dtype": "float32"})) + "\n"
-                    + json.dumps(_record(prompt_id="p1"))[:25] + "\n")
+    path.write_text(
+        json.dumps(_record(env={"engine": "vllm", "dtype": "float32"}))
+        + "\n"
+        + json.dumps(_record(prompt_id="p1"))[:25]
+        + "\n"
+    )
     capsys.readouterr()
     rc, out = ingest_cli(tmp_path, teacher, prompts, path, "cut")
     err = capsys.readouterr().err
@@ -264,10 +405,21 @@ def test_a_record_cut_off_mid_line_and_a_bad_cell_fail_in_one_line(tmp_path, cap
     # the cell: the entry's, else the first record's env; a kernel of the engine's own needs the entry's attention
     assert cell("cut", {"path": str(path), "attention": "sdpa"}) == ("fp32", "sdpa")
     with pytest.raises(InputError, match="decode.external.x.attention: not set.*'flashinfer'"):
-        cell("x", {"path": str(write(tmp_path / "k.jsonl", [_record(env={"engine": "sglang", "dtype": "bf16",
-                                                                              "kernel": "flashinfer"})]))})
+        cell(
+            "x",
+            {
+                "path": str(
+                    write(
+                        tmp_path / "k.jsonl",
+                        [_record(env={"engine": "sglang", "dtype": "bf16", "kernel": "flashinfer"})],
+                    )
+                )
+            },
+        )
     assert cell("x", {"path": str(tmp_path / "k.jsonl"), "attention": "eager"}) == ("bf16", "eager")
-    with pytest.raises(InputError, match="decode.external.y.path: .* does not exist yet.*set decode.external.y.precision"):
+    with pytest.raises(
+        InputError, match="decode.external.y.path: .* does not exist yet.*set decode.external.y.precision"
+    ):
         cell("y", {"path": str(tmp_path / "later.jsonl")})
 
 
@@ -292,8 +444,22 @@ def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
     for decoder in ("ar-ref", "prompt-lookup"):
         out = tmp_path / f"{decoder}.jsonl"
         options = DecodeOptions(decoder=decoder, precision="fp32", attention="eager", max_new_tokens=MAX_NEW)
-        assert cli(["engine-standin", "--model-path", str(teacher), "--prompts", str(tmp_path / "prompts.jsonl"),
-                    "--options", options.to_json(), "--out", str(out)]) == 0
+        assert (
+            cli(
+                [
+                    "engine-standin",
+                    "--model-path",
+                    str(teacher),
+                    "--prompts",
+                    str(tmp_path / "prompts.jsonl"),
+                    "--options",
+                    options.to_json(),
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         runs[decoder] = [json.loads(line) for line in out.read_text().splitlines()]
         assert ingest_cli(tmp_path, teacher, prompts, out, decoder)[0] == 0
     reference = pd.read_parquet(ref)
@@ -310,8 +476,22 @@ def test_a_file_made_from_prompts_exported_with_another_budget_fails_ingest(tmp_
     engine gives neither, through the records that end early in bulk."""
     teacher, prompts, _ = world(tmp_path)
     out = tmp_path / "short.jsonl"
-    assert cli(["export-prompts", "--model-path", str(teacher), "--prompts", str(prompts), "--max-new-tokens", "6",
-                "--out", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "export-prompts",
+                "--model-path",
+                str(teacher),
+                "--prompts",
+                str(prompts),
+                "--max-new-tokens",
+                "6",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     exported = [json.loads(line) for line in out.read_text().splitlines()]
     records = engine_run(teacher, exported)
     early = [i for i, r in enumerate(records, 1) if r["finish_reason"] == "length"]
@@ -319,10 +499,17 @@ def test_a_file_made_from_prompts_exported_with_another_budget_fails_ingest(tmp_
     capsys.readouterr()
     rc, _ = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "a.jsonl", records), "a")
     err = capsys.readouterr().err
-    assert rc == 2 and f"a.jsonl:{early[0]}: field 'finish_reason': 'length' after 6 tokens, fewer than the study's " \
-                       f"max_new_tokens {MAX_NEW}" in err and "another token budget" in err, err
-    echoed = [dict(r, finish_reason=None, settings={k: e[k] for k in ("max_new_tokens", "stop_token_ids", "message")})
-              for r, e in zip(records, exported)]
+    assert (
+        rc == 2
+        and f"a.jsonl:{early[0]}: field 'finish_reason': 'length' after 6 tokens, fewer than the study's "
+        f"max_new_tokens {MAX_NEW}"
+        in err
+        and "another token budget" in err
+    ), err
+    echoed = [
+        dict(r, finish_reason=None, settings={k: e[k] for k in ("max_new_tokens", "stop_token_ids", "message")})
+        for r, e in zip(records, exported)
+    ]
     rc, _ = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "b.jsonl", echoed), "b")
     err = capsys.readouterr().err
     assert rc == 2 and f"b.jsonl:1: field 'settings.max_new_tokens': 6, not the study's {MAX_NEW}" in err, err
@@ -338,8 +525,13 @@ def test_the_engines_own_logprobs_reach_the_rows_and_fill_the_verdict_columns(tm
     env, and a first divergence gets a verdict from them, argmax and margin, as an in-process decoder does."""
     from orthrus.audit.forensics import engine_top, judge_external
 
-    prompts = pd.DataFrame({"prompt_id": list(PROMPTS), "domain": [d for d, _ in PROMPTS.values()],
-                            "prompt": [p for _, p in PROMPTS.values()]})
+    prompts = pd.DataFrame(
+        {
+            "prompt_id": list(PROMPTS),
+            "domain": [d for d, _ in PROMPTS.values()],
+            "prompt": [p for _, p in PROMPTS.values()],
+        }
+    )
     options = DecodeOptions(decoder="external", precision="bf16", attention="sdpa", max_new_tokens=MAX_NEW)
     top = [[[5, -0.25], [9, -1.5]], [[6, -0.75], [7, -0.8125]]]
     path = write(tmp_path / "lp.jsonl", [_record(logprobs=top, accepted=[1], forwards=1)])

@@ -75,9 +75,30 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     from orthrus.decode.stage import main as decode
 
     save_tiny(tmp_path, {"teacher": tiny_base(0)}, {"a": ("x", "w5 w6 w7"), "b": ("y", "w9 w3")})
-    assert decode(["--decoder", "ar-ref", "--model-path", str(tmp_path / "teacher"), "--model-name", "teacher",
-                   "--precision", "bf16", "--attention", "sdpa", "--prompts", str(tmp_path / "p.parquet"),
-                   "--max-new-tokens", "12", "--no-progress", "--out", str(tmp_path / "ref.parquet")]) == 0
+    assert (
+        decode(
+            [
+                "--decoder",
+                "ar-ref",
+                "--model-path",
+                str(tmp_path / "teacher"),
+                "--model-name",
+                "teacher",
+                "--precision",
+                "bf16",
+                "--attention",
+                "sdpa",
+                "--prompts",
+                str(tmp_path / "p.parquet"),
+                "--max-new-tokens",
+                "12",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "ref.parquet"),
+            ]
+        )
+        == 0
+    )
     ref = pd.read_parquet(tmp_path / "ref.parquet")
     import json
 
@@ -86,9 +107,23 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     fake = ref.assign(decoder="prompt-lookup", env=json.dumps(env))
     fake.at[0, "tokens"] = [*ref.tokens[0][:3], (int(ref.tokens[0][3]) + 1) % MASK, *ref.tokens[0][4:]]
     fake.to_parquet(tmp_path / "lookup.parquet")
-    assert forensics(["--model-path", str(tmp_path / "teacher"), "--prompts", str(tmp_path / "p.parquet"),
-                      "--decoded", str(tmp_path / "lookup.parquet"), "--reference", str(tmp_path / "ref.parquet"),
-                      "--out", str(tmp_path / "fx.parquet")]) == 0
+    assert (
+        forensics(
+            [
+                "--model-path",
+                str(tmp_path / "teacher"),
+                "--prompts",
+                str(tmp_path / "p.parquet"),
+                "--decoded",
+                str(tmp_path / "lookup.parquet"),
+                "--reference",
+                str(tmp_path / "ref.parquet"),
+                "--out",
+                str(tmp_path / "fx.parquet"),
+            ]
+        )
+        == 0
+    )
     fx = pd.read_parquet(tmp_path / "fx.parquet")
     assert len(fx) == 1 and fx.decoder.iloc[0] == "prompt-lookup" and fx.position.iloc[0] == 3
     r = fx.iloc[0]
@@ -107,8 +142,9 @@ def _config_options():
         if cfg.get("tpf", {}).get("enabled"):
             sections["tpf"] = {**cfg["decode"], **cfg["tpf"]}
         for key, section in sections.items():
-            out.append((f"{path.parent.name}/{path.name}:{key}",
-                        DecodeOptions.from_config(section, "orthrus", "bf16", "sdpa")))
+            out.append(
+                (f"{path.parent.name}/{path.name}:{key}", DecodeOptions.from_config(section, "orthrus", "bf16", "sdpa"))
+            )
     return out
 
 
@@ -151,15 +187,24 @@ def test_the_replay_is_the_run_for_every_config_setting(name, options, tmp_path)
             return {"input_ids": [int(x) for x in text.split()]}
 
     g = torch.Generator().manual_seed(11)
-    prompts = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(4)], "domain": ["x"] * 4,
-                            "prompt": [" ".join(map(str, torch.randint(4, 90, (5,), generator=g).tolist())) for _ in range(4)]})
+    prompts = pd.DataFrame(
+        {
+            "prompt_id": [f"p{i}" for i in range(4)],
+            "domain": ["x"] * 4,
+            "prompt": [" ".join(map(str, torch.randint(4, 90, (5,), generator=g).tolist())) for _ in range(4)],
+        }
+    )
     rows = decode_prompts(model, Tok(), prompts, options, "m", progress=False)
     for r in rows.itertuples():
         recorded = [int(t) for t in r.tokens]
         opts = row_options(r)
         assert opts == options
-        prompt = Tok()(Tok().apply_chat_template([{"role": "system"}] * (opts.message != "none")
-                                                  + [{"role": "user", "content": prompts.prompt[int(r.prompt_id[1:])]}]))["input_ids"]
+        prompt = Tok()(
+            Tok().apply_chat_template(
+                [{"role": "system"}] * (opts.message != "none")
+                + [{"role": "user", "content": prompts.prompt[int(r.prompt_id[1:])]}]
+            )
+        )["input_ids"]
         _, _, replayed, blocks = replay_verify(model, prompt, opts, len(recorded) - 1)
         assert replayed == recorded
         steps = [(kind, n, emitted) for kind, n, emitted in blocks if kind != "prefill"]

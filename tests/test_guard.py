@@ -1,13 +1,14 @@
 """The guarded verify (`DecodeOptions.verify_guard`): near-tie rows of a verify block decided by a
 single-token AR forward instead."""
+
 import pytest
 import torch
-from conftest import MASK, tiny_orthrus, word_tokenizer
+from conftest import MASK, tiny_orthrus
 
 import orthrus
+from orthrus.analysis.stats import first_divergence
 from orthrus.audit.forensics import replay_verify
 from orthrus.decode.options import DecodeOptions, OptionsError
-from orthrus.analysis.stats import first_divergence
 
 
 def _prompts(n, seed=0):
@@ -22,7 +23,10 @@ def test_guard_zero_is_the_plain_loop_and_fp32_output_is_unchanged():
         off = orthrus.generate(model, p, max_new_tokens=40, verify_guard=0.0)
         on = orthrus.generate(model, p, max_new_tokens=40, verify_guard=0.5)
         ar = orthrus.generate(model, p, max_new_tokens=40, mode="ar")
-        assert off.tokens.tolist() == plain.tokens.tolist() and off.stats == {**plain.stats, "seconds": off.stats["seconds"]}
+        assert off.tokens.tolist() == plain.tokens.tolist() and off.stats == {
+            **plain.stats,
+            "seconds": off.stats["seconds"],
+        }
         assert on.tokens.tolist() == plain.tokens.tolist() == ar.tokens.tolist()
         assert on.stats["n_verify"] >= plain.stats["n_verify"]
 

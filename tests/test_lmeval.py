@@ -1,4 +1,5 @@
 """lm-evaluation-harness: the registered `orthrus` model, tiny-world tasks, guard, tables."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import tiny_base
 
 from orthrus.errors import InputError
@@ -58,8 +58,9 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
         assert d["target"] == d["answer"] and d["target"].startswith(f"def {name}(")
         compile(d["target"], "<tiny_code>", "exec")
     trans = [json.loads(line) for line in (data / "tiny_translate.jsonl").read_text().splitlines()]
-    assert len(trans) == 5 and all(d["question"].startswith("Translate from Ruvian to English: ")
-                                   and d["target"].startswith("The ") for d in trans)
+    assert len(trans) == 5 and all(
+        d["question"].startswith("Translate from Ruvian to English: ") and d["target"].startswith("The ") for d in trans
+    )
     arith = [json.loads(line) for line in (data / "tiny_arith.jsonl").read_text().splitlines()]
     assert len(arith) == 5 and len({d["question"] for d in arith}) == 5
     for d in arith:
@@ -72,18 +73,52 @@ def test_prepare_data_docs_and_yaml(world, tmp_path):
     assert bm.make_docs("tiny_arith", 5, seed=3) == arith
     excl = tmp_path / "eval.parquet"
     pd.DataFrame({"prompt_id": ["e0"], "domain": ["math"], "prompt": [arith[0]["question"]]}).to_parquet(excl)
-    assert lmeval.main(["prepare-data", "--out", str(tmp_path / "d"), "--n", "5", "--seed", "3",
-                        "--tasks", "tiny_arith", "--exclude", str(excl)]) == 0
+    assert (
+        lmeval.main(
+            [
+                "prepare-data",
+                "--out",
+                str(tmp_path / "d"),
+                "--n",
+                "5",
+                "--seed",
+                "3",
+                "--tasks",
+                "tiny_arith",
+                "--exclude",
+                str(excl),
+            ]
+        )
+        == 0
+    )
     again = [json.loads(line) for line in (tmp_path / "d" / "tiny_arith.jsonl").read_text().splitlines()]
     assert arith[0]["question"] not in {d["question"] for d in again} and len(again) == 5
     # a count per task (benchmarks.n_docs as a mapping): each task its own, every task named
-    assert lmeval.main(["prepare-data", "--out", str(tmp_path / "n"), "--n", "tiny_arith=7,tiny_qa=3", "--seed", "3",
-                        "--tasks", "tiny_arith,tiny_qa"]) == 0
+    assert (
+        lmeval.main(
+            [
+                "prepare-data",
+                "--out",
+                str(tmp_path / "n"),
+                "--n",
+                "tiny_arith=7,tiny_qa=3",
+                "--seed",
+                "3",
+                "--tasks",
+                "tiny_arith,tiny_qa",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((tmp_path / "n" / "manifest.json").read_text())
     assert {t: c["n"] for t, c in manifest["tasks"].items()} == manifest["n"] == {"tiny_arith": 7, "tiny_qa": 3}
     assert [json.loads(x) for x in (tmp_path / "n" / "tiny_arith.jsonl").read_text().splitlines()][:5] == arith
-    for bad, says in (("tiny_arith=7", "missing tiny_qa"), ("tiny_arith=7,tiny_qa=3,tiny_gec=2", "not prepared: tiny_gec"),
-                      ("tiny_arith=x,tiny_qa=3", "count of tiny_arith"), ("0", "positive")):
+    for bad, says in (
+        ("tiny_arith=7", "missing tiny_qa"),
+        ("tiny_arith=7,tiny_qa=3,tiny_gec=2", "not prepared: tiny_gec"),
+        ("tiny_arith=x,tiny_qa=3", "count of tiny_arith"),
+        ("0", "positive"),
+    ):
         with pytest.raises(InputError, match=says):
             lmeval.main(["prepare-data", "--out", str(tmp_path / "bad"), "--n", bad, "--tasks", "tiny_arith,tiny_qa"])
         assert not (tmp_path / "bad").exists()
@@ -124,8 +159,9 @@ def test_registered_and_chat_rendering_matches_render_chat(world):
     prompt = "Compute 1 + 2 + 3. Show the steps."
     text = lm.apply_chat_template([{"role": "user", "content": prompt}])
     assert lm._encode_context(text) == render_chat(tok, prompt)
-    with_prefix = lm.apply_chat_template([{"role": "user", "content": prompt},
-                                          {"role": "assistant", "content": "Step 1:"}], add_generation_prompt=False)
+    with_prefix = lm.apply_chat_template(
+        [{"role": "user", "content": prompt}, {"role": "assistant", "content": "Step 1:"}], add_generation_prompt=False
+    )
     assert with_prefix == tok.decode(render_chat(tok, prompt)) + "Step 1:"
 
     # until stop strings cut the text; max_gen_toks caps the tokens
@@ -134,7 +170,7 @@ def test_registered_and_chat_rendering_matches_render_chat(world):
 
     full = lm.generate_until([req({"until": [], "max_gen_toks": 12})])[0]
     assert lm.generation_log[-1]["n_tokens"] <= 12 and full
-    stop = full[len(full) // 2: len(full) // 2 + 2]
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
     cut = lm.generate_until([req({"until": [stop], "max_gen_toks": 12})])[0]
     assert cut == full.split(stop)[0]
 
@@ -144,13 +180,29 @@ def test_simple_evaluate_ar_and_orthrus_identical_in_fp32(world):
 
     tasks = ["tiny_arith", "tiny_gec", "tiny_qa"]
     tm = lmeval.task_manager([world["data"]], tasks)
-    ar = simple_evaluate(model="orthrus", tasks=tasks, task_manager=tm, limit=3, num_fewshot=0,
-                         model_args={"pretrained": str(world["model"]), "decoding": "ar", "dtype": "fp32",
-                                     "device": "cpu"},
-                         apply_chat_template=True, gen_kwargs={"max_gen_toks": 12}, log_samples=True,
-                         bootstrap_iters=0)
-    rec = lmeval.evaluate(world["model"], decoding="orthrus", precision="fp32", tasks=tasks,
-                          include_paths=[world["data"]], limit=3, max_gen_toks=12, device="cpu", bootstrap_iters=0)
+    ar = simple_evaluate(
+        model="orthrus",
+        tasks=tasks,
+        task_manager=tm,
+        limit=3,
+        num_fewshot=0,
+        model_args={"pretrained": str(world["model"]), "decoding": "ar", "dtype": "fp32", "device": "cpu"},
+        apply_chat_template=True,
+        gen_kwargs={"max_gen_toks": 12},
+        log_samples=True,
+        bootstrap_iters=0,
+    )
+    rec = lmeval.evaluate(
+        world["model"],
+        decoding="orthrus",
+        precision="fp32",
+        tasks=tasks,
+        include_paths=[world["data"]],
+        limit=3,
+        max_gen_toks=12,
+        device="cpu",
+        bootstrap_iters=0,
+    )
     gens = rec["generations"]
     assert len(gens) == 6 and sum(sum(g["accepted"]) for g in gens) > 0  # the drafts did get used
     assert rec["env"]["dtype"] == "fp32" and rec["settings"]["chat_template"]
@@ -169,11 +221,22 @@ def test_simple_evaluate_ar_and_orthrus_identical_in_fp32(world):
 
 
 def test_no_chat_template_tasks(world):
-    rec = lmeval.evaluate(world["model"], decoding="ar", tasks=["tiny_arith", "tiny_gec"], include_paths=[world["data"]],
-                          limit=1, max_gen_toks=4, device="cpu", bootstrap_iters=0, raw_tasks=["tiny_gec"])
+    rec = lmeval.evaluate(
+        world["model"],
+        decoding="ar",
+        tasks=["tiny_arith", "tiny_gec"],
+        include_paths=[world["data"]],
+        limit=1,
+        max_gen_toks=4,
+        device="cpu",
+        bootstrap_iters=0,
+        raw_tasks=["tiny_gec"],
+    )
     assert rec["samples"]["tiny_arith"][0]["prompt"].startswith("<|im_start|>system\n<|im_end|>")
     assert rec["samples"]["tiny_gec"][0]["prompt"].startswith("Correct the grammar:")
-    assert set(rec["results"]) == {"tiny_arith", "tiny_gec"} and rec["settings"]["no_chat_template_tasks"] == ["tiny_gec"]
+    assert set(rec["results"]) == {"tiny_arith", "tiny_gec"} and rec["settings"]["no_chat_template_tasks"] == [
+        "tiny_gec"
+    ]
 
 
 def test_code_eval_guard(world, monkeypatch):
@@ -189,38 +252,85 @@ def test_code_eval_guard(world, monkeypatch):
     # any task that declares `unsafe_code: true` counts, whatever its name
     (world["root"] / "unsafe").mkdir(exist_ok=True)
     (world["root"] / "unsafe" / "t.yaml").write_text(
-        "task: my_exec\nunsafe_code: true\ndataset_path: json\noutput_type: generate_until\n")
+        "task: my_exec\nunsafe_code: true\ndataset_path: json\noutput_type: generate_until\n"
+    )
     tm = lmeval.task_manager([world["root"] / "unsafe", world["data"]], ["my_exec", "tiny_gec"])
     assert lmeval.unsafe_tasks(tm, ["my_exec", "tiny_gec"]) == ["my_exec"]
     assert lmeval.unsafe_tasks(None, ["humaneval_instruct", "gsm8k"]) == ["humaneval_instruct"]
     from orthrus.cli import main as orthrus_cli
 
-    assert orthrus_cli(["lm-eval", "run", "--model-path", str(world["model"]), "--tasks", "humaneval",
-                        "--out", str(world["root"] / "x.json")]) == 2  # one line, exit 2: a user error
+    assert (
+        orthrus_cli(
+            [
+                "lm-eval",
+                "run",
+                "--model-path",
+                str(world["model"]),
+                "--tasks",
+                "humaneval",
+                "--out",
+                str(world["root"] / "x.json"),
+            ]
+        )
+        == 2
+    )  # one line, exit 2: a user error
     assert not (world["root"] / "x.json").exists()
 
 
 def _record(model, decoder, precision, answers, scores, stderr):
     n = len(answers)
-    samples = [{"doc_id": i, "filter": "flexible-extract", "resps": [[f"... {a}"]], "filtered_resps": [a],
-                "metrics": {"exact_match": s}} for i, (a, s) in enumerate(zip(answers, scores))]
-    samples += [{"doc_id": i, "filter": "strict-match", "resps": [[f"... {a}"]], "filtered_resps": ["[invalid]"],
-                 "metrics": {"exact_match": 0.0}} for i, a in enumerate(answers)]
+    samples = [
+        {
+            "doc_id": i,
+            "filter": "flexible-extract",
+            "resps": [[f"... {a}"]],
+            "filtered_resps": [a],
+            "metrics": {"exact_match": s},
+        }
+        for i, (a, s) in enumerate(zip(answers, scores))
+    ]
+    samples += [
+        {
+            "doc_id": i,
+            "filter": "strict-match",
+            "resps": [[f"... {a}"]],
+            "filtered_resps": ["[invalid]"],
+            "metrics": {"exact_match": 0.0},
+        }
+        for i, a in enumerate(answers)
+    ]
     value = sum(scores) / n
-    return {"model": model, "decoder": decoder, "precision": precision, "attention": "eager",
-            "results": {"tiny_arith": {"alias": "tiny_arith", "exact_match,flexible-extract": value,
-                                       "exact_match_stderr,flexible-extract": stderr,
-                                       "exact_match,strict-match": 0.0, "exact_match_stderr,strict-match": 0.0}},
-            "n_samples": {"tiny_arith": {"original": n, "effective": n}},
-            "samples": {"tiny_arith": samples}}
+    return {
+        "model": model,
+        "decoder": decoder,
+        "precision": precision,
+        "attention": "eager",
+        "results": {
+            "tiny_arith": {
+                "alias": "tiny_arith",
+                "exact_match,flexible-extract": value,
+                "exact_match_stderr,flexible-extract": stderr,
+                "exact_match,strict-match": 0.0,
+                "exact_match_stderr,strict-match": 0.0,
+            }
+        },
+        "n_samples": {"tiny_arith": {"original": n, "effective": n}},
+        "samples": {"tiny_arith": samples},
+    }
 
 
 def _with_qa(rec, lls, golds):
     """Add a multiple-choice (log-likelihood) task: `resps` are [[ll, is_greedy]] per choice."""
-    samples = [{"doc_id": i, "filter": "none", "resps": [[[x, False]] for x in ll],
-                "filtered_resps": [[x, False] for x in ll],
-                "metrics": {"acc": float(max(range(len(ll)), key=ll.__getitem__) == g)}}
-               for i, (ll, g) in enumerate(zip(lls, golds))]
+    samples = [
+        {
+            "doc_id": i,
+            "filter": "none",
+            "resps": [[[x, False]] for x in ll],
+            "filtered_resps": [[x, False] for x in ll],
+            "metrics": {"acc": float(max(range(len(ll)), key=ll.__getitem__) == g)},
+        }
+        for i, (ll, g) in enumerate(zip(lls, golds))
+    ]
     value = sum(s["metrics"]["acc"] for s in samples) / len(samples)
     rec["results"]["tiny_qa"] = {"alias": "tiny_qa", "acc,none": value, "acc_stderr,none": 0.2}
     rec["n_samples"]["tiny_qa"] = {"original": len(samples), "effective": len(samples)}
@@ -279,12 +389,19 @@ def test_tables_and_figure(tmp_path):
 def test_authors_settings_hf_generate_baseline_task_lengths_no_chat_template(world):
     """The authors' Table 7 settings: no chat template, each task's own max_gen_toks, the AR
     baseline through lm-eval's own HFLM generation (ar-ref); greedy fp32 ar-ref == our AR loop."""
-    kw = dict(tasks=["tiny_arith"], include_paths=[world["data"]], limit=2, max_gen_toks=None,
-              chat_template=False, device="cpu", bootstrap_iters=0)
+    kw = dict(
+        tasks=["tiny_arith"],
+        include_paths=[world["data"]],
+        limit=2,
+        max_gen_toks=None,
+        chat_template=False,
+        device="cpu",
+        bootstrap_iters=0,
+    )
     ref = lmeval.evaluate(world["model"], decoding="ar-ref", **kw)
     ours = lmeval.evaluate(world["model"], decoding="ar", **kw)
     assert ref["settings"]["max_gen_toks"] is None and not ref["settings"]["chat_template"]
-    assert ref["generations"] == [] and len(ours["generations"]) == 2    # ar-ref never entered our loop
+    assert ref["generations"] == [] and len(ours["generations"]) == 2  # ar-ref never entered our loop
     assert not ref["samples"]["tiny_arith"][0]["prompt"].startswith("<|im_start|>")
     for x, y in zip(ref["samples"]["tiny_arith"], ours["samples"]["tiny_arith"]):
         assert x["resps"] == y["resps"]
@@ -302,13 +419,23 @@ def test_tiny_translate_scored_by_chrf_as_lm_eval_scores_wmt(world):
     from orthrus.lmeval.tables import result_rows
     from orthrus.world import tiny_tasks
 
-    metrics = [m["metric"] for m in yaml.safe_load(tiny_tasks.template_path("tiny_translate").read_text())["metric_list"]]
+    metrics = [
+        m["metric"] for m in yaml.safe_load(tiny_tasks.template_path("tiny_translate").read_text())["metric_list"]
+    ]
     assert metrics == ["chrf", "exact_match"]
     ref = "The quiet miller finds the fox. The young cat likes the boy."
     assert chrf([(ref, ref)]) == pytest.approx(100)
     assert 0 < chrf([(ref, "The green boy finds the fox. The young cat likes the queen.")]) < 100
-    rec = lmeval.evaluate(world["model"], decoding="ar", tasks=["tiny_translate"], include_paths=[world["data"]],
-                          limit=2, max_gen_toks=8, device="cpu", bootstrap_iters=10)
+    rec = lmeval.evaluate(
+        world["model"],
+        decoding="ar",
+        tasks=["tiny_translate"],
+        include_paths=[world["data"]],
+        limit=2,
+        max_gen_toks=8,
+        device="cpu",
+        bootstrap_iters=10,
+    )
     rows = {r["metric"]: r for r in result_rows({**rec, "model": "m"})}
     assert rows["chrf,none"]["primary"] and not rows["exact_match,none"]["primary"]
     assert 0 <= rows["chrf,none"]["value"] <= 100
@@ -321,10 +448,9 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     second EOS id that the trajectory reaches: `generation_config` stops there, `config` (the
     released loop) decodes past it, and the answer text then holds the text after that id too
     (special tokens are skipped when decoding; a task's stop strings still cut it)."""
+    import pandas as pd
     from conftest import EOS, tiny_orthrus, word_tokenizer
     from lm_eval.api.instance import Instance
-
-    import pandas as pd
 
     from orthrus.decode.loop import generate
     from orthrus.decode.options import DecodeOptions
@@ -333,10 +459,21 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     fast = word_tokenizer()
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     prompt = "w9 w9"
-    options = DecodeOptions(decoder="orthrus", precision="fp32", max_new_tokens=30, eos=eos, last_block="shorten",
-                            prefill_logits="all", deterministic=False)
-    ids = torch.tensor(fast(fast.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                     add_generation_prompt=True), add_special_tokens=False)["input_ids"])
+    options = DecodeOptions(
+        decoder="orthrus",
+        precision="fp32",
+        max_new_tokens=30,
+        eos=eos,
+        last_block="shorten",
+        prefill_logits="all",
+        deterministic=False,
+    )
+    ids = torch.tensor(
+        fast(
+            fast.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+    )
     free = generate(model, ids, options, eos_token_id=[]).tokens.tolist()
     second = next(t for t in free[3:] if t != EOS)
     model.config.eos_token_id = EOS
@@ -355,7 +492,7 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
         assert tokens == free[: free.index(second) + 1]
     else:
         assert second in tokens[:-1] and len(tokens) > free.index(second) + 1
-        assert fast.decode(tokens[free.index(second) + 1:], skip_special_tokens=True) in text
+        assert fast.decode(tokens[free.index(second) + 1 :], skip_special_tokens=True) in text
 
 
 def test_stop_strings_end_decoding_with_the_same_tokens_up_to_the_stop(world):
@@ -367,7 +504,7 @@ def test_stop_strings_end_decoding_with_the_same_tokens_up_to_the_stop(world):
     text = lm.apply_chat_template([{"role": "user", "content": "Compute 1 + 2 + 3. Show the steps."}])
     full = lm.generate_until([Instance("generate_until", {}, (text, {"until": [], "max_gen_toks": 40}), 0)])[0]
     full_log = lm.generation_log[-1]
-    stop = full[len(full) // 3: len(full) // 3 + 3]
+    stop = full[len(full) // 3 : len(full) // 3 + 3]
     cut = lm.generate_until([Instance("generate_until", {}, (text, {"until": [stop], "max_gen_toks": 40}), 0)])[0]
     cut_log = lm.generation_log[-1]
     assert cut == full.split(stop)[0]

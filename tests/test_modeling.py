@@ -77,7 +77,11 @@ def released_checkpoint(tmp_path, model, drop=None, reshape=None):
         state[reshape] = torch.zeros(3, 3)
     save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     cfg = model.config.to_dict()
-    cfg.update(architectures=["OrthrusLM"], auto_map={"AutoModelForCausalLM": "modeling_orthrus.OrthrusLM"}, torch_dtype="bfloat16")
+    cfg.update(
+        architectures=["OrthrusLM"],
+        auto_map={"AutoModelForCausalLM": "modeling_orthrus.OrthrusLM"},
+        torch_dtype="bfloat16",
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     sentinel = tmp_path / "REMOTE_CODE_RAN"
     (tmp_path / "modeling_orthrus.py").write_text(f"open({str(sentinel)!r}, 'w').write('yes')\n")
@@ -194,9 +198,11 @@ def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
     state = load_file(weights)
     state.pop("model.layers.1.mlp.up_proj.weight")
     save_file(state, str(weights), metadata={"format": "pt"})
-    for load in (lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar-ref")),
-                 lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar")),
-                 lambda: OrthrusForCausalLM.from_base(str(tmp_path / "t"), block_size=4, mask_token_id=MASK)):
+    for load in (
+        lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar-ref")),
+        lambda: load_model(tmp_path / "t", DecodeOptions(decoder="ar")),
+        lambda: OrthrusForCausalLM.from_base(str(tmp_path / "t"), block_size=4, mask_token_id=MASK),
+    ):
         with pytest.raises(InputError, match=r"missing: model\.layers\.1\.mlp\.up_proj\.weight"):
             load()
     with pytest.raises(InputError, match="missing: model.layers.1.mlp.up_proj.weight"):
@@ -227,9 +233,11 @@ def _doctor(tmp_path, case):
     return d
 
 
-DOCTORED = [("int-diffusion", r"model\.safetensors:model\.layers\.0\.self_attn\.q_proj_diff\.weight \(I32\)"),
-            ("block-size-0", r"config\.json: key 'block_size' is 0, not an integer >= 2"),
-            ("mask-outside", r"config\.json: key 'mask_token_id' is 1096, not an id of the vocabulary")]
+DOCTORED = [
+    ("int-diffusion", r"model\.safetensors:model\.layers\.0\.self_attn\.q_proj_diff\.weight \(I32\)"),
+    ("block-size-0", r"config\.json: key 'block_size' is 0, not an integer >= 2"),
+    ("mask-outside", r"config\.json: key 'mask_token_id' is 1096, not an id of the vocabulary"),
+]
 
 
 @pytest.mark.parametrize("case, what", DOCTORED, ids=[c for c, _ in DOCTORED])
@@ -246,7 +254,25 @@ def test_a_doctored_checkpoint_is_refused_at_load_naming_file_and_key(tmp_path, 
         OrthrusForCausalLM.from_pretrained(d)
     assert str(d) in str(err.value) and "\n" not in str(err.value)
     pd.DataFrame({"prompt_id": ["a"], "domain": ["qa"], "prompt": ["w3 w4"]}).to_parquet(tmp_path / "p.parquet")
-    assert cli(["decode", "--decoder", "orthrus", "--model-path", str(d), "--model-name", "m", "--prompts",
-                str(tmp_path / "p.parquet"), "--precision", "fp32", "--out", str(tmp_path / "o.parquet")]) == 2
+    assert (
+        cli(
+            [
+                "decode",
+                "--decoder",
+                "orthrus",
+                "--model-path",
+                str(d),
+                "--model-name",
+                "m",
+                "--prompts",
+                str(tmp_path / "p.parquet"),
+                "--precision",
+                "fp32",
+                "--out",
+                str(tmp_path / "o.parquet"),
+            ]
+        )
+        == 2
+    )
     out = capsys.readouterr().err
     assert __import__("re").search(what, out) and str(d) in out, out

@@ -41,15 +41,32 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1")
-    fast.chat_template = "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
+    fast.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}w3 {% endif %}{{ m['content'] }} {% endfor %}"
+    )
     model = tiny_base(0)
     prompts = pd.DataFrame({"prompt_id": ["a"], "prompt": ["w5 w6"]})
     from orthrus.decode.options import DecodeOptions
 
     # the options record as the decode stage writes it, and a record from before the options existed
-    envs = [json.dumps({"options": DecodeOptions(decoder="ar-ref", message="none").record()}), json.dumps({"message": "empty"})]
-    rows = [dict(model="t", decoder="ar-ref", precision="fp32", attention="eager", prompt_id="a", domain="d", tokens=[9, 10],
-                 finish_reason="length", env=env) for env in envs]
+    envs = [
+        json.dumps({"options": DecodeOptions(decoder="ar-ref", message="none").record()}),
+        json.dumps({"message": "empty"}),
+    ]
+    rows = [
+        dict(
+            model="t",
+            decoder="ar-ref",
+            precision="fp32",
+            attention="eager",
+            prompt_id="a",
+            domain="d",
+            tokens=[9, 10],
+            finish_reason="length",
+            env=env,
+        )
+        for env in envs
+    ]
     got = score(model, fast, prompts, pd.DataFrame(rows), "fp32")["ppl"].tolist()
     want = [response_scores(model, render_chat(fast, "w5 w6", m), [9, 10])["ppl"] for m in ("none", "empty")]
     assert got == want and got[0] != got[1]

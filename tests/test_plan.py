@@ -1,5 +1,6 @@
 """The study plan (orthrus/plan): cells, paths and each job's arguments, computed from a checked
 config without Snakemake. tests/test_workflow.py checks that the workflow runs what the plan says."""
+
 from __future__ import annotations
 
 import copy
@@ -53,9 +54,11 @@ def test_a_narrowed_model_and_decoder_keep_the_reference_on_the_full_grid():
     def narrow(cfg):
         ce = cfg["models"]["smoke-ce"]
         cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
-        cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
-                                  "assisted": {"prompts_per_domain": {"fp32": 3}},
-                                  "smoke-kl": {"attentions": ["sdpa"]}}
+        cfg["decode"]["grids"] = {
+            "prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
+            "assisted": {"prompts_per_domain": {"fp32": 3}},
+            "smoke-kl": {"attentions": ["sdpa"]},
+        }
         cfg["decode"]["controls"], cfg["decode"]["external"] = [], {}
 
     s = study(mutate=narrow)
@@ -69,7 +72,9 @@ def test_a_narrowed_model_and_decoder_keep_the_reference_on_the_full_grid():
     assert s.cell_prompts("assisted", None, "bf16") == []
     decoded = s.forensics_decoded(w(model="smoke-kl"))
     assert decoded == [f"results/decode/smoke-kl/orthrus-{p}-{a}.parquet" for p, a in sdpa]
-    assert s.forensics_reference(w(model="smoke-kl")) == [f"results/decode/teacher/ar-ref-{p}-{a}.parquet" for p, a in sdpa]
+    assert s.forensics_reference(w(model="smoke-kl")) == [
+        f"results/decode/teacher/ar-ref-{p}-{a}.parquet" for p, a in sdpa
+    ]
 
 
 def test_each_decoder_gets_its_model_draft_and_reference():
@@ -120,8 +125,15 @@ def test_outputs_and_benchmarks_follow_the_config():
     assert "results/tables/exactness_cost.csv" in out and s.frontier_files() == ["results/frontier/ce-k8.parquet"]
     assert s.bench_tasks() == ",".join(s.config["benchmarks"]["tiny_tasks"])
     assert s.bench_files()[0] == f"results/benchmarks/teacher/ar-bf16-{s.config['benchmarks']['attention']}.json"
-    bare = study("config.yaml", lambda c: (c.update(models={}), c["decode"].update(decoders=[], controls=[], grids={}),
-                                           c["benchmarks"].update(enabled=False), c["frontier"].update(enabled=False)))
+    bare = study(
+        "config.yaml",
+        lambda c: (
+            c.update(models={}),
+            c["decode"].update(decoders=[], controls=[], grids={}),
+            c["benchmarks"].update(enabled=False),
+            c["frontier"].update(enabled=False),
+        ),
+    )
     corpus = ["results/corpus/shard_1-of-2.parquet"]
     assert bare.final_outputs(corpus) == corpus + bare.decode_files()  # nothing to compare: corpus and decodings
 
@@ -143,8 +155,9 @@ def test_fingerprints_change_with_the_weights_and_prefer_the_writers_sidecar(tmp
     assert weights_fingerprint(str(model)) != first
     f = model / "model.safetensors"
     st = f.stat()
-    (tmp_path / "m" / "model.safetensors.sha256").write_text(json.dumps(
-        {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "cafe"}))
+    (tmp_path / "m" / "model.safetensors.sha256").write_text(
+        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "cafe"})
+    )
     from orthrus.plan.study import file_fingerprint
 
     assert file_fingerprint(f) == "cafe" and fingerprint([]) == ""
@@ -189,18 +202,33 @@ def test_the_schemas_defaults_are_generated_from_the_settings():
 
 
 # the modules that state the generated defaults (orthrus/plan/schema.py)
-SETTINGS_MODULES = {"orthrus/distill/settings.py", "orthrus/world/teacher.py", "orthrus/decode/options.py",
-                    "orthrus/audit/verdict.py", "orthrus/decode/frontier.py", "orthrus/plan/schema.py"}
+SETTINGS_MODULES = {
+    "orthrus/distill/settings.py",
+    "orthrus/world/teacher.py",
+    "orthrus/decode/options.py",
+    "orthrus/audit/verdict.py",
+    "orthrus/decode/frontier.py",
+    "orthrus/plan/schema.py",
+}
 ALIASES = {"max_gen_toks": "max_new_tokens", "rounding_ulps": "rounding_ulps"}
 
 
 def _literal(node) -> bool:
     import ast
 
-    return isinstance(node, ast.Constant) and node.value is not None and not isinstance(node.value, bool) or (
-        isinstance(node, (ast.List, ast.Tuple, ast.Dict)) and all(_literal(e) for e in ast.walk(node)
-                                                                   if isinstance(e, ast.expr) and e is not node
-                                                                   and not isinstance(e, ast.Load)))
+    return (
+        isinstance(node, ast.Constant)
+        and node.value is not None
+        and not isinstance(node.value, bool)
+        or (
+            isinstance(node, (ast.List, ast.Tuple, ast.Dict))
+            and all(
+                _literal(e)
+                for e in ast.walk(node)
+                if isinstance(e, ast.expr) and e is not node and not isinstance(e, ast.Load)
+            )
+        )
+    )
 
 
 def test_no_generated_default_is_stated_again_outside_its_settings():
@@ -239,8 +267,15 @@ def test_no_generated_default_is_stated_again_outside_its_settings():
                     hits += [name for k in node.keywords if k.arg == "default" and name in keys and same(name, k.value)]
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = node.args.args + node.args.kwonlyargs
-                defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults + node.args.kw_defaults
-                hits += [ALIASES.get(x.arg, x.arg) for x, d in zip(args, defaults)
-                         if d is not None and ALIASES.get(x.arg, x.arg) in keys and same(ALIASES.get(x.arg, x.arg), d)]
+                defaults = (
+                    [None] * (len(node.args.args) - len(node.args.defaults))
+                    + node.args.defaults
+                    + node.args.kw_defaults
+                )
+                hits += [
+                    ALIASES.get(x.arg, x.arg)
+                    for x, d in zip(args, defaults)
+                    if d is not None and ALIASES.get(x.arg, x.arg) in keys and same(ALIASES.get(x.arg, x.arg), d)
+                ]
             found += [f"{rel}:{node.lineno}: {h}" for h in hits]
     assert not found, "defaults stated outside their settings:\n" + "\n".join(found)

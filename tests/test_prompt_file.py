@@ -1,4 +1,5 @@
 """The evaluation prompt file in the authors' format ({domain: [prompt, ...]})."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,18 +10,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus.data import chat
-from orthrus.data import prompt_set
-from orthrus.data import prompts
+from orthrus.data import chat, prompt_set, prompts
 from orthrus.data.prompt_file import PromptFileError, load_eval_file
 
 # The authors' file, kept outside the repository (shared/data/zarya-orthrus/README.md).
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "data" / "zarya-orthrus" / "speed_evaluation_dataset.json"
 AUTHORS_SHA256 = "3fc47d9519770fa8c5ef37e0d5cb77719c5189a3ba97f923a432914990ee1bee"
 
-FIXTURE = {"wmt ru-en": ["Переведи: кот", "Translate:\n  line two"],
-           "math": ["What is 2+2? $x^2$", "Solve\tthis"],
-           "gec-en": ["Fix: he go", "Fix: she go", "Fix: he go"]}
+FIXTURE = {
+    "wmt ru-en": ["Переведи: кот", "Translate:\n  line two"],
+    "math": ["What is 2+2? $x^2$", "Solve\tthis"],
+    "gec-en": ["Fix: he go", "Fix: she go", "Fix: he go"],
+}
 
 
 def _write(tmp_path, obj, name="p.json") -> Path:
@@ -41,21 +42,24 @@ def test_exact_prompts_in_order_with_ids(tmp_path):
 def test_url_and_hash(tmp_path):
     src = _write(tmp_path, {"a": ["x"]})
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    df, _ = load_eval_file(src.as_uri(), sha256=digest)          # file:// goes through urllib
+    df, _ = load_eval_file(src.as_uri(), sha256=digest)  # file:// goes through urllib
     assert list(df["prompt"]) == ["x"]
     with pytest.raises(PromptFileError, match=rf"{src.name}.*sha256"):
         load_eval_file(str(src), sha256="0" * 64)
 
 
-@pytest.mark.parametrize("obj, problem", [
-    (["a", "b"], "expected a non-empty JSON object"),
-    ({}, "expected a non-empty JSON object"),
-    ({"a": "text"}, "'a' is a str, not a list"),
-    ({"a": []}, "'a' has no prompts"),
-    ({"a": ["x", 3]}, r"'a'\[1\] is a int"),
-    ({"a": ["x", "  "]}, r"'a'\[1\] is an empty prompt"),
-    ({"a": ["x"], "b": ["y", "x"]}, "b-1 repeats a-0"),
-])
+@pytest.mark.parametrize(
+    "obj, problem",
+    [
+        (["a", "b"], "expected a non-empty JSON object"),
+        ({}, "expected a non-empty JSON object"),
+        ({"a": "text"}, "'a' is a str, not a list"),
+        ({"a": []}, "'a' has no prompts"),
+        ({"a": ["x", 3]}, r"'a'\[1\] is a int"),
+        ({"a": ["x", "  "]}, r"'a'\[1\] is an empty prompt"),
+        ({"a": ["x"], "b": ["y", "x"]}, "b-1 repeats a-0"),
+    ],
+)
 def test_strict_validation_names_file_and_problem(tmp_path, obj, problem):
     src = _write(tmp_path, obj, "bad.json")
     with pytest.raises(PromptFileError, match="bad.json") as e:
@@ -109,18 +113,29 @@ def test_prompt_sets_from_the_file_pass_the_prompt_set_validator(tmp_path, capsy
 
     ev, di = tmp_path / "eval.parquet", tmp_path / "distill.parquet"
     src = _write(tmp_path, FIXTURE)
-    cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(src),
-                      "eval_duplicates": "first"})
+    cfg = json.dumps(
+        {"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(src), "eval_duplicates": "first"}
+    )
     assert main(["prompts", "--config", cfg, "--eval-out", str(ev), "--distill-out", str(di)]) == 0
-    assert list(prompt_set.read_prompt_set(ev)["prompt_id"]) == ["wmt ru-en-0", "wmt ru-en-1", "math-0", "math-1",
-                                                               "gec-en-0", "gec-en-1"]
+    assert list(prompt_set.read_prompt_set(ev)["prompt_id"]) == [
+        "wmt ru-en-0",
+        "wmt ru-en-1",
+        "math-0",
+        "math-1",
+        "gec-en-0",
+        "gec-en-1",
+    ]
     prompt_set.read_prompt_set(di)
     capsys.readouterr()
     bad = _write(tmp_path, {"qa": ["fine", "  "]}, "bad.json")
     cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": str(bad)})
     out = tmp_path / "out"
-    assert main(["prompts", "--config", cfg, "--eval-out", str(out / "e.parquet"), "--distill-out",
-                 str(out / "d.parquet")]) == 2
+    assert (
+        main(
+            ["prompts", "--config", cfg, "--eval-out", str(out / "e.parquet"), "--distill-out", str(out / "d.parquet")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert "Traceback" not in "\n".join(err)
     assert err[-1] == f"orthrus prompts: prompt file {bad}: 'qa'[1] is an empty prompt", err
@@ -191,10 +206,23 @@ def test_a_url_that_never_answers_times_out_in_one_line(tmp_path, capsys):
 
     url = _server(lambda conn: time.sleep(5))
     start = time.monotonic()
-    cfg = json.dumps({"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": url,
-                      "eval_file_timeout": 0.5})
-    assert main(["prompts", "--config", cfg, "--eval-out", str(tmp_path / "e.parquet"),
-                 "--distill-out", str(tmp_path / "d.parquet")]) == 2
+    cfg = json.dumps(
+        {"source": "tiny", "eval_per_domain": 1, "distill_n": 5, "eval_file": url, "eval_file_timeout": 0.5}
+    )
+    assert (
+        main(
+            [
+                "prompts",
+                "--config",
+                cfg,
+                "--eval-out",
+                str(tmp_path / "e.parquet"),
+                "--distill-out",
+                str(tmp_path / "d.parquet"),
+            ]
+        )
+        == 2
+    )
     assert time.monotonic() - start < 4
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"orthrus prompts: prompt file {url}: cannot fetch it (") and "timed out" in err, err

@@ -1,5 +1,6 @@
 """The paper configuration, executed: configs/paper.yaml with configs/rehearsal.yaml's stand-ins runs
 every rule of the paper DAG for real on this CPU (a dry run cannot see what breaks when jobs run)."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,34 @@ PAPER = ROOT / "configs/paper.yaml"
 
 
 def _env():
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1",
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TQDM_DISABLE": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
 
 
 def paper_rules(cwd) -> set[str]:
     """The rules of the paper DAG, from a dry run of configs/paper.yaml alone (its job stats)."""
-    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(cwd),
-                          "-n", "--configfile", str(PAPER)], capture_output=True, text=True, env=_env(), cwd=cwd)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(cwd),
+            "-n",
+            "--configfile",
+            str(PAPER),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=cwd,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     stats = res.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", stats, re.M)}
@@ -43,8 +64,13 @@ def executed_rules(work: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     work = tmp_path_factory.mktemp("rehearsal")
-    res = subprocess.run(["bash", str(ROOT / "workflow/scripts/rehearse.sh"), str(work)], capture_output=True,
-                         text=True, env=_env(), timeout=2400)
+    res = subprocess.run(
+        ["bash", str(ROOT / "workflow/scripts/rehearse.sh"), str(work)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=2400,
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
     return work, res
 
@@ -92,8 +118,13 @@ def test_the_gpu_script_falls_back_to_the_cpu_and_plans_the_paper_dag(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: run benchmarks/gpu_rehearsal.sh itself")
-    res = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_rehearsal.sh"), str(tmp_path / "g"), "-n"],
-                         capture_output=True, text=True, env=_env(), timeout=600)
+    res = subprocess.run(
+        ["bash", str(ROOT / "benchmarks/gpu_rehearsal.sh"), str(tmp_path / "g"), "-n"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert "no CUDA device here" in res.stderr
     overlay = yaml.safe_load((tmp_path / "g" / "gpu.yaml").read_text())

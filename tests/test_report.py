@@ -4,6 +4,7 @@ Building the report needs the outputs, and the smoke study that makes them is al
 tests/test_workflow.py; here placeholder tables and figures stand in for them (a few seconds),
 which checks what the report gathers and that every caption file resolves and renders.
 """
+
 import os
 import re
 import subprocess
@@ -20,10 +21,15 @@ CAPTIONS = ROOT / "workflow" / "report"
 
 def workflow_lists():
     """The tables and figures the workflow declares (common.smk reads them from orthrus.contracts)."""
-    return {"TABLE_FILES": list(contracts.CLAIMS_TABLES) + list(contracts.TABLES) + list(contracts.BENCHMARK_TABLES)
-            + list(contracts.FRONTIER_TABLES) + list(contracts.SAMPLING_TABLES),
-            "FIGURES": list(contracts.FIGURES) + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE,
-                                                  contracts.SAMPLING_FIGURE]}
+    return {
+        "TABLE_FILES": list(contracts.CLAIMS_TABLES)
+        + list(contracts.TABLES)
+        + list(contracts.BENCHMARK_TABLES)
+        + list(contracts.FRONTIER_TABLES)
+        + list(contracts.SAMPLING_TABLES),
+        "FIGURES": list(contracts.FIGURES)
+        + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE, contracts.SAMPLING_FIGURE],
+    }
 
 
 def test_every_caption_belongs_to_an_output_and_back():
@@ -37,13 +43,19 @@ def test_every_caption_belongs_to_an_output_and_back():
 
 def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     lists = workflow_lists()
-    cfg = {"teacher": {"source": "tiny"}, "prompts": {"source": "tiny"}, "corpus": {"shards": 1, "max_new_tokens": 8},
-           "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8}, "models": {"m": {"warmup_steps": 10}},
-           "sampling": {"enabled": True}}
+    cfg = {
+        "teacher": {"source": "tiny"},
+        "prompts": {"source": "tiny"},
+        "corpus": {"shards": 1, "max_new_tokens": 8},
+        "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8},
+        "models": {"m": {"warmup_steps": 10}},
+        "sampling": {"enabled": True},
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
     tables.mkdir(parents=True)
@@ -57,9 +69,24 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
         fig.savefig(figures / f"{f}.png")
         plt.close(fig)
     out = tmp_path / "report.html"
-    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-                          "--report", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--report",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     log = res.stdout + res.stderr
     for name in csvs + [f"{f}.png" for f in pngs]:

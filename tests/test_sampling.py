@@ -5,8 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from orthrus.audit.sampling import (END, binomial_upper, chi2_homogeneity, holm, step_distribution, total_variation,
-                                 tv_summary, two_sample_test)
+from orthrus.audit.sampling import (
+    END,
+    binomial_upper,
+    chi2_homogeneity,
+    holm,
+    step_distribution,
+    total_variation,
+    tv_summary,
+    two_sample_test,
+)
 
 V, K = 3, 3  # a vocabulary of 3 tokens, a block of K - 1 = 2 drafts and the bonus
 
@@ -14,12 +22,17 @@ V, K = 3, 3  # a vocabulary of 3 tokens, a block of K - 1 = 2 drafts and the bon
 def _table(seed, depth):
     """A toy target model in fp64: p(. | prefix) for every prefix up to `depth` tokens, random."""
     g = torch.Generator().manual_seed(seed)
-    return {pre: torch.softmax(torch.randn(V, generator=g, dtype=torch.float64) * 2, -1)
-            for d in range(depth + 1) for pre in itertools.product(range(V), repeat=d)}
+    return {
+        pre: torch.softmax(torch.randn(V, generator=g, dtype=torch.float64) * 2, -1)
+        for d in range(depth + 1)
+        for pre in itertools.product(range(V), repeat=d)
+    }
 
 
 def _ar_joint(p, length):
-    return {s: float(np.prod([p[s[:i]][s[i]] for i in range(length)])) for s in itertools.product(range(V), repeat=length)}
+    return {
+        s: float(np.prod([p[s[:i]][s[i]] for i in range(length)])) for s in itertools.product(range(V), repeat=length)
+    }
 
 
 def _speculative_joint(p, q, length):
@@ -68,7 +81,10 @@ def test_speculative_step_by_enumeration_is_the_ar_distribution_in_fp64(seed):
 
 def test_step_distribution_of_a_planted_ratio_is_not_p():
     g = torch.Generator().manual_seed(1)
-    logits_p, logits_q = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    logits_p, logits_q = (
+        torch.randn(8, generator=g, dtype=torch.float64),
+        torch.randn(8, generator=g, dtype=torch.float64),
+    )
     p, q = torch.softmax(logits_p / 0.7, -1), torch.softmax(logits_q / 0.7, -1)
     q1 = torch.softmax(logits_q, -1)  # q at temperature 1 in the ratio and the residual
     assert float(total_variation(step_distribution(p, q), p)) < 1e-15
@@ -144,8 +160,10 @@ def test_two_sample_level_on_a_fair_case():
     first = [0.5, 0.3, 0.15, 0.05]
     second = [[0.6, 0.4, 0, 0], [0.2, 0.2, 0.3, 0.3], [0.25] * 4, [0.1, 0.1, 0.1, 0.7]]
     trials, alpha = 300, 0.05
-    rejected = sum(two_sample_test(_sequences(first, second, 150, rng), _sequences(first, second, 150, rng), 2)["p_value"]
-                   < alpha for _ in range(trials))
+    rejected = sum(
+        two_sample_test(_sequences(first, second, 150, rng), _sequences(first, second, 150, rng), 2)["p_value"] < alpha
+        for _ in range(trials)
+    )
     assert rejected / trials <= alpha
     assert binomial_upper(rejected, trials, alpha) > 0.01
 
@@ -164,8 +182,13 @@ def test_two_sample_power_on_the_planted_bias():
     tv = total_variation(biased, p)
     assert float(tv.min()) > 0.08
     trials = 30
-    rejected = sum(two_sample_test(_sequences(first, biased.tolist(), 600, rng), _sequences(first, p.tolist(), 600, rng),
-                                   2)["p_value"] < 0.05 for _ in range(trials))
+    rejected = sum(
+        two_sample_test(_sequences(first, biased.tolist(), 600, rng), _sequences(first, p.tolist(), 600, rng), 2)[
+            "p_value"
+        ]
+        < 0.05
+        for _ in range(trials)
+    )
     assert rejected / trials >= 0.8
 
 
@@ -202,8 +225,15 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
 def test_sampling_config_problems_name_the_key():
     from orthrus.audit.sampling_config import problems
 
-    cfg = {"models": {"m": {}}, "sampling": {"enabled": True, "model": "x", "temperatures": [0, 0.7],
-                                              "two_sample": {"enabled": True, "temperature": 1.0}}}
+    cfg = {
+        "models": {"m": {}},
+        "sampling": {
+            "enabled": True,
+            "model": "x",
+            "temperatures": [0, 0.7],
+            "two_sample": {"enabled": True, "temperature": 1.0},
+        },
+    }
     out = problems(cfg)
     assert any(p.startswith("sampling.model:") for p in out)
     assert any(p.startswith("sampling.temperatures:") for p in out)
@@ -222,22 +252,68 @@ def _measured(tmp_path, planted_rejected=True, fp32_tv=2e-6):
         for t in (0.7, 1.0):
             for decoder in ("orthrus", "orthrus-lossy"):
                 tv = scale if decoder == "orthrus" or t == 1.0 else 0.02
-                rows.append({"model": "m", "decoder": decoder, "precision": precision, "attention": "sdpa",
-                             "temperature": t, "top_p": 1.0, "prompt_id": "a-0", "domain": "a", "n_tokens": 5,
-                             "tv": [tv, tv / 2, 0.0, tv], "env": "{}"})
+                rows.append(
+                    {
+                        "model": "m",
+                        "decoder": decoder,
+                        "precision": precision,
+                        "attention": "sdpa",
+                        "temperature": t,
+                        "top_p": 1.0,
+                        "prompt_id": "a-0",
+                        "domain": "a",
+                        "n_tokens": 5,
+                        "tv": [tv, tv / 2, 0.0, tv],
+                        "env": "{}",
+                    }
+                )
     for decoder, p in (("orthrus", 0.4), ("orthrus-lossy", 1e-5 if planted_rejected else 0.3)):
         for i in range(4):
-            tests.append({"model": "m", "decoder": decoder, "precision": "fp32", "attention": "sdpa",
-                          "temperature": 0.5, "top_p": 1.0, "prompt_id": f"a-{i}", "domain": "a", "n_samples": 300,
-                          "m": 6, "p_positions": [p] * 6, "p_prefix": p, "p_value": min(1.0, 7 * p), "samples": [[1]],
-                          "ar_samples": [[1]], "seconds": 1.0, "env": "{}"})
+            tests.append(
+                {
+                    "model": "m",
+                    "decoder": decoder,
+                    "precision": "fp32",
+                    "attention": "sdpa",
+                    "temperature": 0.5,
+                    "top_p": 1.0,
+                    "prompt_id": f"a-{i}",
+                    "domain": "a",
+                    "n_samples": 300,
+                    "m": 6,
+                    "p_positions": [p] * 6,
+                    "p_prefix": p,
+                    "p_value": min(1.0, 7 * p),
+                    "samples": [[1]],
+                    "ar_samples": [[1]],
+                    "seconds": 1.0,
+                    "env": "{}",
+                }
+            )
     pd.DataFrame(rows).to_parquet(tmp_path / "tv.parquet")
     pd.DataFrame(tests).to_parquet(tmp_path / "ts.parquet")
     tables = tmp_path / "tables"
     tables.mkdir()
-    assert main(["table", "--tv", str(tmp_path / "tv.parquet"), "--two-sample", str(tmp_path / "ts.parquet"),
-                 "--length", "128", "--out-tv", str(tables / "sampling_tv.csv"),
-                 "--out-two-sample", str(tables / "sampling_two_sample.csv"), "--figure", str(tmp_path / "fig")]) == 0
+    assert (
+        main(
+            [
+                "table",
+                "--tv",
+                str(tmp_path / "tv.parquet"),
+                "--two-sample",
+                str(tmp_path / "ts.parquet"),
+                "--length",
+                "128",
+                "--out-tv",
+                str(tables / "sampling_tv.csv"),
+                "--out-two-sample",
+                str(tables / "sampling_two_sample.csv"),
+                "--figure",
+                str(tmp_path / "fig"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "fig.png").exists()
     return tables
 

@@ -1,4 +1,5 @@
 """docs/CONFIG.md is generated from the config schema and kept up to date."""
+
 import importlib.util
 from pathlib import Path
 
@@ -16,8 +17,9 @@ def load():
 
 def test_config_doc_is_up_to_date():
     mod = load()
-    assert (ROOT / "docs/CONFIG.md").read_text() == mod.render(), \
+    assert (ROOT / "docs/CONFIG.md").read_text() == mod.render(), (
         "docs/CONFIG.md is out of date: run python workflow/scripts/schema_docs.py"
+    )
 
 
 def test_every_schema_key_is_documented():

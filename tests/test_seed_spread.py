@@ -1,4 +1,5 @@
 """benchmarks/seed_spread.py: each claim's statistic across finished runs (seeds) and its spread."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,7 +33,9 @@ def test_spread_of_each_claim_across_seeds(tmp_path, capsys):
     a, b = _seed(tmp_path, "seed-0", 0.0), _seed(tmp_path, "seed-1", -0.05, layout="run")
     t = seed_spread.spread([seed_spread.parse_run(str(a)), seed_spread.parse_run(str(b))])
     r = t[(t.claim == "bf16-inexact") & (t.subject == "ce-k8/orthrus/bf16")].iloc[0]
-    mo = pd.read_csv(ROOT / "docs" / "results" / "match_overall.csv").set_index(["model", "decoder", "precision", "attention"])
+    mo = pd.read_csv(ROOT / "docs" / "results" / "match_overall.csv").set_index(
+        ["model", "decoder", "precision", "attention"]
+    )
     committed = mo.loc[("ce-k8", "orthrus", "bf16", "sdpa"), "match_rate"]
     assert r["seed-0"] == pytest.approx(committed) and r["seed-1"] == pytest.approx(committed - 0.05)
     assert r["spread"] == pytest.approx(0.05) and r["verdicts"] == "holds 2/2" and r["agree"]

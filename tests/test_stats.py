@@ -1,4 +1,5 @@
 """orthrus.analysis.stats against hand-computed values."""
+
 import functools
 import math
 import random
@@ -98,7 +99,7 @@ def test_levenshtein_hand(a, b, d):
 
 
 def _lev_ref(a, b):
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def f(i, j):
         if i == 0:
             return j
@@ -165,7 +166,9 @@ def test_tost_paired_hand_computed():
     assert r.t_high == pytest.approx(-4 * math.sqrt(3)) and r.t_low == pytest.approx(6 * math.sqrt(3))
     assert r.p_value == pytest.approx(0.5 - 0.4 * math.sqrt(1.5), abs=1e-12)
     assert r.df == 2
-    assert (r.ci_low, r.ci_high) == pytest.approx((0.1 - 2.919986 * 0.1 / math.sqrt(3), 0.1 + 2.919986 * 0.1 / math.sqrt(3)), abs=1e-6)
+    assert (r.ci_low, r.ci_high) == pytest.approx(
+        (0.1 - 2.919986 * 0.1 / math.sqrt(3), 0.1 + 2.919986 * 0.1 / math.sqrt(3)), abs=1e-6
+    )
     assert r.p_value < 0.05  # equivalent at 5%
     assert tost_paired([0.1, 0.3, 0.5], [0.1, 0.2, 0.3], 0.15).p_value > 0.05  # not within a tighter margin
 

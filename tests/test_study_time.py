@@ -1,4 +1,5 @@
 """benchmarks/study_time.py: the wall-time span and per-stage table from Snakemake benchmark files."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,9 +22,9 @@ def _bench(path: Path, seconds: float, rss: float, end: float, cpu: float = 0) -
 
 def test_wall_time_is_the_span_of_parallel_jobs(tmp_path, capsys):
     t0 = 1_000_000.0
-    _bench(tmp_path / "train_teacher.tsv", 100, 700, t0 + 100)            # 0 .. 100
-    _bench(tmp_path / "decode/a/1-of-1.tsv", 50, 900, t0 + 150)           # 100 .. 150
-    _bench(tmp_path / "decode/b/1-of-1.tsv", 40, 800, t0 + 140)           # 100 .. 140, in parallel
+    _bench(tmp_path / "train_teacher.tsv", 100, 700, t0 + 100)  # 0 .. 100
+    _bench(tmp_path / "decode/a/1-of-1.tsv", 50, 900, t0 + 150)  # 100 .. 150
+    _bench(tmp_path / "decode/b/1-of-1.tsv", 40, 800, t0 + 140)  # 100 .. 140, in parallel
     jobs = study_time.read_timings(tmp_path)
     table, wall = study_time.summarize(jobs)
     assert wall == 150 and list(table.index) == ["train_teacher", "decode"]

@@ -1,4 +1,5 @@
 """Readable functions: none in the package is longer than one reader holds (80 lines)."""
+
 from __future__ import annotations
 
 import ast

@@ -1,5 +1,6 @@
 """The shipped subject (orthrus/world/subject): intact, reproduced by the world generator, built
 with the settings config.yaml states, and refused when a file is damaged or the world changed."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,9 @@ def test_config_yaml_states_the_settings_the_subject_was_built_with():
         built = m[name]["settings"]
         # the rule passes the global seed (0) and the threads; the rest is config.yaml's, over DEFAULTS
         expect = {**DEFAULTS, **stated, "seed": 0}
-        assert {k: v for k, v in built.items() if k != "threads"} == {k: v for k, v in expect.items() if k != "threads"}, name
+        assert {k: v for k, v in built.items() if k != "threads"} == {
+            k: v for k, v in expect.items() if k != "threads"
+        }, name
     assert cfg["source"] == "shipped" and cfg["draft"]["source"] == "shipped"
 
 
@@ -45,8 +48,16 @@ def test_config_yaml_states_the_settings_the_subject_was_built_with():
 def built(tmp_path_factory):
     """A teacher and a draft trained for two steps, as the teacher rules build them."""
     root = tmp_path_factory.mktemp("built")
-    small = {"steps": 2, "hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "head_dim": 16,
-             "vocab_size": 320, "eval_per_domain": 0, "batch_size": 2}
+    small = {
+        "steps": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_layers": 1,
+        "head_dim": 16,
+        "vocab_size": 320,
+        "eval_per_domain": 0,
+        "batch_size": 2,
+    }
     train_teacher(small, root / "teacher", verbose=False)
     train_teacher({**small, "vocab_size": 768}, root / "draft", verbose=False, tokenizer=str(root / "teacher"))
     return root
@@ -54,8 +65,21 @@ def built(tmp_path_factory):
 
 def test_ship_then_check_and_what_check_refuses(built, tmp_path, capsys):
     dest = tmp_path / "subject"
-    assert cli(["subject", "ship", "--teacher", str(built / "teacher"), "--draft", str(built / "draft"),
-                "--root", str(dest)]) == 0
+    assert (
+        cli(
+            [
+                "subject",
+                "ship",
+                "--teacher",
+                str(built / "teacher"),
+                "--draft",
+                str(built / "draft"),
+                "--root",
+                str(dest),
+            ]
+        )
+        == 0
+    )
     m = subject.manifest(dest)
     assert m["models"]["teacher"]["world_fingerprint"] == world_fingerprint(m["models"]["teacher"]["settings"])
     # the draft learned its teacher's tokenizer: its fingerprint leaves the tokenizer's corpus out

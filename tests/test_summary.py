@@ -1,5 +1,6 @@
 """docs/RESULTS.md's results section and the README's claims table are the committed default run's
 tables, rendered."""
+
 from __future__ import annotations
 
 import shutil
@@ -94,8 +95,14 @@ def test_a_model_narrowed_by_decode_grids_is_rendered_with_dashes(tmp_path):
 
 def test_diverging_setting_prefers_cells_every_model_ran():
     """Model b ran sdpa only: eager's mean (a alone) is lower, but the setting is the shared sdpa."""
-    rows = [("a", "bf16", "eager", 0.5), ("a", "bf16", "sdpa", 0.9), ("b", "bf16", "sdpa", 0.2),
-            ("a", "fp32", "eager", 1.0), ("a", "fp32", "sdpa", 1.0), ("b", "fp32", "sdpa", 1.0)]
+    rows = [
+        ("a", "bf16", "eager", 0.5),
+        ("a", "bf16", "sdpa", 0.9),
+        ("b", "bf16", "sdpa", 0.2),
+        ("a", "fp32", "eager", 1.0),
+        ("a", "fp32", "sdpa", 1.0),
+        ("b", "fp32", "sdpa", 1.0),
+    ]
     overall = pd.DataFrame(rows, columns=["model", "precision", "attention", "match_rate"]).assign(decoder="orthrus")
     assert summary.diverging_setting(overall) == ("bf16", "sdpa")
     # with no cell every model ran, the worst cell over all

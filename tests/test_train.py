@@ -1,4 +1,5 @@
 """Distillation of the diffusion view (orthrus.distill) on a micro teacher and a synthetic corpus."""
+
 from __future__ import annotations
 
 import json
@@ -16,21 +17,40 @@ from safetensors.torch import load_file
 import orthrus
 from orthrus.distill.data import Corpus, make_batch, n_weighted
 from orthrus.distill.evaluate import eval_prompt_ids
-from orthrus.distill.train import main, train
 from orthrus.distill.loss import block_loss
 from orthrus.distill.reference import blockwise_loss
 from orthrus.distill.settings import DEFAULTS, offset_weights, resolve_settings
 from orthrus.distill.student import load_student, lr_lambda
+from orthrus.distill.train import main, train
 from orthrus.models.modeling import OrthrusForCausalLM
 
 torch.set_num_threads(1)
 
-MICRO = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
-         "intermediate_size": 64, "max_len": 128, "seed": 0}
+MICRO = {
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "max_len": 128,
+    "seed": 0,
+}
 # short runs: every step is a few milliseconds
-FAST = {"block_size": 4, "blocks_per_seq": 6, "batch_size": 4, "max_len": 64, "lr": 1e-2,
-        "warmup_steps": 2, "max_steps": 6, "save_every": 0, "log_every": 1, "eval_per_domain": 2,
-        "eval_max_new_tokens": 24, "attention": "eager"}
+FAST = {
+    "block_size": 4,
+    "blocks_per_seq": 6,
+    "batch_size": 4,
+    "max_len": 64,
+    "lr": 1e-2,
+    "warmup_steps": 2,
+    "max_steps": 6,
+    "save_every": 0,
+    "log_every": 1,
+    "eval_per_domain": 2,
+    "eval_max_new_tokens": 24,
+    "attention": "eager",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +68,9 @@ def teacher(tmp_path_factory):
         for p in model.parameters():
             if p.ndim == 2:
                 p.mul_(8.0)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                               do_sample=False)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, do_sample=False
+    )
     d = tmp_path_factory.mktemp("teacher") / "teacher"
     model.save_pretrained(d)
     tok.save_pretrained(d)
@@ -78,8 +99,13 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def eval_prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("eval") / "eval.parquet"
-    pd.DataFrame({"prompt_id": ["m0", "m1", "q0", "q1"], "domain": ["math", "math", "qa", "qa"],
-                  "prompt": ["Compute 2+3.", "Compute 7*8.", "Who wrote it?", "What is a cat?"]}).to_parquet(path)
+    pd.DataFrame(
+        {
+            "prompt_id": ["m0", "m1", "q0", "q1"],
+            "domain": ["math", "math", "qa", "qa"],
+            "prompt": ["Compute 2+3.", "Compute 7*8.", "Who wrote it?", "What is a cat?"],
+        }
+    ).to_parquet(path)
     return path
 
 
@@ -104,22 +130,23 @@ def test_single_pass_equals_one_block_at_a_time(teacher, objective, attention):
     ref = blockwise_loss(model, batch, objective, 0.3)
     g2 = torch.autograd.grad(ref, params)
     W = st["weight"]
-    assert W == pytest.approx(sum(n_weighted(len(x), a, offset_weights([1.0, 0.5, 0.25], 4))
-                                  for x, a in zip(seqs, anchors)))
+    assert W == pytest.approx(
+        sum(n_weighted(len(x), a, offset_weights([1.0, 0.5, 0.25], 4)) for x, a in zip(seqs, anchors))
+    )
     assert abs(one.item() / W - ref.item() / W) < 1e-5
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a / W, b / W, atol=1e-5, rtol=1e-4)
 
 
 def test_make_batch_mask_targets_and_skips():
-    seq = np.arange(10, 22)          # 12 tokens, ids 10..21
+    seq = np.arange(10, 22)  # 12 tokens, ids 10..21
     b = make_batch([seq, seq[:6]], [np.array([3, 9]), np.array([4])], 4, offset_weights(None, 4), 99, 0)
     assert b["blocks"].tolist()[0] == [13, 99, 99, 99, 19, 99, 99, 99]
     assert b["pos"].tolist()[0] == [3, 4, 5, 6, 9, 10, 11, 12]
     # slot i predicts a+i+1; slot K-1 has weight 0 by default; targets past the end are skipped
     assert b["targets"][0, :3].tolist() == [14, 15, 16]
     assert b["w"][0].tolist() == [1, 1, 1, 0, 1, 1, 0, 0]
-    assert b["w"][1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]   # second sequence: 6 tokens, one block
+    assert b["w"][1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]  # second sequence: 6 tokens, one block
     L = 12
     allowed = b["allowed"][0]
     for r in range(8):
@@ -135,16 +162,22 @@ def test_make_batch_mask_targets_and_skips():
 def test_settings_validation():
     with pytest.raises(ValueError, match=r"unknown training settings: \['bogus', 'lr_typo'\]"):
         resolve_settings({"bogus": 1, "lr_typo": 2})
-    for bad, msg in [({"objective": "mse"}, "objective must be one of"), ({"block_size": 1}, "block_size"),
-                     ({"blocks_per_seq": 0}, "blocks_per_seq"), ({"offset_weights": [1, 2]}, "offset_weights"),
-                     ({"block_size": 4, "min_loss_tokens": 4}, "min_loss_tokens"), ({"kl_weight": 2}, "kl_weight"),
-                     ({"max_steps": 0}, "max_steps"),
-                     # issue 35: settings that would train nothing
-                     ({"block_size": 8, "max_len": 8}, "block_size=8 must be below max_len=8"),
-                     ({"warmup_steps": 6, "max_steps": 6}, "warmup_steps=6 must be below max_steps=6"),
-                     ({"lr": 1e6}, r"lr must be in \(0, 1\]"), ({"seed": -1}, "seed must be an integer in 0..2"),
-                     ({"seed": 2**64}, "seed must be an integer in 0..2"),
-                     ({"block_size": 4, "offset_weights": [0, 0, 0]}, "not all zero")]:
+    for bad, msg in [
+        ({"objective": "mse"}, "objective must be one of"),
+        ({"block_size": 1}, "block_size"),
+        ({"blocks_per_seq": 0}, "blocks_per_seq"),
+        ({"offset_weights": [1, 2]}, "offset_weights"),
+        ({"block_size": 4, "min_loss_tokens": 4}, "min_loss_tokens"),
+        ({"kl_weight": 2}, "kl_weight"),
+        ({"max_steps": 0}, "max_steps"),
+        # issue 35: settings that would train nothing
+        ({"block_size": 8, "max_len": 8}, "block_size=8 must be below max_len=8"),
+        ({"warmup_steps": 6, "max_steps": 6}, "warmup_steps=6 must be below max_steps=6"),
+        ({"lr": 1e6}, r"lr must be in \(0, 1\]"),
+        ({"seed": -1}, "seed must be an integer in 0..2"),
+        ({"seed": 2**64}, "seed must be an integer in 0..2"),
+        ({"block_size": 4, "offset_weights": [0, 0, 0]}, "not all zero"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             resolve_settings(bad)
     assert resolve_settings({"seed": 2**64 - 1, "lr": 1.0}).seed == 2**64 - 1  # huge but legal: accepted
@@ -158,11 +191,18 @@ def test_settings_validation():
 def test_settings_types_follow_the_schema():
     """Values the config schema rejects are rejected by a direct `orthrus train` too, each named
     (rather than failing later inside float() or the optimizer)."""
-    for bad, msg in [({"lr": "fast"}, "lr must be in"), ({"lr": None}, "lr must be in"),
-                     ({"kl_weight": "0.5"}, "kl_weight must be in"), ({"grad_clip": -1}, "grad_clip must be null or"),
-                     ({"weight_decay": -0.1}, "weight_decay must be a number"), ({"bf16": "yes"}, "bf16 must be true"),
-                     ({"betas": [0.9, "x"]}, "betas must be a list"), ({"offset_weights": 3}, "offset_weights must be null"),
-                     ({"seed": 1.5}, "seed must be an integer"), ({"description": 7}, "description must be a string")]:
+    for bad, msg in [
+        ({"lr": "fast"}, "lr must be in"),
+        ({"lr": None}, "lr must be in"),
+        ({"kl_weight": "0.5"}, "kl_weight must be in"),
+        ({"grad_clip": -1}, "grad_clip must be null or"),
+        ({"weight_decay": -0.1}, "weight_decay must be a number"),
+        ({"bf16": "yes"}, "bf16 must be true"),
+        ({"betas": [0.9, "x"]}, "betas must be a list"),
+        ({"offset_weights": 3}, "offset_weights must be null"),
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"description": 7}, "description must be a string"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             resolve_settings(bad)
     s = resolve_settings({"betas": [1, 0], "grad_clip": None})
@@ -191,12 +231,23 @@ def test_bad_corpus_fails_before_training_or_is_counted(tmp_path, teacher):
     with pytest.raises(FileNotFoundError, match="not found"):
         train(FAST, teacher, [tmp_path / "nope.parquet"], tmp_path / "out")
     mixed = tmp_path / "mixed.parquet"
-    pd.DataFrame({"prompt_ids": [[5] * 4, [5] * 4, [5] * 4, [5] * 70, [5] * 10],
-                  "response_ids": [[], [7], [7] * 3, [7] * 5, [7] * 100]}).to_parquet(mixed)
+    pd.DataFrame(
+        {
+            "prompt_ids": [[5] * 4, [5] * 4, [5] * 4, [5] * 70, [5] * 10],
+            "response_ids": [[], [7], [7] * 3, [7] * 5, [7] * 100],
+        }
+    ).to_parquet(mixed)
     s = resolve_settings({**FAST, "min_loss_tokens": 2})
     c = Corpus([mixed], s, verbose=False)
-    assert c.counts == {"rows": 5, "used": 2, "truncated": 1, "skipped_error": 0, "skipped_empty_response": 1,
-                        "skipped_short_response": 1, "skipped_prompt_over_max_len": 1}
+    assert c.counts == {
+        "rows": 5,
+        "used": 2,
+        "truncated": 1,
+        "skipped_error": 0,
+        "skipped_empty_response": 1,
+        "skipped_short_response": 1,
+        "skipped_prompt_over_max_len": 1,
+    }
     assert max(len(x) for x in c.ids) == 64
     # anchors stay inside the response and leave room for min_loss_tokens targets
     for i in range(len(c)):
@@ -244,11 +295,38 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("models:\n  tiny:\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in FAST.items()))
     out = tmp_path / "model"
-    assert main(["--teacher", str(teacher), "--corpus", str(corpus), "--config", str(cfg), "--model", "tiny",
-                   "--out", str(out), "--threads", "1", "--eval-prompts", str(eval_prompts), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--teacher",
+                str(teacher),
+                "--corpus",
+                str(corpus),
+                "--config",
+                str(cfg),
+                "--model",
+                "tiny",
+                "--out",
+                str(out),
+                "--threads",
+                "1",
+                "--eval-prompts",
+                str(eval_prompts),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "train_log.csv", "train_log.jsonl",
-            "eval_log.csv", "train_summary.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "train_log.csv",
+        "train_log.jsonl",
+        "eval_log.csv",
+        "train_summary.json",
+    } <= names
     assert not out.with_name("model.ckpt").exists()
     log = pd.read_csv(out / "train_log.csv")
     assert list(log.columns[:5]) == ["step", "loss", "lr", "tokens", "seconds"]
@@ -277,7 +355,9 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
     fresh, _ = load_student(teacher, resolve_settings(FAST))
     ref = fresh.state_dict()
     changed = [k for k in ref if OrthrusForCausalLM.is_diffusion_parameter(k) and not torch.equal(ref[k], mine[k])]
-    assert changed and all(torch.equal(ref[k], mine[k]) for k in ref if not OrthrusForCausalLM.is_diffusion_parameter(k))
+    assert changed and all(
+        torch.equal(ref[k], mine[k]) for k in ref if not OrthrusForCausalLM.is_diffusion_parameter(k)
+    )
     # fp32 Orthrus decoding of the trained model is exactly its AR view's
     for _, ids in eval_prompt_ids(eval_prompts, fresh.tokenizer, 2):
         ids = torch.tensor(ids)
@@ -317,9 +397,16 @@ def test_checkpoint_round_trip_without_pickle(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
     model(torch.ones(1, 3)).sum().backward()
     opt.step()
-    obj = {"optimizer": opt.state_dict(), "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                                                   "python": __import__("random").getstate(), "cuda": None},
-           "state": {"log": [{"loss": 0.1 + 0.2, "grad_norm": float("nan")}], "step": 3}}
+    obj = {
+        "optimizer": opt.state_dict(),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": __import__("random").getstate(),
+            "cuda": None,
+        },
+        "state": {"log": [{"loss": 0.1 + 0.2, "grad_norm": float("nan")}], "step": 3},
+    }
     checkpoint.save(tmp_path / "ck", obj)
     back = checkpoint.load(tmp_path / "ck")
     assert sorted(back["optimizer"]["state"]) == [0, 1]  # parameter indices stay integers
@@ -363,9 +450,28 @@ def test_two_process_ddp_matches_one_process(tmp_path, teacher, corpus):
     s = {**FAST, "max_steps": 4, "batch_size": 2, "eval_per_domain": 0}
     train({**s, "grad_accum": 2}, teacher, [corpus], tmp_path / "one", progress=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(orthrus.__file__).parents[1])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "orthrus.cli", "train", "--teacher", str(teacher), "--corpus", str(corpus), "--config", json.dumps(s),
-           "--out", str(tmp_path / "two"), "--threads", "1", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "orthrus.cli",
+        "train",
+        "--teacher",
+        str(teacher),
+        "--corpus",
+        str(corpus),
+        "--config",
+        json.dumps(s),
+        "--out",
+        str(tmp_path / "two"),
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     one, two = pd.read_csv(tmp_path / "one" / "train_log.csv"), pd.read_csv(tmp_path / "two" / "train_log.csv")

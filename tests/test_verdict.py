@@ -1,5 +1,6 @@
 """Numerics or a bug: the verdict of each first divergence, the controls that calibrate it, and
 the planted lossy decoder the audit must catch."""
+
 import json
 import math
 from pathlib import Path
@@ -20,10 +21,10 @@ from orthrus.decode.stage import main as decode
 
 
 def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
-    assert ulp(1.0, "bf16") == 2 ** -7 and ulp(1.99, "bf16") == 2 ** -7
-    assert ulp(10.0, "bf16") == 2 ** -4 and ulp(-10.0, "bf16") == 2 ** -4  # [8, 16): 2^3 * 2^-7
-    assert ulp(0.3, "fp16") == 2 ** -12 and ulp(3.0, "fp32") == 2 ** -22
-    assert ulp(0.0, "fp32") == 2 ** -23
+    assert ulp(1.0, "bf16") == 2**-7 and ulp(1.99, "bf16") == 2**-7
+    assert ulp(10.0, "bf16") == 2**-4 and ulp(-10.0, "bf16") == 2**-4  # [8, 16): 2^3 * 2^-7
+    assert ulp(0.3, "fp16") == 2**-12 and ulp(3.0, "fp32") == 2**-22
+    assert ulp(0.0, "fp32") == 2**-23
     # every bf16 number in [8, 16) is a multiple of the ulp there
     x = torch.tensor([8.0, 9.3, 15.9]).bfloat16().float()
     assert all(float(v) / ulp(float(v), "bf16") == int(float(v) / ulp(float(v), "bf16")) for v in x)
@@ -36,15 +37,18 @@ def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
 CASES = [
     ("tie", (5.0, 5.0, 5.25, 5.25, "bf16"), "tie"),
     ("rounding: 1 ulp in bf16", (10.0625, 10.0, 10.1875, 10.1875, "bf16"), "rounding"),
-    ("rounding: 4 ulps in fp32", (3.0 + 4 * 2 ** -22, 3.0, 3.5, 3.5, "fp32"), "rounding"),
+    ("rounding: 4 ulps in fp32", (3.0 + 4 * 2**-22, 3.0, 3.5, 3.5, "fp32"), "rounding"),
     ("structural: a token its own pass ranks second", (10.0, 9.9375, 9.9375, 10.0, "bf16"), "structural"),
     ("structural: own argmax, gap of 64 ulps", (14.0, 10.0, 11.0, 11.0, "bf16"), "structural"),
     ("structural in fp32 where bf16 would call it rounding", (10.0625, 10.0, 10.1875, 10.1875, "fp32"), "structural"),
 ]
 
 
-@pytest.mark.parametrize("ref_r, ref_d, ver_d, ver_max, precision, expected",
-                         [(*args, want) for _, args, want in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "ref_r, ref_d, ver_d, ver_max, precision, expected",
+    [(*args, want) for _, args, want in CASES],
+    ids=[c[0] for c in CASES],
+)
 def test_each_verdict_class_on_a_constructed_case(ref_r, ref_d, ver_d, ver_max, precision, expected):
     v, note = verdict(ref_r, ref_d, ver_d, ver_max, precision, max_ulps=4)
     assert v == expected and note
@@ -54,7 +58,7 @@ def test_the_bound_is_each_precisions_own():
     """analysis.rounding_ulps per precision: 5 fp32 ulps (what a 4-layer network's sums leave in
     fp32 logits) is rounding under the fp32 bound and structural under a bound of 2; a precision
     left out of a command line's bound keeps the default, and a bad bound is refused naming it."""
-    case = (3.0 + 5 * 2 ** -22, 3.0, 3.5, 3.5, "fp32")
+    case = (3.0 + 5 * 2**-22, 3.0, 3.5, 3.5, "fp32")
     assert verdict(*case, max_ulps=ROUNDING_ULPS)[0] == "rounding"
     assert verdict(*case, max_ulps={"fp32": 2.0})[0] == "structural"
     assert verdict(10.25, 10.0, 10.1875, 10.1875, "bf16", max_ulps=ROUNDING_ULPS)[0] == "rounding"  # 4 bf16 ulps
@@ -73,7 +77,9 @@ def test_the_schema_states_the_verdicts_bounds():
     schema is generated from the settings: they must agree)."""
     import yaml
 
-    schema = yaml.safe_load((Path(__file__).resolve().parent.parent / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parent.parent / "workflow/schemas/config.schema.yaml").read_text()
+    )
     node = schema["properties"]["analysis"]["properties"]["rounding_ulps"]
     assert node["default"] == ROUNDING_ULPS
     assert {p: v["default"] for p, v in node["properties"].items()} == ROUNDING_ULPS
@@ -90,7 +96,12 @@ def test_judge_reads_the_four_logits_from_the_rows():
     ver = torch.tensor([0.0, 10.0, 10.0625, -1.0]).bfloat16()  # the verify pass swapped tokens 1 and 2 by an ulp
     j = judge(step, ver, 1, 2, "bf16", 4, consistent=True)
     assert j["verdict"] == "rounding" and j["verify_argmax"] and j["gap_ulps"] == 1.0
-    assert (j["ref_logit_ref"], j["ref_logit_dec"], j["verify_logit_ref"], j["verify_logit_dec"]) == (10.0625, 10.0, 10.0, 10.0625)
+    assert (j["ref_logit_ref"], j["ref_logit_dec"], j["verify_logit_ref"], j["verify_logit_dec"]) == (
+        10.0625,
+        10.0,
+        10.0,
+        10.0625,
+    )
     assert judge(step, ver, 1, 2, "bf16", 4, consistent=False)["verdict"] is None
     assert judge(step, step, 1, 2, "bf16", 4, consistent=True)["verdict"] == "structural"  # not its own argmax
 
@@ -102,23 +113,62 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("verdicts")
     base, orth = teacher_and_orthrus(3, init=0.3, shift=0.6, shift_seed=9, block_size=4, noise=0.02, noise_seed=5)
     g = torch.Generator().manual_seed(1)
-    prompts = [" ".join(f"w{int(i)}" for i in torch.randint(2, MASK, (int(n),), generator=g))
-               for n in torch.randint(2, 9, (24,), generator=g)]
+    prompts = [
+        " ".join(f"w{int(i)}" for i in torch.randint(2, MASK, (int(n),), generator=g))
+        for n in torch.randint(2, 9, (24,), generator=g)
+    ]
     prompts = {f"p{i}": ("ab"[i % 2], p) for i, p in enumerate(prompts)}
     save_tiny(root, {"teacher": base, "orthrus": orth}, prompts, prompts_file="prompts.parquet")
     return root
 
 
 def _decode(study, model, decoder, p, a, out, *extra):
-    assert decode(["--model-path", str(study / model), "--model-name", model, "--prompts", str(study / "prompts.parquet"),
-                   "--decoder", decoder, "--precision", p, "--attention", a, "--max-new-tokens", "40", "--no-progress",
-                   *extra, "--out", str(out)]) == 0
+    assert (
+        decode(
+            [
+                "--model-path",
+                str(study / model),
+                "--model-name",
+                model,
+                "--prompts",
+                str(study / "prompts.parquet"),
+                "--decoder",
+                decoder,
+                "--precision",
+                p,
+                "--attention",
+                a,
+                "--max-new-tokens",
+                "40",
+                "--no-progress",
+                *extra,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return pd.read_parquet(out)
 
 
 def _forensics(study, model, decoded, ref, out):
-    assert forensics(["--model-path", str(study / model), "--prompts", str(study / "prompts.parquet"),
-                      "--decoded", str(decoded), "--reference", str(ref), "--out", str(out)]) == 0
+    assert (
+        forensics(
+            [
+                "--model-path",
+                str(study / model),
+                "--prompts",
+                str(study / "prompts.parquet"),
+                "--decoded",
+                str(decoded),
+                "--reference",
+                str(ref),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return pd.read_parquet(out)
 
 
@@ -149,16 +199,38 @@ def test_the_controls_diverge_by_numerics_only(study, tmp_path):
     """bf16 sdpa: the oracle (reference drafts, K-token verify) and the batched reference part
     from the reference only at ties and roundings; the honest Orthrus loop too."""
     ref = _decode(study, "teacher", "ar-ref", "bf16", "sdpa", tmp_path / "ref.parquet")
-    oracle = _decode(study, "teacher", "oracle", "bf16", "sdpa", tmp_path / "oracle.parquet", "--block-size", "4",
-                     "--reference", str(tmp_path / "ref.parquet"))
+    oracle = _decode(
+        study,
+        "teacher",
+        "oracle",
+        "bf16",
+        "sdpa",
+        tmp_path / "oracle.parquet",
+        "--block-size",
+        "4",
+        "--reference",
+        str(tmp_path / "ref.parquet"),
+    )
     batched = _decode(study, "teacher", "ar-batched", "bf16", "sdpa", tmp_path / "batched.parquet", "--batch-size", "6")
     orth = _decode(study, "orthrus", "orthrus", "bf16", "sdpa", tmp_path / "orthrus.parquet")
     assert json.loads(batched.env[0])["options"]["batch_size"] == 6 and json.loads(batched.env[0])["num_shards"] == 1
-    assert sum(len(a) for a in oracle.accepted) > 0.5 * sum(len(t) for t in oracle.tokens) / 4, "the oracle's drafts are accepted"
-    fx = pd.concat([_forensics(study, "teacher", tmp_path / f"{d}.parquet", tmp_path / "ref.parquet", tmp_path / f"fx-{d}.parquet")
-                    for d in ("oracle", "batched")]
-                   + [_forensics(study, "orthrus", tmp_path / "orthrus.parquet", tmp_path / "ref.parquet", tmp_path / "fx-o.parquet")],
-                   ignore_index=True)
+    assert sum(len(a) for a in oracle.accepted) > 0.5 * sum(len(t) for t in oracle.tokens) / 4, (
+        "the oracle's drafts are accepted"
+    )
+    fx = pd.concat(
+        [
+            _forensics(
+                study, "teacher", tmp_path / f"{d}.parquet", tmp_path / "ref.parquet", tmp_path / f"fx-{d}.parquet"
+            )
+            for d in ("oracle", "batched")
+        ]
+        + [
+            _forensics(
+                study, "orthrus", tmp_path / "orthrus.parquet", tmp_path / "ref.parquet", tmp_path / "fx-o.parquet"
+            )
+        ],
+        ignore_index=True,
+    )
     decoded = pd.concat([ref, oracle, batched, orth], ignore_index=True)
     overall = match_overall(compare_trajectories(decoded, "teacher"))
     assert overall[overall.decoder != "orthrus"].match_rate.min() < 1 or len(fx) == 0
@@ -178,8 +250,18 @@ def test_a_cell_on_the_first_prompts_of_each_domain_replays_in_its_own_batches(s
     from orthrus.audit.forensics import batch_of, row_options
     from orthrus.decode.options import env_record
 
-    batched = _decode(study, "teacher", "ar-batched", "bf16", "sdpa", tmp_path / "batched.parquet", "--batch-size", "4",
-                      "--prompts-per-domain", "5")
+    batched = _decode(
+        study,
+        "teacher",
+        "ar-batched",
+        "bf16",
+        "sdpa",
+        tmp_path / "batched.parquet",
+        "--batch-size",
+        "4",
+        "--prompts-per-domain",
+        "5",
+    )
     prompts = pd.read_parquet(study / "prompts.parquet")
     first = [f"p{i}" for i in range(10)]  # domains alternate a, b: the first 5 of each are p0..p9
     assert list(batched.prompt_id) == first
@@ -201,11 +283,16 @@ def test_the_oracle_is_the_reference_in_fp32_and_drafts_only_the_reference():
         prompt = torch.randint(2, MASK, (5,), generator=g)
         ref = hf_generate(base, prompt, DecodeOptions(decoder="ar-ref", max_new_tokens=30))["tokens"]
         drafts = []
-        out = orthrus.generate(base, prompt, DecodeOptions(decoder="oracle", block_size=4, max_new_tokens=30), oracle=ref,
-                               trace=lambda f, toks, drafts=drafts: f.kind == "verify" and drafts.append((f.first, f.input_ids[1:])))
+        out = orthrus.generate(
+            base,
+            prompt,
+            DecodeOptions(decoder="oracle", block_size=4, max_new_tokens=30),
+            oracle=ref,
+            trace=lambda f, toks, drafts=drafts: f.kind == "verify" and drafts.append((f.first, f.input_ids[1:])),
+        )
         assert out.tokens.tolist() == ref
         for first, draft in drafts:  # each verify block reads the reference's own next tokens
-            assert draft == ref[first: first + len(draft)]
+            assert draft == ref[first : first + len(draft)]
         assert {len(d) for _, d in drafts[1:-1]} <= {3}  # K - 1 drafts per full block
     with pytest.raises(OptionsError, match="oracle"):
         orthrus.generate(base, prompt, DecodeOptions(decoder="oracle", block_size=4))
@@ -231,7 +318,9 @@ def test_batched_generate_pads_on_the_left_and_stops_each_row_at_its_eos():
 def test_audit_words():
     from types import SimpleNamespace as Row
 
-    base = dict(decoder="orthrus", n=10, match_rate=0.8, ci_high=0.95, oracle_match_rate=0.9, n_structural=0, n_no_verdict=0)
+    base = dict(
+        decoder="orthrus", n=10, match_rate=0.8, ci_high=0.95, oracle_match_rate=0.9, n_structural=0, n_no_verdict=0
+    )
     assert audit(Row(**base | {"match_rate": 1.0})) == "exact"
     assert audit(Row(**base | {"n_structural": 1})) == "not lossless"
     assert audit(Row(**base | {"n_no_verdict": 2})) == "unexplained"

@@ -1,4 +1,5 @@
 """The Snakemake workflow: schema validation, dry runs, lint, and one end-to-end smoke study."""
+
 import json
 import os
 import re
@@ -47,6 +48,7 @@ def test_schema_vocabularies_are_the_contracts():
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+
     walk(schema)
     precision = [e for e in enums if "fp32" in e]
     attention = [e for e in enums if "eager" in e]
@@ -59,23 +61,35 @@ def test_schema_vocabularies_are_the_contracts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["teacher"].__setitem__("source", 42), "source"),
-    (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
-    (lambda c: c["decode"].__setitem__("precisions", ["fp8"]), "fp8"),
-    (lambda c: c.pop("decode"), "decode"),
-    (lambda c: c["decode"].__setitem__("decoders", ["medusa"]), "medusa"),
-    # a hub draft cannot share the tiny teacher's tokenizer: rejected naming both
-    (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]),
-                c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"})),
-     "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='shipped'"),
-    # the shipped draft has the shipped teacher's tokenizer
-    (lambda c: c["teacher"].update(source="hf", path="Qwen/Qwen3-1.7B"),
-     "teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of teacher.source='hf'"),
-    (lambda c: (c["decode"].__setitem__("decoders", ["assisted"]), c["teacher"].pop("draft")), "needs teacher.draft"),
-    # the planted sampler's bug (q at temperature 1) is none at temperature 1: the config check says so
-    (lambda c: c["sampling"]["two_sample"].__setitem__("temperature", 1.0), "sampling.two_sample.temperature"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["teacher"].__setitem__("source", 42), "source"),
+        (lambda c: c.__setitem__("unknown_key", 1), "unknown_key"),
+        (lambda c: c["decode"].__setitem__("precisions", ["fp8"]), "fp8"),
+        (lambda c: c.pop("decode"), "decode"),
+        (lambda c: c["decode"].__setitem__("decoders", ["medusa"]), "medusa"),
+        # a hub draft cannot share the tiny teacher's tokenizer: rejected naming both
+        (
+            lambda c: (
+                c["decode"].__setitem__("decoders", ["assisted"]),
+                c["teacher"].__setitem__("draft", {"source": "hf", "path": "Qwen/Qwen3-0.6B"}),
+            ),
+            "teacher.draft.path='Qwen/Qwen3-0.6B' cannot share the tokenizer of the tiny teacher teacher.source='shipped'",
+        ),
+        # the shipped draft has the shipped teacher's tokenizer
+        (
+            lambda c: c["teacher"].update(source="hf", path="Qwen/Qwen3-1.7B"),
+            "teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of teacher.source='hf'",
+        ),
+        (
+            lambda c: (c["decode"].__setitem__("decoders", ["assisted"]), c["teacher"].pop("draft")),
+            "needs teacher.draft",
+        ),
+        # the planted sampler's bug (q at temperature 1) is none at temperature 1: the config check says so
+        (lambda c: c["sampling"]["two_sample"].__setitem__("temperature", 1.0), "sampling.two_sample.temperature"),
+    ],
+)
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, message):
     cfg = default_config()
     mutate(cfg)
@@ -97,7 +111,11 @@ def test_default_and_paper_dry_runs(tmp_path):
     # decode.grids grid, and their forensics; one decoding job per cell
     decode = default_config()["decode"]
     for decoder in ("assisted", "prompt-lookup"):
-        grid = {"precisions": decode["precisions"], "attentions": decode["attentions"], **decode["grids"].get(decoder, {})}
+        grid = {
+            "precisions": decode["precisions"],
+            "attentions": decode["attentions"],
+            **decode["grids"].get(decoder, {}),
+        }
         for p in decode["precisions"]:
             for a in decode["attentions"]:
                 wanted = p in grid["precisions"] and a in grid["attentions"]
@@ -119,21 +137,30 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert re.search(r"^tpf_decode\s+4$", paper.stdout, re.M)
     assert re.search(r"^corpus_shard\s+64$", paper.stdout, re.M)
     shown = snakemake("-n", "-p", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path).stdout
-    assert ("--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train"
-            " --datasets-cache results/cache/datasets --message none") in shown  # the cache under results/
+    assert (
+        "--dataset ai-forever/ZaryaOrthrusDataset-1.7B --dataset-split train"
+        " --datasets-cache results/cache/datasets --message none"
+    ) in shown  # the cache under results/
     # every loop gets the whole options object: the released loop's settings for our loop, transformers'
     # own for its decoders, tpf's budget and message on top of decode's for the TPF run
     from orthrus.decode.options import DecodeOptions
 
-    cmds = [c[c.index("orthrus "):] for c in shown.splitlines() if "orthrus decode" in c or "orthrus lm-eval run" in c]
-    opts = [(c.split()[1], DecodeOptions.from_json(j)) for c in cmds for j in re.findall(r"'(\{\"attention\"[^']*\})'", c)]
+    cmds = [c[c.index("orthrus ") :] for c in shown.splitlines() if "orthrus decode" in c or "orthrus lm-eval run" in c]
+    opts = [
+        (c.split()[1], DecodeOptions.from_json(j)) for c in cmds for j in re.findall(r"'(\{\"attention\"[^']*\})'", c)
+    ]
     loop = [o for _, o in opts if o.decoder in ("orthrus", "ar")]
-    assert loop and all((o.eos, o.last_block, o.prefill_logits, o.deterministic) == ("config", "shorten", "all", False)
-                        for o in loop)
+    assert loop and all(
+        (o.eos, o.last_block, o.prefill_logits, o.deterministic) == ("config", "shorten", "all", False) for o in loop
+    )
     assert all(o.eos == "generation_config" and not o.deterministic for _, o in opts if o.decoder == "ar-ref")
     assert {o.max_new_tokens for o in loop} == {128, 256} and any(o.message == "none" for o in loop)
-    assert ("lm-eval", DecodeOptions.from_config(yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["decode"],
-                                                 "ar-ref", "bf16", "eager")) in opts
+    assert (
+        "lm-eval",
+        DecodeOptions.from_config(
+            yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["decode"], "ar-ref", "bf16", "eager"
+        ),
+    ) in opts
     assert "--max-gen-toks task --no-chat-template" in shown
     assert "--draft-path Qwen/Qwen3-0.6B" in shown and any(o.decoder == "prompt-lookup" for _, o in opts)
 
@@ -151,14 +178,16 @@ def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     work = workdir_with(tmp_path, cfg)
     shown = snakemake("-n", "-p", "--config", "seed=3", cwd=work)
     assert shown.returncode == 0, shown.stderr[-2000:]
-    cmds = [c[c.index("orthrus "):] for c in shown.stdout.splitlines() if "Shell command: orthrus " in c]
+    cmds = [c[c.index("orthrus ") :] for c in shown.stdout.splitlines() if "Shell command: orthrus " in c]
     by = lambda prefix: [c for c in cmds if c.startswith(prefix)]
     assert not by("orthrus train-teacher")  # the shipped subject
     teacher = str(ROOT / "orthrus/world/subject/teacher")
     assert all(f"--teacher {teacher} " in c for c in by("orthrus train ") + by("orthrus corpus"))
     assert any(f"--model-path {teacher} " in c for c in by("orthrus decode"))
     assert any(f"--draft-path {ROOT / 'orthrus/world/subject/draft'}" in c for c in by("orthrus decode"))
-    tiny = snakemake("-n", "-p", "--config", "seed=3", 'teacher={"source": "tiny", "draft": {"source": "tiny"}}', cwd=work)
+    tiny = snakemake(
+        "-n", "-p", "--config", "seed=3", 'teacher={"source": "tiny", "draft": {"source": "tiny"}}', cwd=work
+    )
     assert tiny.returncode == 0, tiny.stderr[-2000:]
     trains = [c for c in tiny.stdout.splitlines() if "Shell command: orthrus train-teacher" in c]
     assert len(trains) == 2 and all("--seed 3 " in c for c in trains)
@@ -185,8 +214,11 @@ def _cells(dry_run: str, model: str) -> set[tuple]:
     from orthrus.decode.options import DecodeOptions
 
     cmds = [c for c in dry_run.splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
-    return {(o.decoder, o.precision, o.attention) for c in cmds
-            for o in map(DecodeOptions.from_json, re.findall(r"'(\{\"attention\"[^']*\})'", c))}
+    return {
+        (o.decoder, o.precision, o.attention)
+        for c in cmds
+        for o in map(DecodeOptions.from_json, re.findall(r"'(\{\"attention\"[^']*\})'", c))
+    }
 
 
 def _jobs(dry_run: str) -> dict[str, str]:
@@ -208,9 +240,11 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     cfg = yaml.safe_load(SMOKE.read_text())
     ce = cfg["models"]["smoke-ce"]
     cfg["models"] = {"smoke-ce": ce, "smoke-kl": {**ce, "objective": "kl"}, "smoke-klb": ce}
-    cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
-                              "assisted": {"prompts_per_domain": {"fp32": 3}},
-                              "smoke-kl": {"attentions": ["sdpa"]}}
+    cfg["decode"]["grids"] = {
+        "prompt-lookup": {"attentions": ["sdpa"], "prompts_per_domain": 2},
+        "assisted": {"prompts_per_domain": {"fp32": 3}},
+        "smoke-kl": {"attentions": ["sdpa"]},
+    }
     cfg["decode"]["controls"] = []  # test_controls_join_the_dag
     cfg["decode"]["external"] = {}  # test_engine_files_join_the_dag
     work = workdir_with(tmp_path, cfg)
@@ -223,18 +257,24 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     assert len(subset) == len([c for c in commands if '"decoder": "prompt-lookup"' in c])
     # a count per precision: assisted's fp32 cells decode 3 prompts per domain, its bf16 cells all
     assisted = [c for c in commands if '"decoder": "assisted"' in c]
-    assert {('"precision": "fp32"' in c, "--prompts-per-domain 3" in c) for c in assisted} == {(True, True), (False, False)}
+    assert {('"precision": "fp32"' in c, "--prompts-per-domain 3" in c) for c in assisted} == {
+        (True, True),
+        (False, False),
+    }
     assert not any("--prompts-per-domain" in c for c in assisted if '"precision": "bf16"' in c)
     full = [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     sdpa = [(p, "sdpa") for p in ("bf16", "fp32")]
-    want = ({("teacher", d, p, a) for d in ("ar-ref", "assisted") for p, a in full}
-            | {("teacher", "prompt-lookup", p, a) for p, a in sdpa}
-            | {(m, d, p, a) for m in ("smoke-ce", "smoke-klb") for d in ("orthrus", "ar") for p, a in full}
-            | {("smoke-kl", d, p, a) for d in ("orthrus", "ar") for p, a in sdpa})
+    want = (
+        {("teacher", d, p, a) for d in ("ar-ref", "assisted") for p, a in full}
+        | {("teacher", "prompt-lookup", p, a) for p, a in sdpa}
+        | {(m, d, p, a) for m in ("smoke-ce", "smoke-klb") for d in ("orthrus", "ar") for p, a in full}
+        | {("smoke-kl", d, p, a) for d in ("orthrus", "ar") for p, a in sdpa}
+    )
     assert set(DECODED.findall(res.stdout)) == want
     forensics = re.search(r"^    input: (.*)\n    output: results/forensics/smoke-kl\.parquet$", res.stdout, re.M)
     assert set(DECODED.findall(forensics.group(1))) == (
-        {("smoke-kl", "orthrus", p, a) for p, a in sdpa} | {("teacher", "ar-ref", p, a) for p, a in sdpa})
+        {("smoke-kl", "orthrus", p, a) for p, a in sdpa} | {("teacher", "ar-ref", p, a) for p, a in sdpa}
+    )
     jobs = _jobs(res.stdout)
     shards = {f: r for f, r in jobs.items() if "/shards/" in f}
     assert len(shards) == len(want) and set(shards.values()) == {"decode_shard"}
@@ -261,9 +301,12 @@ def test_controls_join_the_dag(tmp_path):
     assert {c for c in decoded if c[1] == "oracle"} == {("teacher", "oracle", "bf16", a) for a in ("eager", "sdpa")}
     assert {c for c in decoded if c[1] == "ar-batched"} == {("teacher", "ar-batched", p, a) for p, a in full}
     assert {c for c in decoded if c[1] == "orthrus-lossy"} == (
-        {("smoke-ce", "orthrus-lossy", p, a) for p, a in full} | {("smoke-kl", "orthrus-lossy", p, a) for p, a in sdpa})
+        {("smoke-ce", "orthrus-lossy", p, a) for p, a in full} | {("smoke-kl", "orthrus-lossy", p, a) for p, a in sdpa}
+    )
     for a in ("eager", "sdpa"):  # each oracle cell reads the reference of its own cell
-        job = re.search(rf"^    input: (.*)\n    output: (results/decode/teacher/shards/oracle-bf16-{a}\S*)", res.stdout, re.M)
+        job = re.search(
+            rf"^    input: (.*)\n    output: (results/decode/teacher/shards/oracle-bf16-{a}\S*)", res.stdout, re.M
+        )
         assert {c for c in DECODED.findall(job.group(1)) if c[1] == "ar-ref"} == {("teacher", "ar-ref", "bf16", a)}
         assert re.search(rf"--reference results/decode/teacher/ar-ref-bf16-{a}\.parquet\s+--shard", res.stdout)
     assert '"batch_size": 4' in res.stdout and '"block_size": 4, "decoder": "oracle"' in res.stdout
@@ -289,57 +332,89 @@ def test_engine_files_join_the_dag(tmp_path):
     cfg["decode"]["controls"] = []
     cfg["decode"]["external"] |= {
         "vllm-ar": {"path": _engine_file(tmp_path / "vllm ar.jsonl")},  # fp32/eager from its env
-        "vllm-eagle": {"path": _engine_file(tmp_path / "eagle.jsonl", "bfloat16", "FLASH_ATTN"), "attention": "sdpa",
-                       "reference": "vllm-ar"}}
+        "vllm-eagle": {
+            "path": _engine_file(tmp_path / "eagle.jsonl", "bfloat16", "FLASH_ATTN"),
+            "attention": "sdpa",
+            "reference": "vllm-ar",
+        },
+    }
     res = snakemake("-n", "-p", cwd=workdir_with(tmp_path, cfg))
     assert res.returncode == 0, res.stderr[-2000:]
     jobs = _jobs(res.stdout)
     ingested = {f for f, r in jobs.items() if r == "ingest_external"}
-    assert ingested == {"results/decode/vllm-ar/external-fp32-eager.parquet", "results/decode/vllm-eagle/external-bf16-sdpa.parquet",
-                        "results/decode/engine-ar/external-bf16-sdpa.parquet", "results/decode/engine-pld/external-bf16-sdpa.parquet"}
-    assert {f for f, r in jobs.items() if r.startswith("engine_standin")} == {"results/engine/ar.jsonl", "results/engine/pld.jsonl"}
+    assert ingested == {
+        "results/decode/vllm-ar/external-fp32-eager.parquet",
+        "results/decode/vllm-eagle/external-bf16-sdpa.parquet",
+        "results/decode/engine-ar/external-bf16-sdpa.parquet",
+        "results/decode/engine-pld/external-bf16-sdpa.parquet",
+    }
+    assert {f for f, r in jobs.items() if r.startswith("engine_standin")} == {
+        "results/engine/ar.jsonl",
+        "results/engine/pld.jsonl",
+    }
     assert "--file '" + str(tmp_path / "vllm ar.jsonl") + "' --name vllm-ar" in res.stdout
     assert "--name vllm-eagle" in res.stdout and "--reference vllm-ar --out results/decode/vllm-eagle/" in res.stdout
-    for name, ref in (("vllm-ar", "results/decode/teacher/ar-ref-fp32-eager.parquet"),
-                      ("vllm-eagle", "results/decode/vllm-ar/external-fp32-eager.parquet"),
-                      ("engine-pld", "results/decode/engine-ar/external-bf16-sdpa.parquet")):
-        assert re.search(rf"--decoded results/decode/{name}/external-\S+ --reference {re.escape(ref)} .*"
-                         rf"--out results/forensics/external/{name}\.parquet", res.stdout), name
+    for name, ref in (
+        ("vllm-ar", "results/decode/teacher/ar-ref-fp32-eager.parquet"),
+        ("vllm-eagle", "results/decode/vllm-ar/external-fp32-eager.parquet"),
+        ("engine-pld", "results/decode/engine-ar/external-bf16-sdpa.parquet"),
+    ):
+        assert re.search(
+            rf"--decoded results/decode/{name}/external-\S+ --reference {re.escape(ref)} .*"
+            rf"--out results/forensics/external/{name}\.parquet",
+            res.stdout,
+        ), name
     analyze = re.search(r"^    input: (.*)\n    output: results/tables/trajectories", res.stdout, re.M).group(1)
     assert ingested <= set(analyze.split(", "))
     perplexity = [c for c in res.stdout.splitlines() if "orthrus perplexity" in c][0]
     assert "results/decode/vllm-ar/external-fp32-eager.parquet" in perplexity and "engine-ar/external" in perplexity
     assert "vllm-eagle" not in perplexity  # only the declared references are scored beside ar-ref
     # the prompts for an engine on their own
-    alone = snakemake("-n", "results/export/prompts.jsonl", cwd=workdir_with(tmp_path, {**cfg, "decode": {
-        **cfg["decode"], "external": {}}}))
+    alone = snakemake(
+        "-n",
+        "results/export/prompts.jsonl",
+        cwd=workdir_with(tmp_path, {**cfg, "decode": {**cfg["decode"], "external": {}}}),
+    )
     assert alone.returncode == 0 and re.search(r"^export_prompts\s+1$", alone.stdout, re.M), alone.stderr[-2000:]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry, message", [
-    ({"path": "missing.jsonl"}, "decode.external.e.path: no such file: 'missing.jsonl'"),
-    ({"path": "FILE", "reference": "nope"}, "decode.external.e.reference: 'nope' is not an entry of decode.external"),
-    ({"path": "FILE", "reference": "e"}, "decode.external.e.reference: the entry itself"),
-    ({"path": "FILE", "precision": "fp16"}, "decode.external.e.precision: 'fp16' not in decode.precisions"),
-    ({"path": "FILE", "stand_in": "ar-ref"}, "decode.external.e.precision: required with decode.external.e.stand_in"),
-    ({"path": "FILE", "kernel": "sdpa"}, "decode.external.e.kernel: unknown key"),
-    ({"path": "KERNEL"}, "decode.external.e.attention: not set, and the first record of"),
-    ({"path": "FILE", "name": "teacher"}, "decode.external.teacher: same name as teacher.name"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"path": "missing.jsonl"}, "decode.external.e.path: no such file: 'missing.jsonl'"),
+        (
+            {"path": "FILE", "reference": "nope"},
+            "decode.external.e.reference: 'nope' is not an entry of decode.external",
+        ),
+        ({"path": "FILE", "reference": "e"}, "decode.external.e.reference: the entry itself"),
+        ({"path": "FILE", "precision": "fp16"}, "decode.external.e.precision: 'fp16' not in decode.precisions"),
+        (
+            {"path": "FILE", "stand_in": "ar-ref"},
+            "decode.external.e.precision: required with decode.external.e.stand_in",
+        ),
+        ({"path": "FILE", "kernel": "sdpa"}, "decode.external.e.kernel: unknown key"),
+        ({"path": "KERNEL"}, "decode.external.e.attention: not set, and the first record of"),
+        ({"path": "FILE", "name": "teacher"}, "decode.external.teacher: same name as teacher.name"),
+    ],
+)
 def test_a_bad_engine_entry_fails_before_any_job_naming_the_key(tmp_path, entry, message):
     cfg = yaml.safe_load(SMOKE.read_text())
     entry = dict(entry)
     name = entry.pop("name", "e")
-    entry["path"] = {"FILE": _engine_file(tmp_path / "f.jsonl"), "KERNEL": _engine_file(tmp_path / "k.jsonl", "bf16", "flashinfer")
-                     }.get(entry["path"], entry["path"])
+    entry["path"] = {
+        "FILE": _engine_file(tmp_path / "f.jsonl"),
+        "KERNEL": _engine_file(tmp_path / "k.jsonl", "bf16", "flashinfer"),
+    }.get(entry["path"], entry["path"])
     cfg["decode"]["external"] = {name: entry}
     res = snakemake("-n", cwd=workdir_with(tmp_path, cfg))
     assert res.returncode != 0 and message in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
 
 
 def test_lint_is_clean():
-    res = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, res.stdout[-3000:]
 
 
@@ -376,7 +451,8 @@ def test_smoke_orthrus_cells_follow_decode_grids(smoke):
     assert cells("smoke-ce") == [(p, a) for p in ("bf16", "fp32") for a in ("eager", "sdpa")]
     assert cells("smoke-kl") == [("bf16", "sdpa"), ("fp32", "sdpa")] and len(orth) == 6
     assert sorted(p.name for p in (smoke / "results/decode/smoke-kl").glob("*.parquet")) == [
-        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus", "orthrus-lossy") for p in ("bf16", "fp32")]
+        f"{d}-{p}-sdpa.parquet" for d in ("ar", "orthrus", "orthrus-lossy") for p in ("bf16", "fp32")
+    ]
     fx = pd.read_parquet(smoke / "results/forensics.parquet")
     assert set(fx.loc[fx.model == "smoke-kl", "attention"]) <= {"sdpa"}
 
@@ -399,14 +475,22 @@ def test_smoke_fp32_is_exact_for_orthrus_and_transformers_decoders(smoke):
     assert (hf[hf.precision == "fp32"].match_rate == 1.0).all()
     # assisted over the whole grid, prompt-lookup over the narrower one of decode.grids (sdpa only)
     assert sorted(map(tuple, hf[["decoder", "attention"]].values.tolist())) == sorted(
-        [("assisted", a) for a in ("eager", "sdpa")] * 2 + [("prompt-lookup", "sdpa")] * 2)
+        [("assisted", a) for a in ("eager", "sdpa")] * 2 + [("prompt-lookup", "sdpa")] * 2
+    )
 
 
 @pytest.mark.slow
 def test_smoke_decoders_table_has_every_decoder(smoke):
     decoders = _table(smoke, "decoders.csv")
-    assert set(decoders.decoder) == {"orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy",
-                                     "external"}
+    assert set(decoders.decoder) == {
+        "orthrus",
+        "assisted",
+        "prompt-lookup",
+        "oracle",
+        "ar-batched",
+        "orthrus-lossy",
+        "external",
+    }
     assert (smoke / "results" / "figures" / "decoders.png").stat().st_size > 0
 
 
@@ -508,11 +592,14 @@ def test_every_shell_placeholder_is_quoted():
         for i, line in enumerate(lines):
             if line.strip() != "shell:":
                 continue
-            for cont in lines[i + 1:]:
+            for cont in lines[i + 1 :]:
                 if not cont.strip().startswith('"'):
                     break
-                unquoted += [f"{smk.name}: {{{p}}}" for p in re.findall(r"\{([^{}]+)\}", cont)
-                             if not p.endswith(":q") and p != "params.launch"]
+                unquoted += [
+                    f"{smk.name}: {{{p}}}"
+                    for p in re.findall(r"\{([^{}]+)\}", cont)
+                    if not p.endswith(":q") and p != "params.launch"
+                ]
     assert not unquoted, unquoted
 
 
@@ -521,11 +608,29 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     """A local hf teacher at a path with a space, both quotes and `$(...)`: the corpus job runs on
     it and nothing else runs (every config value reaches the shell through Snakemake's `:q`)."""
     nasty = tmp_path / "te a'ch\"er$(touch PWNED)"
-    tiny = {"steps": 1, "eval_per_domain": 0, "hidden_size": 16, "intermediate_size": 32, "num_layers": 1,
-            "head_dim": 8, "vocab_size": 300}
-    made = subprocess.run([sys.executable, "-m", "orthrus.cli", "train-teacher", "--out", str(nasty),
-                           *[a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]],
-                          capture_output=True, text=True, timeout=300)
+    tiny = {
+        "steps": 1,
+        "eval_per_domain": 0,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_layers": 1,
+        "head_dim": 8,
+        "vocab_size": 300,
+    }
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orthrus.cli",
+            "train-teacher",
+            "--out",
+            str(nasty),
+            *[a for k, v in tiny.items() for a in ("--set", f"{k}={v}")],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     cfg = yaml.safe_load(SMOKE.read_text())
     cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(nasty), "draft": cfg["teacher"]["draft"]}
@@ -566,13 +671,18 @@ def test_table7_runs_gsm8k_and_ifeval_under_the_safe_default(tmp_path):
     assert "benchmarks: humaneval left out: it runs model-written code" in safe.stderr
     runs = [c for c in safe.stdout.splitlines() if "orthrus lm-eval run" in c]
     assert runs and all("--tasks gsm8k,ifeval " in c and "--allow-code-eval" not in c for c in runs)
-    opted = snakemake("-n", "-p", cwd=workdir_with(tmp_path / "opted", {**paper, "benchmarks": {**paper["benchmarks"],
-                                                                                              "allow_code_eval": True}}))
+    opted = snakemake(
+        "-n",
+        "-p",
+        cwd=workdir_with(tmp_path / "opted", {**paper, "benchmarks": {**paper["benchmarks"], "allow_code_eval": True}}),
+    )
     runs = [c for c in opted.stdout.splitlines() if "orthrus lm-eval run" in c]
     assert runs and all("--tasks gsm8k,humaneval,ifeval " in c and "--allow-code-eval" in c for c in runs)
     assert "left out" not in opted.stderr
-    only = snakemake("-n", cwd=workdir_with(tmp_path / "only", {**paper, "benchmarks": {**paper["benchmarks"],
-                                                                                      "tasks": ["humaneval"]}}))
+    only = snakemake(
+        "-n",
+        cwd=workdir_with(tmp_path / "only", {**paper, "benchmarks": {**paper["benchmarks"], "tasks": ["humaneval"]}}),
+    )
     assert only.returncode != 0 and "benchmarks.tasks: every task runs model-written code" in only.stdout + only.stderr
 
 
@@ -597,8 +707,15 @@ def test_the_cluster_profile_keeps_going_and_gives_each_rule_its_threads(tmp_pat
     """`--profile profiles/slurm` with the paper config: every job keeps the config's 8 threads
     (the workflow profile, which Snakemake applies on top, caps nothing), and the effective
     settings keep going past a failed job."""
-    shown = snakemake("-n", "-p", "--profile", str(ROOT / "profiles/slurm"), "--configfile",
-                      str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
+    shown = snakemake(
+        "-n",
+        "-p",
+        "--profile",
+        str(ROOT / "profiles/slurm"),
+        "--configfile",
+        str(ROOT / "configs/paper.yaml"),
+        cwd=tmp_path,
+    )
     assert shown.returncode == 0, shown.stderr[-2000:]
     threads = re.findall(r"--threads (\d+)", shown.stdout)
     assert threads and set(threads) == {"8"}

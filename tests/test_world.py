@@ -1,4 +1,5 @@
 """Tiny world: domain generators, tokenizer, micro teacher."""
+
 from __future__ import annotations
 
 import json
@@ -9,15 +10,37 @@ import pytest
 
 from orthrus.world import code, domains
 
-MICRO = {"steps": 3, "batch_size": 4, "length_buckets": 1, "hidden_size": 32,
-         "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
-         "intermediate_size": 64, "eval_per_domain": 0, "vocab_size": 384, "log_every": 1}
+MICRO = {
+    "steps": 3,
+    "batch_size": 4,
+    "length_buckets": 1,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "eval_per_domain": 0,
+    "vocab_size": 384,
+    "log_every": 1,
+}
 
 
 def test_all_twelve_domains_present():
     assert domains.DOMAINS == [
-        "code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru",
-        "poetry-en", "poetry-ru", "qa", "qa-ru", "wmt-ru-en"]
+        "code",
+        "code-ru",
+        "creative-en",
+        "gec-en",
+        "gec-ru",
+        "math",
+        "math-ru",
+        "poetry-en",
+        "poetry-ru",
+        "qa",
+        "qa-ru",
+        "wmt-ru-en",
+    ]
     with pytest.raises(KeyError):
         domains.sample("nope", random.Random(0))
 
@@ -30,7 +53,7 @@ def test_generators_deterministic_ascii_short(domain):
     s1 = [domains.sample(domain, rng1) for _ in range(30)]
     s2 = [domains.sample(domain, rng2) for _ in range(30)]
     assert s1 == s2
-    assert len({p for p, _ in s1}) > 5          # varied prompts
+    assert len({p for p, _ in s1}) > 5  # varied prompts
     for p, ans in s1:
         assert p and ans and p.isascii() and ans.isascii()
         assert len(p) < 200
@@ -48,12 +71,12 @@ def test_qa_open_questions_add_free_words_around_the_determined_facts():
     rng = domains.domain_rng(0, "qa", "test")
     samples = [domains.sample("qa", rng) for _ in range(400)]
     open_ = [(p, a) for p, a in samples if ". Tell me about " in p]
-    assert 0.65 < len(open_) / len(samples) < 0.85          # three prompts in four
+    assert 0.65 < len(open_) / len(samples) < 0.85  # three prompts in four
     for p, a in samples:
         m = re.search(r"The record for (\w+) says the color is (\w+) and the age is (\d+)\.", a)
-        assert m, a                                         # the facts, as the tiny qa task reads them
+        assert m, a  # the facts, as the tiny qa task reads them
         name, color, age = m.groups()
-        assert f"{name} {color} {age}" in p                 # determined by the records in the prompt
+        assert f"{name} {color} {age}" in p  # determined by the records in the prompt
     # free words: the same facts come with different answers
     assert len({a for _, a in open_}) == len(open_)
     assert all(any(a.count(h) for h in domains._QA_HEARSAY) for _, a in open_)
@@ -94,13 +117,13 @@ def test_mixed_domains_tell_a_new_story_or_an_old_tale_of_the_same_length():
     """Every prompt of a mixed domain asks for a story after its determined answer: a new one in
     REMARK_SHARE of them, else one of KNOWN_TEXTS old tales, each REMARK_EVENTS events long, so
     that length does not tell them apart; math and code-ru stay determined."""
-    start = re.compile("(?:%s), there (?:was|lived) " % "|".join(domains._STORY_OPENERS))
+    start = re.compile(f"(?:{'|'.join(domains._STORY_OPENERS)}), there (?:was|lived) ")
     for d in domains.REMARKED:
         rng = domains.domain_rng(0, d, "test")
         told = {True: [], False: []}
         for _ in range(400):
             p, a = domains.sample(d, rng)
-            story = a[list(start.finditer(a))[-1].start():]
+            story = a[list(start.finditer(a))[-1].start() :]
             assert story.count(".") == domains.REMARK_EVENTS + 2, (d, story)  # opener, events, ending
             told["old tale" in p or "staruju skazku" in p].append(story)
         assert abs(len(told[False]) / 400 - domains.REMARK_SHARE) < 0.1, d
@@ -119,6 +142,7 @@ def test_code_uses_local_stdlib():
 @pytest.fixture(scope="module")
 def world_tok(tmp_path_factory):
     from orthrus.world.tokenizer import build_tokenizer
+
     d = tmp_path_factory.mktemp("tok")
     build_tokenizer(d, vocab_size=384)
     return d
@@ -140,24 +164,27 @@ def test_tokenizer_roundtrip_and_chat_template(world_tok):
     assert [t for t in tok.tokenize("16 + 205") if any(c.isdigit() for c in t)] == ["1", "6", "2", "0", "5"]
     ids = render_chat(tok, "Compute 1 + 2.")
     text = tok.decode(ids)
-    assert text == ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nCompute 1 + 2.<|im_end|>\n"
-                    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert text == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nCompute 1 + 2.<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
     for t in ("<|im_start|>", "<|im_end|>", "<think>", "</think>"):
         assert tok.convert_tokens_to_ids(t) in ids
     # thinking enabled: no empty think block
     msgs = [{"role": "user", "content": "x"}]
-    assert not tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True
-                                       ).endswith("</think>\n\n")
+    assert not tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).endswith("</think>\n\n")
 
 
 def test_padded_vocab():
     from orthrus.world.teacher import padded_vocab
+
     assert padded_vocab(384) == 448 and padded_vocab(383) == 384 and padded_vocab(770) == 832
 
 
 @pytest.fixture(scope="module")
 def micro_teacher(tmp_path_factory):
     from orthrus.world.teacher import train_teacher
+
     d = tmp_path_factory.mktemp("teacher") / "t"
     summary = train_teacher(MICRO, d, verbose=False)
     return d, summary
@@ -171,8 +198,14 @@ def test_micro_teacher_saves_and_reloads(micro_teacher):
     from orthrus.world.teacher import make_model  # noqa: F401  (import check)
 
     d, summary = micro_teacher
-    for f in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-              "train_log.csv", "teacher_config.json"):
+    for f in (
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "train_log.csv",
+        "teacher_config.json",
+    ):
         assert (d / f).exists(), f
     assert not list(d.parent.glob(".*tmp"))
     tok = AutoTokenizer.from_pretrained(d)
@@ -214,8 +247,7 @@ def test_train_teacher_cli(tmp_path):
     cfgfile = tmp_path / "cfg.yaml"
     cfgfile.write_text(yaml.safe_dump({"teacher": {**MICRO, "steps": 50}}))
     out = tmp_path / "cli"
-    assert teacher.main(["--config", str(cfgfile), "--out", str(out), "--steps", "1",
-                         "--set", "seed=3"]) == 0
+    assert teacher.main(["--config", str(cfgfile), "--out", str(out), "--steps", "1", "--set", "seed=3"]) == 0
     cfg = json.loads((out / "teacher_config.json").read_text())
     assert cfg["steps"] == 1 and cfg["seed"] == 3 and cfg["hidden_size"] == 32
     with pytest.raises(ValueError, match="unknown teacher settings"):

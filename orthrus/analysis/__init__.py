@@ -8,6 +8,7 @@ and the forensics rows (the command and its outputs: `orthrus.analysis.cli`).
 - `uncertainty`  near-ties: margins at the divergences (forensics) and along the teacher's path
 - `cli`          `analyze` (all tables), `write_tables`, `main`
 """
+
 from orthrus.analysis.cli import analyze, main, write_tables
 from orthrus.analysis.load import AnalysisError
 

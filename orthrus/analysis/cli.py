@@ -38,6 +38,7 @@ was not given are written with their header only):
 
 Each CSV gets a Markdown twin (`orthrus.io.write_table`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orthrus.analysis.load import AnalysisError, error_counts, load_decode, load_forensics, load_pair_ppl, load_ppl
+from orthrus.analysis.load import error_counts, load_decode, load_forensics, load_pair_ppl, load_ppl
 from orthrus.analysis.match import (
     attach_ppl,
     compare_trajectories,
@@ -62,14 +63,21 @@ from orthrus.analysis.match import (
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
 from orthrus.analysis.tpf import tpf_table
 from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
+from orthrus.audit.verdict import ROUNDING_ULPS, rounding_ulps_arg
 from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
-from orthrus.audit.verdict import ROUNDING_ULPS, rounding_ulps_arg
 
 
-def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
-            near_tie: float = DEFAULT_NEAR_TIE, tpf_paths=(), declared: bool = False,
-            rounding_ulps: float | dict = ROUNDING_ULPS) -> dict[str, pd.DataFrame]:
+def analyze(
+    decode_paths,
+    reference=None,
+    ppl_path=None,
+    forensics_path=None,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    tpf_paths=(),
+    declared: bool = False,
+    rounding_ulps: float | dict = ROUNDING_ULPS,
+) -> dict[str, pd.DataFrame]:
     """Compute every table; returns {file name: DataFrame} (keys as in TABLES). `tpf_paths`:
     decoding results of a separate TPF run (Table 2), used for `tpf_by_domain.csv` only.
     `declared`: the prompts are the tiny world's, so its declared uncertainty per domain applies
@@ -109,9 +117,12 @@ def analyze(decode_paths, reference=None, ppl_path=None, forensics_path=None,
     tables["match_by_domain.csv"] = with_rows(tables["match_by_domain.csv"], CONFIG + ["domain"], cells)
     tpf_keys = CONFIG + TPF_RUN + ["domain"]
     spec = tpf_errors[tpf_errors["decoder"].isin(SPECULATIVE)] if len(tpf_errors) else tpf_errors
-    run = [(*r[:5], pd.NA if r[5] == "" else int(r[5])) for r in spec[CONFIG + TPF_RUN].itertuples(index=False, name=None)]
-    tables["tpf_by_domain.csv"] = with_rows(tables["tpf_by_domain.csv"], tpf_keys,
-                                            [(*r, dom) for r, d in zip(run, spec["domain"]) for dom in (d, "all")])
+    run = [
+        (*r[:5], pd.NA if r[5] == "" else int(r[5])) for r in spec[CONFIG + TPF_RUN].itertuples(index=False, name=None)
+    ]
+    tables["tpf_by_domain.csv"] = with_rows(
+        tables["tpf_by_domain.csv"], tpf_keys, [(*r, dom) for r, d in zip(run, spec["domain"]) for dom in (d, "all")]
+    )
     for name, df in tables.items():
         if name.endswith(".csv"):
             errs = tpf_errors if name == "tpf_by_domain.csv" else errors
@@ -136,27 +147,62 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir) -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus analyze", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--decode", nargs="+", required=True, metavar="PARQUET",
-                    help="decoding-result Parquet files (all models, decoders, precisions)")
-    ap.add_argument("--reference", default=None,
-                    help="model name of the AR reference (decoder 'ar-ref'); inferred if unique")
-    ap.add_argument("--ppl", default=None, metavar="PARQUET",
-                    help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]")
-    ap.add_argument("--forensics", default=None, metavar="PARQUET",
-                    help="divergence forensics rows (orthrus forensics)")
-    ap.add_argument("--world-domains", action="store_true",
-                    help="the prompts are the tiny world's: fill uncertainty_by_domain.csv's `declared` column")
-    ap.add_argument("--tpf-decode", nargs="*", default=[], metavar="PARQUET",
-                    help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only")
-    ap.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE,
-                    help="margin (logits) below which a divergence counts as a near-tie")
-    ap.add_argument("--rounding-ulps", type=rounding_ulps_arg, default=dict(ROUNDING_ULPS),
-                    help="reference margin, in ulps of the logits' magnitude, that rounding explains (the verdicts' "
-                         "bound): one number or precision=ulps,...")
+    ap.add_argument(
+        "--decode",
+        nargs="+",
+        required=True,
+        metavar="PARQUET",
+        help="decoding-result Parquet files (all models, decoders, precisions)",
+    )
+    ap.add_argument(
+        "--reference", default=None, help="model name of the AR reference (decoder 'ar-ref'); inferred if unique"
+    )
+    ap.add_argument(
+        "--ppl",
+        default=None,
+        metavar="PARQUET",
+        help="reference-response perplexities: prompt_id, ppl[, n_tokens, model, precision]",
+    )
+    ap.add_argument(
+        "--forensics", default=None, metavar="PARQUET", help="divergence forensics rows (orthrus forensics)"
+    )
+    ap.add_argument(
+        "--world-domains",
+        action="store_true",
+        help="the prompts are the tiny world's: fill uncertainty_by_domain.csv's `declared` column",
+    )
+    ap.add_argument(
+        "--tpf-decode",
+        nargs="*",
+        default=[],
+        metavar="PARQUET",
+        help="decoding results of a separate TPF run (Table 2), for tpf_by_domain.csv only",
+    )
+    ap.add_argument(
+        "--near-tie",
+        type=float,
+        default=DEFAULT_NEAR_TIE,
+        help="margin (logits) below which a divergence counts as a near-tie",
+    )
+    ap.add_argument(
+        "--rounding-ulps",
+        type=rounding_ulps_arg,
+        default=dict(ROUNDING_ULPS),
+        help="reference margin, in ulps of the logits' magnitude, that rounding explains (the verdicts' "
+        "bound): one number or precision=ulps,...",
+    )
     ap.add_argument("--out-dir", required=True, help="directory for the tables")
     args = ap.parse_args(argv)
-    tables = analyze(args.decode, args.reference, args.ppl, args.forensics, args.near_tie, args.tpf_decode,
-                     args.world_domains, args.rounding_ulps)
+    tables = analyze(
+        args.decode,
+        args.reference,
+        args.ppl,
+        args.forensics,
+        args.near_tie,
+        args.tpf_decode,
+        args.world_domains,
+        args.rounding_ulps,
+    )
     for p in write_tables(tables, args.out_dir):
         print(p)
     return 0

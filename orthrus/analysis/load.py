@@ -4,6 +4,7 @@ table left out.
 Inputs: decoding results, the perplexity file and the forensics rows (docs/DESIGN.md). A bad
 input is an `AnalysisError` whose message names the file and the column.
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.contracts import CONFIG, FORENSICS_ROW_COLUMNS, REFERENCE_DECODER, TPF_RUN
-from orthrus.errors import InputError
 from orthrus.decode.options import DecodeOptions, env_record
+from orthrus.errors import InputError
 
 # Columns read from each input (subsets of the contracts in orthrus/contracts.py).
 DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]
@@ -47,8 +48,7 @@ def read_parquet_checked(path, required, optional=(), what="file") -> pd.DataFra
     missing = [c for c in required if c not in names]
     if missing:
         raise AnalysisError(
-            f"{what} {path} lacks required column(s) {', '.join(map(repr, missing))} "
-            f"(has: {', '.join(names)})"
+            f"{what} {path} lacks required column(s) {', '.join(map(repr, missing))} (has: {', '.join(names)})"
         )
     cols = list(required) + [c for c in optional if c in names and c not in required]
     return pd.read_parquet(path, columns=cols)
@@ -65,15 +65,13 @@ def _check_unique(df: pd.DataFrame, path, seen: dict[tuple, Path]) -> None:
         key = tuple(key)
         if key in seen:
             raise AnalysisError(
-                f"decoding result {path}: configuration {dict(zip(CONFIG, key))} "
-                f"also appears in {seen[key]}"
+                f"decoding result {path}: configuration {dict(zip(CONFIG, key))} also appears in {seen[key]}"
             )
         seen[key] = Path(path)
     dup = df.duplicated(CONFIG + ["prompt_id"])
     if dup.any():
         raise AnalysisError(
-            f"decoding result {path}: column 'prompt_id' has duplicates, e.g. "
-            f"{df.loc[dup, 'prompt_id'].iloc[0]!r}"
+            f"decoding result {path}: column 'prompt_id' has duplicates, e.g. {df.loc[dup, 'prompt_id'].iloc[0]!r}"
         )
 
 
@@ -121,13 +119,13 @@ def load_decode(paths) -> tuple[pd.DataFrame, pd.DataFrame]:
     for c in CONFIG + ["prompt_id", "domain"]:
         df[c] = df[c].astype(str)
     df["tokens"] = [tuple(int(t) for t in x) if x is not None else () for x in df["tokens"]]
-    errors = (pd.concat(errors, ignore_index=True).astype(str) if errors
-              else pd.DataFrame(columns=ERROR_COLUMNS))
+    errors = pd.concat(errors, ignore_index=True).astype(str) if errors else pd.DataFrame(columns=ERROR_COLUMNS)
     return df, errors
 
 
-def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str,
-                 declared: dict | None = None) -> list[int]:
+def error_counts(
+    name: str, table: pd.DataFrame, errors: pd.DataFrame, reference: str, declared: dict | None = None
+) -> list[int]:
     """Per row of a table: the decoding error rows it left out, those of its own configuration
     (the Orthrus decoder where the table has no decoder column; the reference at the scored
     precision and attention for the uncertainty table, whose perplexity forward skips them) and,
@@ -135,12 +133,18 @@ def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference
     an engine pair, `declared` maps its configuration to its reference's); per domain where it has
     one, and per run setting (message, max_new_tokens) in the TPF table."""
     declared = declared or {}
-    counts = errors[ERROR_COLUMNS].value_counts().to_dict()  # (model, decoder, precision, attention, domain, message, max_new_tokens) -> n
+    counts = (
+        errors[ERROR_COLUMNS].value_counts().to_dict()
+    )  # (model, decoder, precision, attention, domain, message, max_new_tokens) -> n
 
     def n(model, decoder, precision, attention, domain=None, run=None):
-        return sum(v for (m, d, p, a, dom, *r), v in counts.items()
-                   if (m, d, p, a) == (model, decoder, precision, attention) and domain in (None, "all", dom)
-                   and run in (None, tuple(r)))
+        return sum(
+            v
+            for (m, d, p, a, dom, *r), v in counts.items()
+            if (m, d, p, a) == (model, decoder, precision, attention)
+            and domain in (None, "all", dom)
+            and run in (None, tuple(r))
+        )
 
     out = []
     for r in table.to_dict("records"):
@@ -151,8 +155,16 @@ def error_counts(name: str, table: pd.DataFrame, errors: pd.DataFrame, reference
             out.append(n(reference, REFERENCE_DECODER, r["scored_precision"], r["scored_attention"], r["domain"]))
             continue
         if name == "tpf_by_domain.csv":
-            out.append(n(r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"], r["domain"],
-                         (str(r["message"]), run_tokens(r["max_new_tokens"]))))
+            out.append(
+                n(
+                    r["model"],
+                    r.get("decoder", "orthrus"),
+                    r["precision"],
+                    r["attention"],
+                    r["domain"],
+                    (str(r["message"]), run_tokens(r["max_new_tokens"])),
+                )
+            )
             continue
         key = (r["model"], r.get("decoder", "orthrus"), r["precision"], r["attention"])
         own = n(*key, r.get("domain"))
@@ -180,9 +192,7 @@ def load_ppl(path, reference: str | None) -> pd.DataFrame:
             df[extra] = df[extra].astype(str)
             keys.append(extra)
     if df.duplicated(keys).any():
-        raise AnalysisError(
-            f"perplexity file {path}: several rows per {'/'.join(keys)}; cannot tell which to use"
-        )
+        raise AnalysisError(f"perplexity file {path}: several rows per {'/'.join(keys)}; cannot tell which to use")
     df = df[keys + ["ppl"]].copy()
     df["ppl"] = pd.to_numeric(df["ppl"], errors="coerce").astype(float)
     return df
@@ -195,8 +205,13 @@ def load_pair_ppl(path, references) -> pd.DataFrame:
     if "model" not in df.columns or not references:
         return pd.DataFrame(columns=["reference", "prompt_id", "ppl"])
     df = df[df["model"].astype(str).isin(set(references))]
-    out = pd.DataFrame({"reference": df["model"].astype(str), "prompt_id": df["prompt_id"].astype(str),
-                        "ppl": pd.to_numeric(df["ppl"], errors="coerce").astype(float)})
+    out = pd.DataFrame(
+        {
+            "reference": df["model"].astype(str),
+            "prompt_id": df["prompt_id"].astype(str),
+            "ppl": pd.to_numeric(df["ppl"], errors="coerce").astype(float),
+        }
+    )
     return out.drop_duplicates(["reference", "prompt_id"]).reset_index(drop=True)
 
 

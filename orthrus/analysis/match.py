@@ -1,6 +1,7 @@
 """Trajectory comparison with the AR reference and the match tables built on it: per prompt
 (`trajectories.parquet`), overall and per domain (Wilson 95% CI), between every pair of decoding
 results, and the speculative decoders side by side (`decoders.csv`)."""
+
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import AnalysisError, warn
+from orthrus.analysis.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 from orthrus.analysis.tpf import tpf_per_prompt
 from orthrus.analysis.uncertainty import verdict_counts
 from orthrus.contracts import (
@@ -26,7 +28,6 @@ from orthrus.contracts import (
     VERDICT_COUNTS,
 )
 from orthrus.engines.ingest import declared_reference
-from orthrus.analysis.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 
 
 def detect_reference(decode: pd.DataFrame) -> str:
@@ -34,8 +35,7 @@ def detect_reference(decode: pd.DataFrame) -> str:
     refs = sorted(decode.loc[decode["decoder"] == REFERENCE_DECODER, "model"].unique())
     if len(refs) != 1:
         raise AnalysisError(
-            f"cannot infer the reference model: decoder {REFERENCE_DECODER!r} has models {refs}; "
-            "pass --reference"
+            f"cannot infer the reference model: decoder {REFERENCE_DECODER!r} has models {refs}; pass --reference"
         )
     return refs[0]
 
@@ -49,8 +49,20 @@ def _compare(rows: list, key: tuple, grp: pd.DataFrame, ref_tokens: dict, refere
             lost += 1
             continue
         div = first_divergence(toks, rt)
-        rows.append((*key, reference, pid, dom, div is None, div, common_prefix_len(toks, rt),
-                     levenshtein(toks, rt) if div is not None else 0, len(toks), len(rt)))
+        rows.append(
+            (
+                *key,
+                reference,
+                pid,
+                dom,
+                div is None,
+                div,
+                common_prefix_len(toks, rt),
+                levenshtein(toks, rt) if div is not None else 0,
+                len(toks),
+                len(rt),
+            )
+        )
     return lost
 
 
@@ -58,8 +70,9 @@ def _typed(out: pd.DataFrame) -> pd.DataFrame:
     """The comparison rows with TRAJECTORY_COLUMNS' dtypes (ppl still NaN)."""
     out["match"] = out["match"].astype(bool)
     out["first_divergence"] = pd.array(
-        [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
-         for v in out["first_divergence"]], dtype="Int64")
+        [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in out["first_divergence"]],
+        dtype="Int64",
+    )
     for c in ("common_prefix_len", "levenshtein", "n_tokens", "ref_n_tokens"):
         out[c] = out[c].astype("int64")
     out["ppl"] = np.nan
@@ -79,8 +92,12 @@ def declared_references(decode: pd.DataFrame, errors: pd.DataFrame) -> dict[tupl
     rows, kept or errors."""
     if "env" not in decode.columns:
         return {}
-    cells = {r[0]: tuple(r) for frame in (decode, errors) if len(frame)
-             for r in frame.loc[frame["decoder"] == EXTERNAL_DECODER, CONFIG].itertuples(index=False, name=None)}
+    cells = {
+        r[0]: tuple(r)
+        for frame in (decode, errors)
+        if len(frame)
+        for r in frame.loc[frame["decoder"] == EXTERNAL_DECODER, CONFIG].itertuples(index=False, name=None)
+    }
     out = {}
     for key, grp in decode[decode["decoder"] == EXTERNAL_DECODER].groupby(CONFIG, sort=True):
         name = _declared(grp)
@@ -109,14 +126,18 @@ def compare_trajectories(decode: pd.DataFrame, reference: str) -> pd.DataFrame:
         if pair is not None:
             r = decode[(decode["decoder"] == EXTERNAL_DECODER) & (decode["model"] == pair)]
             if r.empty:
-                warn(f"{model}/{decoder}/{precision}/{attention} declares the reference {pair!r}, which has no "
-                     "trajectories among the --decode files (or only error rows); skipping it")
+                warn(
+                    f"{model}/{decoder}/{precision}/{attention} declares the reference {pair!r}, which has no "
+                    "trajectories among the --decode files (or only error rows); skipping it"
+                )
                 continue
         else:
             r = ref[(ref["precision"] == precision) & (ref["attention"] == attention)]
             if r.empty:
-                warn(f"no reference {reference}/{REFERENCE_DECODER} at {precision}/{attention}; "
-                     f"skipping {model}/{decoder}")
+                warn(
+                    f"no reference {reference}/{REFERENCE_DECODER} at {precision}/{attention}; "
+                    f"skipping {model}/{decoder}"
+                )
                 continue
         lost = _compare(rows, key, grp, dict(zip(r["prompt_id"], r["tokens"])), pair or reference)
         if lost:
@@ -137,9 +158,12 @@ def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None, pair_ppl: pd.DataFr
         traj = traj.merge(ppl[keys + ["ppl"]], on=keys, how="left")
     pair = traj["reference"].isin(set(traj.loc[traj["decoder"] == EXTERNAL_DECODER, "model"]))
     if pair.any():
-        scores = ({} if pair_ppl is None else
-                  dict(zip(zip(pair_ppl["reference"], pair_ppl["prompt_id"]), pair_ppl["ppl"])))
-        traj.loc[pair, "ppl"] = [scores.get(k, np.nan) for k in zip(traj.loc[pair, "reference"], traj.loc[pair, "prompt_id"])]
+        scores = (
+            {} if pair_ppl is None else dict(zip(zip(pair_ppl["reference"], pair_ppl["prompt_id"]), pair_ppl["ppl"]))
+        )
+        traj.loc[pair, "ppl"] = [
+            scores.get(k, np.nan) for k in zip(traj.loc[pair, "reference"], traj.loc[pair, "prompt_id"])
+        ]
     if ppl is not None and not ppl.empty:
         missing = traj["ppl"].isna() & traj["decoder"].isin(SPECULATIVE)
         if missing.any():
@@ -171,6 +195,7 @@ def with_rows(table: pd.DataFrame, keys: list, wanted) -> pd.DataFrame:
     """`table` with an empty row (n 0, its values NaN) for each key of `wanted` it lacks: a cell
     whose every prompt errored has no rows to compute from, but stays in the table, where its
     error count says why. Rows keep the tables' order (a domain `all` after the others)."""
+
     def text(key):  # a missing value (None, NA, NaN) as one
         return tuple("" if pd.isna(v) else str(v) for v in key)
 
@@ -186,8 +211,9 @@ def with_rows(table: pd.DataFrame, keys: list, wanted) -> pd.DataFrame:
     return out.reset_index(drop=True)[table.columns]
 
 
-def errored_cells(traj: pd.DataFrame, errors: pd.DataFrame, reference: str,
-                  declared: dict | None = None) -> tuple[list, list]:
+def errored_cells(
+    traj: pd.DataFrame, errors: pd.DataFrame, reference: str, declared: dict | None = None
+) -> tuple[list, list]:
     """(configurations, (configuration, domain) pairs) that `errors` touches among the compared
     decoders: their own error rows, and their reference's: the reference model's at their precision
     and attention or, for an engine pair (`declared`, from declared_references), the declared
@@ -238,12 +264,16 @@ def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame
         d = d.merge(rates.rename(column).reset_index(), on=["precision", "attention"], how="left")
     by_cell = dict(list(fx.groupby(CONFIG)["verdict"])) if fx is not None and len(fx) else {}
     none = pd.Series(dtype=object)
-    counts = [verdict_counts(by_cell.get(tuple(key), none), n=round(n * (1 - rate)))
-              for key, n, rate in zip(d[CONFIG].itertuples(index=False), d["n"], d["match_rate"])]
+    counts = [
+        verdict_counts(by_cell.get(tuple(key), none), n=round(n * (1 - rate)))
+        for key, n, rate in zip(d[CONFIG].itertuples(index=False), d["n"], d["match_rate"])
+    ]
     d = pd.concat([d.reset_index(drop=True), pd.DataFrame(counts, columns=VERDICT_COUNTS)], axis=1)
     d["audit"] = [audit(r) for r in d.itertuples()]
     order = {k: i for i, k in enumerate(shown)}
-    d = d.sort_values(["precision", "attention", "decoder", "model"], key=lambda c: c.map(order) if c.name == "decoder" else c)
+    d = d.sort_values(
+        ["precision", "attention", "decoder", "model"], key=lambda c: c.map(order) if c.name == "decoder" else c
+    )
     return d[DECODERS_COLUMNS].reset_index(drop=True)
 
 

@@ -8,6 +8,7 @@ choice can flip in reduced precision).
 
 `orthrus perplexity --teacher DIR --prompts eval.parquet --decode REF.parquet... --precision fp32 --out F`
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,12 +18,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from orthrus.data.chat import render_chat
 from orthrus.contracts import PPL_COLUMNS
+from orthrus.data.chat import render_chat
+from orthrus.data.prompt_set import read_prompt_set
+from orthrus.decode.options import DecodeOptions
 from orthrus.io import write_parquet
 from orthrus.models.loading import load_model
-from orthrus.decode.options import DecodeOptions
-from orthrus.data.prompt_set import read_prompt_set
 
 
 @torch.inference_mode()
@@ -48,9 +49,18 @@ def score(model, tokenizer, prompts: pd.DataFrame, decoded: pd.DataFrame, precis
         tokens = [int(t) for t in r.tokens]
         # the prompt as the run rendered it (the message format its options record)
         message = DecodeOptions.from_row(getattr(r, "env", None), r.decoder, r.precision, r.attention).message
-        rows.append({"model": r.model, "precision": r.precision, "attention": r.attention, "prompt_id": r.prompt_id,
-                     "domain": r.domain, **response_scores(model, render_chat(tokenizer, text[r.prompt_id], message), tokens),
-                     "n_tokens": len(tokens), "scorer_precision": precision})
+        rows.append(
+            {
+                "model": r.model,
+                "precision": r.precision,
+                "attention": r.attention,
+                "prompt_id": r.prompt_id,
+                "domain": r.domain,
+                **response_scores(model, render_chat(tokenizer, text[r.prompt_id], message), tokens),
+                "n_tokens": len(tokens),
+                "scorer_precision": precision,
+            }
+        )
     return pd.DataFrame(rows, columns=PPL_COLUMNS)
 
 

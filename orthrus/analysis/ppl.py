@@ -1,6 +1,7 @@
 """Perplexity of the reference response against exact match: the mean PPL of matching and of
 diverging prompts (`ppl_by_match.csv`) and the logistic regression
 `match ~ log PPL + length + C(domain)` (`ppl_logit.csv`), which `orthrus figures` draws."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from orthrus.contracts import CONFIG, PPL_BY_MATCH_COLUMNS, PPL_LOGIT_COLUMNS, SPECULATIVE
 from orthrus.analysis.stats import t_ci
+from orthrus.contracts import CONFIG, PPL_BY_MATCH_COLUMNS, PPL_LOGIT_COLUMNS, SPECULATIVE
 
 LOG_PPL = "np.log(ppl)"  # the log-PPL term of the formula
 
@@ -24,8 +25,7 @@ def ppl_by_match(traj: pd.DataFrame) -> pd.DataFrame:
         for matched in (True, False):
             v = g.loc[g["match"] == matched, "ppl"].to_numpy(float)
             mean, low, high = t_ci(v)
-            rows.append(dict(zip(CONFIG, key), matched=matched,
-                             n=int(v.size), mean_ppl=mean, ci_low=low, ci_high=high))
+            rows.append(dict(zip(CONFIG, key), matched=matched, n=int(v.size), mean_ppl=mean, ci_low=low, ci_high=high))
     return pd.DataFrame(rows, columns=PPL_BY_MATCH_COLUMNS)
 
 
@@ -108,8 +108,14 @@ def _estimates(res, alpha: float) -> dict:
     other = [i for i, name in enumerate(names) if name != LOG_PPL]
     mean_row = np.asarray(res.model.exog, dtype=float).mean(axis=0)
     params = np.asarray(res.params, dtype=float)
-    return dict(beta1=beta, ci_low=float(ci.iloc[0]), ci_high=float(ci.iloc[1]), p_value=float(res.pvalues[LOG_PPL]),
-                beta0=float(res.params["Intercept"]), curve_intercept=float(params[other] @ mean_row[other]))
+    return dict(
+        beta1=beta,
+        ci_low=float(ci.iloc[0]),
+        ci_high=float(ci.iloc[1]),
+        p_value=float(res.pvalues[LOG_PPL]),
+        beta0=float(res.params["Intercept"]),
+        curve_intercept=float(params[other] @ mean_row[other]),
+    )
 
 
 def fit_ppl_logit(df: pd.DataFrame, alpha: float = 0.05, min_rows: int = 10) -> dict:
@@ -120,8 +126,16 @@ def fit_ppl_logit(df: pd.DataFrame, alpha: float = 0.05, min_rows: int = 10) -> 
     estimated: the coefficients are NaN and `note` says why. Domains whose outcome is constant
     carry no information on beta1 (their dummy would diverge) and are dropped, with a note.
     """
-    out = {"n": 0, "beta1": math.nan, "ci_low": math.nan, "ci_high": math.nan,
-           "p_value": math.nan, "note": "", "beta0": math.nan, "curve_intercept": math.nan}
+    out = {
+        "n": 0,
+        "beta1": math.nan,
+        "ci_low": math.nan,
+        "ci_high": math.nan,
+        "p_value": math.nan,
+        "note": "",
+        "beta0": math.nan,
+        "curve_intercept": math.nan,
+    }
     d = _logit_rows(df)
     out["n"] = int(len(d))
     notes = []

@@ -8,6 +8,7 @@ first divergence, common prefix length and token-level Levenshtein distance.
 
 Perplexity itself is computed elsewhere (`orthrus.analysis.perplexity`) from log-probs.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,7 +102,7 @@ def combined_stderr(se_a: float, se_b: float) -> float:
     se_a, se_b = float(se_a), float(se_b)
     if math.isnan(se_a) or math.isnan(se_b):
         return math.nan
-    return math.sqrt(se_a ** 2 + se_b ** 2)
+    return math.sqrt(se_a**2 + se_b**2)
 
 
 class Tost(NamedTuple):
@@ -132,6 +133,7 @@ def tost(mean: float, se: float, n: int, low: float, high: float, alpha: float =
         return nan
     df = float(n - 1)
     if se == 0.0:
+
         def t(x):
             return math.copysign(math.inf, x) if x else 0.0
 
@@ -151,8 +153,9 @@ def tost_paired(a, b, margin: float, alpha: float = 0.05) -> Tost:
     return tost(mean, paired_stderr([x for x, _ in pairs], [y for _, y in pairs]), len(d), -margin, margin, alpha)
 
 
-def welch(mean_a: float, se_a: float, n_a: int, mean_b: float, se_b: float, n_b: int,
-          alpha: float = 0.05) -> tuple[float, float, float, float]:
+def welch(
+    mean_a: float, se_a: float, n_a: int, mean_b: float, se_b: float, n_b: int, alpha: float = 0.05
+) -> tuple[float, float, float, float]:
     """Welch's test of mean_a - mean_b from each group's mean, standard error and size:
     (difference, its two-sided (1 - alpha) interval, two-sided p-value); NaN where a group has
     fewer than two values or an input is NaN."""
@@ -163,10 +166,10 @@ def welch(mean_a: float, se_a: float, n_a: int, mean_b: float, se_b: float, n_b:
         return (math.nan, math.nan, math.nan, math.nan)
     mean_a, se_a, mean_b, se_b = vals
     diff = mean_a - mean_b
-    var = se_a ** 2 + se_b ** 2
+    var = se_a**2 + se_b**2
     if var == 0.0:
         return (diff, diff, diff, 1.0 if diff == 0 else 0.0)
-    df = var ** 2 / (se_a ** 4 / (int(n_a) - 1) + se_b ** 4 / (int(n_b) - 1))
+    df = var**2 / (se_a**4 / (int(n_a) - 1) + se_b**4 / (int(n_b) - 1))
     se = math.sqrt(var)
     half = float(_st.t.ppf(1.0 - alpha / 2.0, df)) * se
     return (diff, diff - half, diff + half, float(2.0 * _st.t.sf(abs(diff) / se, df)))

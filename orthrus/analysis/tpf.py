@@ -1,13 +1,14 @@
 """Tokens per forward of the speculative decoders (Table 2), from the counts each decoding row
 recorded; the formulas are `orthrus.decode.tpf.tokens_per_forward`, shared with `generate`."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import run_settings
-from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
 from orthrus.analysis.stats import t_ci, t_halfwidth
+from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
 from orthrus.decode.tpf import tokens_per_forward
 
 TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
@@ -21,10 +22,13 @@ def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
     merges into its first verification). NaN where a prompt ran no such forward."""
     d = d.copy()
     acc = d["accepted"] if "accepted" in d.columns else pd.Series(None, index=d.index, dtype=object)
-    pre, dif, ver = (pd.to_numeric(d[c], errors="coerce").to_numpy(float)
-                     for c in ("n_prefill", "n_diffusion", "n_verify"))
-    per_prompt = [tokens_per_forward(len(t), p, f, v, a if dec == "orthrus" else None)
-                  for t, p, f, v, a, dec in zip(d["tokens"], pre, dif, ver, acc, d["decoder"])]
+    pre, dif, ver = (
+        pd.to_numeric(d[c], errors="coerce").to_numpy(float) for c in ("n_prefill", "n_diffusion", "n_verify")
+    )
+    per_prompt = [
+        tokens_per_forward(len(t), p, f, v, a if dec == "orthrus" else None)
+        for t, p, f, v, a, dec in zip(d["tokens"], pre, dif, ver, acc, d["decoder"])
+    ]
     for col in TPF_VALUES:
         d[col] = np.array([x[col] for x in per_prompt], dtype=float)
     return d

@@ -37,6 +37,7 @@ precision, attention), read from the files with the options each row records; `-
 for `orthrus` files, the teacher for the transformers decoders. A model is loaded only where there
 is a divergence.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,12 @@ def margin(logits: torch.Tensor) -> float:
 
 
 def _forward(model, ids, cache):
-    out = model(input_ids=torch.tensor(ids, device=model.device)[None], **cache_kwarg(model, cache), use_cache=True,
-                output_hidden_states=True)
+    out = model(
+        input_ids=torch.tensor(ids, device=model.device)[None],
+        **cache_kwarg(model, cache),
+        use_cache=True,
+        output_hidden_states=True,
+    )
     return out.logits[0], [h[0] for h in out.hidden_states]
 
 
@@ -137,7 +142,9 @@ def replay_generate(model, prompt: list[int], options: DecodeOptions, t: int, dr
     ar-batched control's batch as (the prompts' ids, this prompt's index in it)."""
     if options.decoder == "ar-batched":
         prompts, i = batch
-        rows, logits = batched_generate(model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True)
+        rows, logits = batched_generate(
+            model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True
+        )
         row, logits = rows[i], [x[i] for x in logits]
     else:
         row, logits = hf_generate(model, torch.tensor(prompt, device=model.device), options, draft, logits=True)
@@ -167,7 +174,9 @@ def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict
     """The ar-batched control's batch of `prompt_id`, rebuilt as the decode stage built it
     (`orthrus.decode.stage.batches` over the prompts of the row's shard, of its prompts per
     domain, that fit): (the prompts' ids, its index in the batch)."""
-    shard = first_per_domain(prompts, env.get("prompts_per_domain")).iloc[env.get("shard", 0):: env.get("num_shards", 1)]
+    shard = first_per_domain(prompts, env.get("prompts_per_domain")).iloc[
+        env.get("shard", 0) :: env.get("num_shards", 1)
+    ]
     todo = [(pid, render_chat(tokenizer, p, options.message)) for pid, p in zip(shard["prompt_id"], shard["prompt"])]
     todo = [(pid, ids) for pid, ids in todo if length_error(len(ids), options.max_new_tokens, positions) is None]
     for batch in batches(todo, options.batch_size):
@@ -177,8 +186,16 @@ def batch_of(prompts: pd.DataFrame, tokenizer, options: DecodeOptions, env: dict
     raise RuntimeError(f"prompt {prompt_id} is not in any batch of its shard")
 
 
-def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = ROUNDING_ULPS, draft=None,
-            steps: dict | None = None) -> list[dict]:
+def analyse(
+    model,
+    model32,
+    tokenizer,
+    prompts,
+    cases,
+    max_ulps: float | dict = ROUNDING_ULPS,
+    draft=None,
+    steps: dict | None = None,
+) -> list[dict]:
     """One row per case, with its verdict; the block replay and hidden states for our loop's
     decoders only (see the module docstring). `steps`: `reference_steps` of these cases, computed
     here when not given."""
@@ -189,51 +206,103 @@ def analyse(model, model32, tokenizer, prompts, cases, max_ulps: float | dict = 
         options = row_options(o)
         prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
         step_logits, step_hidden, step32 = steps[(o.prompt_id, options.message, t)]
-        row = {"model": o.model, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
-               "prompt_id": o.prompt_id, "domain": o.domain, "position": t,
-               "ref_token": r_tokens[t], "orthrus_token": o_tokens[t],
-               "margin_native": margin(step_logits), "margin_fp32": margin(step32), "verify_margin": None,
-               "first_layer_diverging": None, "max_abs_hidden_diff": [],
-               "replay_consistent": int(step_logits.argmax()) == r_tokens[t]}
+        row = {
+            "model": o.model,
+            "decoder": o.decoder,
+            "precision": o.precision,
+            "attention": o.attention,
+            "prompt_id": o.prompt_id,
+            "domain": o.domain,
+            "position": t,
+            "ref_token": r_tokens[t],
+            "orthrus_token": o_tokens[t],
+            "margin_native": margin(step_logits),
+            "margin_fp32": margin(step32),
+            "verify_margin": None,
+            "first_layer_diverging": None,
+            "max_abs_hidden_diff": [],
+            "replay_consistent": int(step_logits.argmax()) == r_tokens[t],
+        }
         if o.decoder == EXTERNAL_DECODER:  # an engine's file: nothing to replay (see judge_external)
-            rows.append(row | judge_external(step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps,
-                                             row["replay_consistent"], engine_top(o.env, t)))
+            rows.append(
+                row
+                | judge_external(
+                    step_logits,
+                    r_tokens[t],
+                    o_tokens[t],
+                    o.precision,
+                    max_ulps,
+                    row["replay_consistent"],
+                    engine_top(o.env, t),
+                )
+            )
             continue
         if o.decoder in LOOP_DECODERS:
-            ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t,
-                                                                r_tokens if o.decoder == "oracle" else None)
+            ver_logits, ver_hidden, replayed, _ = replay_verify(
+                model, prompt, options, t, r_tokens if o.decoder == "oracle" else None
+            )
             diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
-            row |= {"max_abs_hidden_diff": diffs, "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None)}
+            row |= {
+                "max_abs_hidden_diff": diffs,
+                "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
+            }
         else:
-            batch = (batch_of(prompts, tokenizer, options, env_record(o.env), o.prompt_id, model.config.max_position_embeddings)
-                     if o.decoder == "ar-batched" else None)
+            batch = (
+                batch_of(
+                    prompts, tokenizer, options, env_record(o.env), o.prompt_id, model.config.max_position_embeddings
+                )
+                if o.decoder == "ar-batched"
+                else None
+            )
             ver_logits, replayed = replay_generate(model, prompt, options, t, draft, batch)
         # the replay reproduces the run when the step-by-step row picks the reference's token and
         # the decoder re-emits the run's tokens up to and including the divergence
         consistent = row["replay_consistent"] and replayed == o_tokens[: t + 1]
-        rows.append(row | {"verify_margin": margin(ver_logits), "replay_consistent": consistent}
-                    | judge(step_logits, ver_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, consistent))
+        rows.append(
+            row
+            | {"verify_margin": margin(ver_logits), "replay_consistent": consistent}
+            | judge(step_logits, ver_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, consistent)
+        )
     return rows
 
 
-def judge(step_logits, ver_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, consistent: bool) -> dict:
+def judge(
+    step_logits, ver_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, consistent: bool
+) -> dict:
     """The verdict columns of one divergence (`orthrus.audit.verdict`): the four logits, whether the
     decoder's token is its own pass's argmax, the reference's gap in ulps, the verdict."""
     step, ver = step_logits.float(), ver_logits.float()
-    logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token]),
-              "verify_logit_ref": float(ver[ref_token]), "verify_logit_dec": float(ver[token])}
+    logits = {
+        "ref_logit_ref": float(step[ref_token]),
+        "ref_logit_dec": float(step[token]),
+        "verify_logit_ref": float(ver[ref_token]),
+        "verify_logit_dec": float(ver[token]),
+    }
     argmax = bool(ver[token] >= ver.max())
     gap = gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision)
     if consistent:
-        v, note = verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], logits["verify_logit_dec"], float(ver.max()),
-                          precision, max_ulps)
+        v, note = verdict(
+            logits["ref_logit_ref"],
+            logits["ref_logit_dec"],
+            logits["verify_logit_dec"],
+            float(ver.max()),
+            precision,
+            max_ulps,
+        )
     else:
         v, note = None, "the replay does not reproduce the run (see replay_consistent)"
     return logits | {"verify_argmax": argmax, "gap_ulps": gap, "verdict": v, "verdict_note": note}
 
 
-def judge_external(step_logits, ref_token: int, token: int, precision: str, max_ulps: float | dict, reproduced: bool,
-                   top: list | None = None) -> dict:
+def judge_external(
+    step_logits,
+    ref_token: int,
+    token: int,
+    precision: str,
+    max_ulps: float | dict,
+    reproduced: bool,
+    top: list | None = None,
+) -> dict:
     """The verdict columns of a divergence of an engine's file: the reference's two logits, and,
     where the file gives the engine's own top-2 log-probabilities at the position (`top`), the
     engine's as its verify columns (log-probabilities: their differences are the logits') and
@@ -245,15 +314,28 @@ def judge_external(step_logits, ref_token: int, token: int, precision: str, max_
     nan = float("nan")
     if top is None:
         v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced)
-        return logits | {"verify_logit_ref": nan, "verify_logit_dec": nan, "verify_margin": nan, "verify_argmax": None,
-                         "gap_ulps": gap, "verdict": v, "verdict_note": note}
+        return logits | {
+            "verify_logit_ref": nan,
+            "verify_logit_dec": nan,
+            "verify_margin": nan,
+            "verify_argmax": None,
+            "gap_ulps": gap,
+            "verdict": v,
+            "verdict_note": note,
+        }
     lp = {int(t): float(x) for t, x in top}
-    v, note = engine_verdict(top, token, ref_token, logits["ref_logit_ref"], logits["ref_logit_dec"], precision,
-                             max_ulps, reproduced)
-    return logits | {"verify_logit_ref": lp.get(ref_token, nan), "verify_logit_dec": lp.get(token, nan),
-                     "verify_margin": float(top[0][1]) - float(top[1][1]),
-                     "verify_argmax": token in lp and lp[token] >= max(lp.values()),
-                     "gap_ulps": gap, "verdict": v, "verdict_note": note}
+    v, note = engine_verdict(
+        top, token, ref_token, logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced
+    )
+    return logits | {
+        "verify_logit_ref": lp.get(ref_token, nan),
+        "verify_logit_dec": lp.get(token, nan),
+        "verify_margin": float(top[0][1]) - float(top[1][1]),
+        "verify_argmax": token in lp and lp[token] >= max(lp.values()),
+        "gap_ulps": gap,
+        "verdict": v,
+        "verdict_note": note,
+    }
 
 
 def engine_top(env, t: int) -> list | None:
@@ -267,13 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus forensics", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--prompts", required=True)
-    ap.add_argument("--decoded", nargs="+", required=True,
-                    help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'")
+    ap.add_argument(
+        "--decoded",
+        nargs="+",
+        required=True,
+        help="decoding results to explain: the Orthrus decoder's, or transformers' speculative decoders'",
+    )
     ap.add_argument("--reference", nargs="+", required=True, help="the AR reference's, same order")
     ap.add_argument("--max-cases", type=int, default=1000, help="per (precision, attention)")
-    ap.add_argument("--rounding-ulps", type=rounding_ulps_arg, default=dict(ROUNDING_ULPS),
-                    help="the largest reference margin, in ulps, that a `rounding` verdict accepts: one number or "
-                         "precision=ulps,... (orthrus/audit/verdict.py)")
+    ap.add_argument(
+        "--rounding-ulps",
+        type=rounding_ulps_arg,
+        default=dict(ROUNDING_ULPS),
+        help="the largest reference margin, in ulps, that a `rounding` verdict accepts: one number or "
+        "precision=ulps,... (orthrus/audit/verdict.py)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", required=True)
@@ -282,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--decoded and --reference need the same number of files")
     torch.set_num_threads(args.threads)
     prompts = read_prompt_set(args.prompts)
-    pairs = [(ref_file, list(divergences(pd.read_parquet(dec_file), pd.read_parquet(ref_file)))[: args.max_cases])
-             for dec_file, ref_file in zip(args.decoded, args.reference)]
+    pairs = [
+        (ref_file, list(divergences(pd.read_parquet(dec_file), pd.read_parquet(ref_file)))[: args.max_cases])
+        for dec_file, ref_file in zip(args.decoded, args.reference)
+    ]
     # the reference's steps are the same for every decoder compared with one reference file (one
     # model, precision and kernel): computed once, at the divergences of all of them
     steps, rows = {}, []
@@ -292,15 +384,21 @@ def main(argv: list[str] | None = None) -> int:
             continue
         options = row_options(cases[0][0])  # the model as the run loaded it; transformers' decoders: the teacher
         model, tokenizer = load_model(args.model_path, options, args.device)
-        model32 = (model if options.precision == "fp32" else
-                   load_model(args.model_path, options.replace(precision="fp32"), args.device)[0])
+        model32 = (
+            model
+            if options.precision == "fp32"
+            else load_model(args.model_path, options.replace(precision="fp32"), args.device)[0]
+        )
         draft_path = env_record(cases[0][0].env).get("draft")
         draft = load_draft(draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
         if ref_file not in steps:
-            steps[ref_file] = reference_steps(model, model32, tokenizer, prompts,
-                                              [c for f, cs in pairs if f == ref_file for c in cs])
+            steps[ref_file] = reference_steps(
+                model, model32, tokenizer, prompts, [c for f, cs in pairs if f == ref_file for c in cs]
+            )
         rows += analyse(model, model32, tokenizer, prompts, cases, args.rounding_ulps, draft, steps[ref_file])
     df = pd.DataFrame(rows, columns=FORENSICS_COLUMNS)
     write_parquet(args.out, df)
-    print(f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr)
+    print(
+        f"[forensics] {len(df)} divergences, replay consistent on {int(df['replay_consistent'].sum())}", file=sys.stderr
+    )
     return 0

@@ -26,6 +26,7 @@ two forwards (our loop), the verdict, the options, the numerical environment now
 recorded, the library versions and the exact command. A short summary is printed; exit 0 when the
 replay reproduces both recorded trajectories, 1 when it does not (the record is written anyway).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,16 +53,19 @@ from orthrus.io import write_json
 from orthrus.models.loading import load_draft, load_model
 from orthrus.models.precision import numerical_env
 
-VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval",
-             "orthrus")
+VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval", "orthrus")
 
 
 def versions() -> dict:
     """The installed versions of the libraries a decoding depends on, and the platform."""
     from importlib import metadata
 
-    out = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-           "processor": platform.processor()}
+    out = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+    }
     for name in VERSIONED:
         try:
             out[name] = metadata.version(name.replace("_", "-") if name == "lm_eval" else name)
@@ -90,8 +94,10 @@ def reference_file(results: Path, precision: str, attention: str, reference: str
         return results / "decode" / reference / name
     found = sorted((results / "decode").glob(f"*/{name}"))
     if len(found) != 1:
-        raise InputError(f"{'no' if not found else 'several'} reference files {results}/decode/*/{name}"
-                         + (f" ({', '.join(p.parent.name for p in found)}): pass --reference" if found else ""))
+        raise InputError(
+            f"{'no' if not found else 'several'} reference files {results}/decode/*/{name}"
+            + (f" ({', '.join(p.parent.name for p in found)}): pass --reference" if found else "")
+        )
     return found[0]
 
 
@@ -118,9 +124,14 @@ def top_k(logits: torch.Tensor, tokenizer, k: int) -> list[dict]:
 def _forward(logits, tokenizer, k, own: int | None, other: int | None, **extra) -> dict:
     """A forward at the divergence: its top-k logits, argmax, margin and the logits of both tokens."""
     lf = logits.float()
-    return {"top_k": top_k(lf, tokenizer, k), "argmax": int(lf.argmax()), "margin": margin(lf),
-            "logit_own_token": None if own is None else float(lf[own]),
-            "logit_other_token": None if other is None else float(lf[other]), **extra}
+    return {
+        "top_k": top_k(lf, tokenizer, k),
+        "argmax": int(lf.argmax()),
+        "margin": margin(lf),
+        "logit_own_token": None if own is None else float(lf[own]),
+        "logit_other_token": None if other is None else float(lf[other]),
+        **extra,
+    }
 
 
 @dataclass
@@ -160,8 +171,10 @@ def _divergence(dec: _Side, ref: _Side, what: str, prompt_id: str) -> int:
     """The first position where the recorded trajectories part; an error where the prompt renders
     otherwise than in the run, or where they do not part."""
     if len(dec.ids) != dec.row.prompt_len:
-        raise InputError(f"prompt {prompt_id!r} renders to {len(dec.ids)} tokens, the run had {dec.row.prompt_len}: "
-                         "another prompt file or tokenizer")
+        raise InputError(
+            f"prompt {prompt_id!r} renders to {len(dec.ids)} tokens, the run had {dec.row.prompt_len}: "
+            "another prompt file or tokenizer"
+        )
     t = first_divergence(ref.recorded, dec.recorded)
     if t is None:
         raise InputError(f"{what} matches the reference on {prompt_id!r}: no divergence to replay")
@@ -185,11 +198,22 @@ def _reference_step(ref: _Side, t: int, k: int, device: str, own: int, other):
     record, its logits, its per-layer hidden states)."""
     prefix = ref.recorded[:t]
     logits, hidden = stepwise(ref.net, ref.ids, prefix)
-    fp32 = ref.net if ref.options.precision == "fp32" else load_model(
-        ref.path, ref.options.replace(precision="fp32"), device)[0]
+    fp32 = (
+        ref.net
+        if ref.options.precision == "fp32"
+        else load_model(ref.path, ref.options.replace(precision="fp32"), device)[0]
+    )
     logits32, _ = stepwise(fp32, ref.ids, prefix)
-    forward = _forward(logits, ref.tokenizer, k, own, other, kind="step", margin_fp32=margin(logits32),
-                       top_k_fp32=top_k(logits32, ref.tokenizer, k))
+    forward = _forward(
+        logits,
+        ref.tokenizer,
+        k,
+        own,
+        other,
+        kind="step",
+        margin_fp32=margin(logits32),
+        top_k_fp32=top_k(logits32, ref.tokenizer, k),
+    )
     return forward, logits, hidden
 
 
@@ -202,8 +226,9 @@ def _decoder_row(dec: _Side, decoder: str, t: int, k: int, own: int, other, draf
     else:
         logits, emitted = replay_generate(dec.net, dec.ids, dec.options, t, draft, batch)
         hidden, extra = None, {"kind": "generate output_logits"}
-    forward = _forward(logits, dec.tokenizer, k, own, other, **extra,
-                       replayed_prefix_matches=emitted == dec.recorded[: t + 1])
+    forward = _forward(
+        logits, dec.tokenizer, k, own, other, **extra, replayed_prefix_matches=emitted == dec.recorded[: t + 1]
+    )
     return forward, logits, hidden
 
 
@@ -218,9 +243,21 @@ def _token_at(tokens: list, t: int):
     return tokens[t] if t < len(tokens) else None
 
 
-def replay(results, model: str, decoder: str, precision: str, attention: str, prompt_id: str, reference=None,
-           model_path=None, reference_path=None, prompts=None, k: int = 10, device: str = "cpu",
-           rounding_ulps: float | dict = ROUNDING_ULPS) -> dict:
+def replay(
+    results,
+    model: str,
+    decoder: str,
+    precision: str,
+    attention: str,
+    prompt_id: str,
+    reference=None,
+    model_path=None,
+    reference_path=None,
+    prompts=None,
+    k: int = 10,
+    device: str = "cpu",
+    rounding_ulps: float | dict = ROUNDING_ULPS,
+) -> dict:
     """The replay record (see the module docstring)."""
     results = Path(results)
     # every file is read and checked before any model loads
@@ -241,8 +278,18 @@ def replay(results, model: str, decoder: str, precision: str, attention: str, pr
     # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
     # in the batch the decode stage formed
     oracle = ref.recorded if decoder == "oracle" else None
-    batch = (batch_of(read_prompt_set(prompt_file), dec.tokenizer, dec.options, dec.env, prompt_id,
-                      dec.net.config.max_position_embeddings) if decoder == "ar-batched" else None)
+    batch = (
+        batch_of(
+            read_prompt_set(prompt_file),
+            dec.tokenizer,
+            dec.options,
+            dec.env,
+            prompt_id,
+            dec.net.config.max_position_embeddings,
+        )
+        if decoder == "ar-batched"
+        else None
+    )
     replayed = _redecode(dec, ref, draft, oracle, batch)
 
     ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
@@ -251,35 +298,68 @@ def replay(results, model: str, decoder: str, precision: str, attention: str, pr
     if ref_tok is not None:
         forwards["reference"], ref_logits, ref_hidden = _reference_step(ref, t, k, device, ref_tok, dec_tok)
     if dec_tok is not None:
-        forwards["decoder"], dec_logits, dec_hidden = _decoder_row(dec, decoder, t, k, dec_tok, ref_tok, draft,
-                                                                   oracle, batch)
+        forwards["decoder"], dec_logits, dec_hidden = _decoder_row(
+            dec, decoder, t, k, dec_tok, ref_tok, draft, oracle, batch
+        )
         if ref_logits is not None:
             consistent = forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == ref.recorded
             verdict = judge(ref_logits, dec_logits, ref_tok, dec_tok, precision, rounding_ulps, consistent)
     cell = {"model": model, "decoder": decoder, "precision": precision, "attention": attention}
-    return _record(results, cell, prompt_id, text, prompt_file, dec, ref, t, replayed, forwards, verdict,
-                   _layer_diffs(ref_hidden, dec_hidden))
+    return _record(
+        results,
+        cell,
+        prompt_id,
+        text,
+        prompt_file,
+        dec,
+        ref,
+        t,
+        replayed,
+        forwards,
+        verdict,
+        _layer_diffs(ref_hidden, dec_hidden),
+    )
 
 
-def _record(results: Path, cell: dict, prompt_id: str, text: str, prompt_file: Path, dec: _Side, ref: _Side, t: int,
-            replayed: dict, forwards: dict, verdict, layers) -> dict:
+def _record(
+    results: Path,
+    cell: dict,
+    prompt_id: str,
+    text: str,
+    prompt_file: Path,
+    dec: _Side,
+    ref: _Side,
+    t: int,
+    replayed: dict,
+    forwards: dict,
+    verdict,
+    layers,
+) -> dict:
     """The JSON record of one replayed divergence."""
     recorded = {"decoder": dec.recorded, "reference": ref.recorded}
     ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
     reproduced = {side: replayed[side] == recorded[side] for side in recorded}
     return {
-        "results": str(results), **cell,
-        "prompt_id": prompt_id, "domain": dec.row.domain, "prompt": text, "prompt_ids": dec.ids,
+        "results": str(results),
+        **cell,
+        "prompt_id": prompt_id,
+        "domain": dec.row.domain,
+        "prompt": text,
+        "prompt_ids": dec.ids,
         "reference_prompt_ids": ref.ids if ref.ids != dec.ids else None,
         "files": {"decoder": str(dec.file), "reference": str(ref.file), "prompts": str(prompt_file)},
         "models": {"decoder": dec.path, "reference": ref.path},
         "options": {"decoder": dec.options.record(), "reference": ref.options.record()},
         "tokens": {"recorded": recorded, "replayed": replayed},
         "reproduced": reproduced | {"all": all(reproduced.values())},
-        "divergence": {"position": t, "common_prefix": ref.recorded[:t], "reference_token": ref_tok,
-                       "decoder_token": dec_tok,
-                       "reference_text": None if ref_tok is None else ref.tokenizer.decode([ref_tok]),
-                       "decoder_text": None if dec_tok is None else dec.tokenizer.decode([dec_tok])},
+        "divergence": {
+            "position": t,
+            "common_prefix": ref.recorded[:t],
+            "reference_token": ref_tok,
+            "decoder_token": dec_tok,
+            "reference_text": None if ref_tok is None else ref.tokenizer.decode([ref_tok]),
+            "decoder_text": None if dec_tok is None else dec.tokenizer.decode([dec_tok]),
+        },
         "forwards": forwards,
         "margin": forwards.get("reference", {}).get("margin"),
         "verdict": verdict,
@@ -294,23 +374,33 @@ def _record(results: Path, cell: dict, prompt_id: str, text: str, prompt_file: P
 def summary(rec: dict, out) -> str:
     d, f = rec["divergence"], rec["forwards"]
     what = f"{rec['model']}/{rec['decoder']}/{rec['precision']}/{rec['attention']} {rec['prompt_id']}"
-    lines = [f"{what}: diverges from the reference at token {d['position']}: reference {d['reference_token']} "
-             f"({d['reference_text']!r}), {rec['decoder']} {d['decoder_token']} ({d['decoder_text']!r})"]
+    lines = [
+        f"{what}: diverges from the reference at token {d['position']}: reference {d['reference_token']} "
+        f"({d['reference_text']!r}), {rec['decoder']} {d['decoder_token']} ({d['decoder_text']!r})"
+    ]
     if "reference" in f:
-        lines.append(f"  reference step: margin {f['reference']['margin']:.4g} (fp32 {f['reference']['margin_fp32']:.4g}), "
-                     f"argmax {f['reference']['argmax']}")
+        lines.append(
+            f"  reference step: margin {f['reference']['margin']:.4g} (fp32 {f['reference']['margin_fp32']:.4g}), "
+            f"argmax {f['reference']['argmax']}"
+        )
     if f.get("decoder", {}).get("kind") == "verify":
-        lines.append(f"  {rec['decoder']} verify row: margin {f['decoder']['margin']:.4g}, argmax {f['decoder']['argmax']}, "
-                     f"block {f['decoder']['block']}; first differing layer {rec['first_layer_diverging']}")
+        lines.append(
+            f"  {rec['decoder']} verify row: margin {f['decoder']['margin']:.4g}, argmax {f['decoder']['argmax']}, "
+            f"block {f['decoder']['block']}; first differing layer {rec['first_layer_diverging']}"
+        )
     elif f.get("decoder", {}).get("kind"):
-        lines.append(f"  {rec['decoder']} own row ({f['decoder']['kind']}): margin {f['decoder']['margin']:.4g}, "
-                     f"argmax {f['decoder']['argmax']}")
+        lines.append(
+            f"  {rec['decoder']} own row ({f['decoder']['kind']}): margin {f['decoder']['margin']:.4g}, "
+            f"argmax {f['decoder']['argmax']}"
+        )
     if rec.get("verdict"):
         v = rec["verdict"]
         lines.append(f"  verdict: {v['verdict']} ({v['verdict_note']}; gap {v['gap_ulps']:g} ulp)")
     r = rec["reproduced"]
-    lines.append(f"  replay reproduces the recorded trajectories: decoder {'yes' if r['decoder'] else 'NO'}, "
-                 f"reference {'yes' if r['reference'] else 'NO'} -> {out}")
+    lines.append(
+        f"  replay reproduces the recorded trajectories: decoder {'yes' if r['decoder'] else 'NO'}, "
+        f"reference {'yes' if r['reference'] else 'NO'} -> {out}"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -339,11 +429,31 @@ def main(argv=None) -> int:
     if args.top_k < 2:
         raise InputError(f"--top-k must be at least 2, got {args.top_k}")
     torch.set_num_threads(args.threads)
-    rec = replay(args.results, args.model, args.decoder, args.precision, args.attention, args.prompt_id,
-                 args.reference, args.model_path, args.reference_path, args.prompts, args.top_k, args.device)
+    rec = replay(
+        args.results,
+        args.model,
+        args.decoder,
+        args.precision,
+        args.attention,
+        args.prompt_id,
+        args.reference,
+        args.model_path,
+        args.reference_path,
+        args.prompts,
+        args.top_k,
+        args.device,
+    )
     rec["command"] = shlex.join(["orthrus", "replay", *argv])
-    out = Path(args.out) if args.out else (Path(args.results) / "replay" / _safe(args.model)
-                                           / f"{args.decoder}-{args.precision}-{args.attention}-{_safe(args.prompt_id)}.json")
+    out = (
+        Path(args.out)
+        if args.out
+        else (
+            Path(args.results)
+            / "replay"
+            / _safe(args.model)
+            / f"{args.decoder}-{args.precision}-{args.attention}-{_safe(args.prompt_id)}.json"
+        )
+    )
     write_json(out, rec)
     sys.stdout.write(summary(rec, out))
     return 0 if rec["reproduced"]["all"] else 1

@@ -20,6 +20,7 @@ measures one Orthrus model two ways, `--config` being the validated `sampling` s
 max per-position TV and the bounds on sequence TV; per prompt the test's p-value and Holm's
 rejections over each arm's prompts (family-wise level A).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from orthrus.contracts import (ERRORS, SAMPLING_FIGURE, SAMPLING_TEST_ROWS, SAMPLING_TV_COLUMNS, SAMPLING_TV_ROWS,
-                               TWO_SAMPLE_COLUMNS)
+from orthrus.contracts import (
+    ERRORS,
+    SAMPLING_TEST_ROWS,
+    SAMPLING_TV_COLUMNS,
+    SAMPLING_TV_ROWS,
+    TWO_SAMPLE_COLUMNS,
+)
 from orthrus.errors import InputError
 
 END = -1  # the label of a position past a sample's end (it stopped at EOS before m tokens)
@@ -79,16 +85,30 @@ def tv_summary(per_trajectory: list[np.ndarray], length: int) -> dict:
     flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in per_trajectory]) if per_trajectory else np.zeros(0)
     if not len(flat):
         nan = float("nan")
-        return {"n_trajectories": len(per_trajectory), "n_positions": 0, "tv_mean": nan, "tv_p99": nan,
-                "tv_max": nan, "seq_bound": nan, "bound_at_length": nan}
+        return {
+            "n_trajectories": len(per_trajectory),
+            "n_positions": 0,
+            "tv_mean": nan,
+            "tv_p99": nan,
+            "tv_max": nan,
+            "seq_bound": nan,
+            "bound_at_length": nan,
+        }
     sums = [min(1.0, float(np.sum(t))) for t in per_trajectory]
     mean = float(flat.mean())
-    return {"n_trajectories": len(per_trajectory), "n_positions": int(len(flat)), "tv_mean": mean,
-            "tv_p99": float(np.quantile(flat, 0.99)), "tv_max": float(flat.max()),
-            "seq_bound": float(np.mean(sums)), "bound_at_length": min(1.0, mean * length)}
+    return {
+        "n_trajectories": len(per_trajectory),
+        "n_positions": int(len(flat)),
+        "tv_mean": mean,
+        "tv_p99": float(np.quantile(flat, 0.99)),
+        "tv_max": float(flat.max()),
+        "seq_bound": float(np.mean(sums)),
+        "bound_at_length": min(1.0, mean * length),
+    }
 
 
 # ---- the empirical two-sample test
+
 
 def chi2_homogeneity(a: list, b: list, min_expected: float = 5.0) -> tuple[float, int, float]:
     """Pearson's chi-square test that two samples of labels come from one distribution: labels
@@ -173,7 +193,9 @@ def reference_trajectory(model, ids: torch.Tensor, options, generator: torch.Gen
     return tokens, torch.cat(rows)[: len(tokens)]
 
 
-def verify_rows(model, ids: torch.Tensor, tokens: list[int], options) -> list[tuple[int, torch.Tensor, torch.Tensor | None]]:
+def verify_rows(
+    model, ids: torch.Tensor, tokens: list[int], options
+) -> list[tuple[int, torch.Tensor, torch.Tensor | None]]:
     """The reference's tokens teacher-forced through the Orthrus loop's own blocks, every draft
     accepted: per generated position t >= 1, (t, the AR row that decides it, the diffusion row
     that drafted it, or None for a bonus row or a single AR step). The blocks are those of
@@ -200,7 +222,7 @@ def verify_rows(model, ids: torch.Tensor, tokens: list[int], options) -> list[tu
             else:
                 draft_logits = diffusion_proposals(model, x[0], cache, K)[: remaining - 1]
             n = len(draft_logits)
-            draft = torch.tensor(tokens[s + 1: s + 1 + n], dtype=torch.long, device=model.device)
+            draft = torch.tensor(tokens[s + 1 : s + 1 + n], dtype=torch.long, device=model.device)
             verify = ar_forward(model, torch.cat([x, draft]), cache)[0].float()
             rows += [(s + 1 + i, verify[i], draft_logits[i].float()) for i in range(n)]
             if s + 1 + n < L:
@@ -251,8 +273,9 @@ def sample_ar(model, ids: torch.Tensor, options, n: int, seed: int, eos: set[int
     sampler = Sampler(options.temperature, options.top_k, options.top_p, g)
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        logits = model(input_ids=ids[None].expand(n, -1), past_key_values=cache, use_cache=True,
-                       logits_to_keep=1).logits[:, -1]
+        logits = model(
+            input_ids=ids[None].expand(n, -1), past_key_values=cache, use_cache=True, logits_to_keep=1
+        ).logits[:, -1]
         steps = []
         for i in range(options.max_new_tokens):
             steps.append(sampler.sample(sampler.probs(logits)))
@@ -299,10 +322,21 @@ def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: di
                 tokens, single = reference_trajectory(model, ids, options, g)
                 blocks = verify_rows(model, ids, tokens, options)
                 for decoder, planted in (("orthrus", False), (PLANTED, True)):
-                    rows.append({"model": name, "decoder": decoder, "precision": options.precision,
-                                 "attention": options.attention, "temperature": float(t), "top_p": _top_p(top_p),
-                                 "prompt_id": r.prompt_id, "domain": r.domain, "n_tokens": len(tokens),
-                                 "tv": position_tvs(single, blocks, sampler, planted).tolist(), "env": env})
+                    rows.append(
+                        {
+                            "model": name,
+                            "decoder": decoder,
+                            "precision": options.precision,
+                            "attention": options.attention,
+                            "temperature": float(t),
+                            "top_p": _top_p(top_p),
+                            "prompt_id": r.prompt_id,
+                            "domain": r.domain,
+                            "n_tokens": len(tokens),
+                            "tv": position_tvs(single, blocks, sampler, planted).tolist(),
+                            "env": env,
+                        }
+                    )
     return rows
 
 
@@ -325,17 +359,33 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
             t0 = time.perf_counter()
             spec = sample_prefixes(model, ids, options.replace(decoder=decoder), n, seed + 3 * rank + k)
             test = two_sample_test(spec, ar, m)
-            rows.append({"model": name, "decoder": decoder, "precision": options.precision,
-                         "attention": options.attention, "temperature": options.temperature,
-                         "top_p": _top_p(options.top_p), "prompt_id": r.prompt_id, "domain": r.domain,
-                         "n_samples": n, "m": m, "p_positions": test["p_positions"], "p_prefix": test["p_prefix"],
-                         "p_value": test["p_value"], "samples": spec, "ar_samples": ar,
-                         "seconds": time.perf_counter() - t0, "env": env})
+            rows.append(
+                {
+                    "model": name,
+                    "decoder": decoder,
+                    "precision": options.precision,
+                    "attention": options.attention,
+                    "temperature": options.temperature,
+                    "top_p": _top_p(options.top_p),
+                    "prompt_id": r.prompt_id,
+                    "domain": r.domain,
+                    "n_samples": n,
+                    "m": m,
+                    "p_positions": test["p_positions"],
+                    "p_prefix": test["p_prefix"],
+                    "p_value": test["p_value"],
+                    "samples": spec,
+                    "ar_samples": ar,
+                    "seconds": time.perf_counter() - t0,
+                    "env": env,
+                }
+            )
     return rows
 
 
-def measure(model_path: str, name: str, prompts: pd.DataFrame, base, cfg: dict, precisions, attentions,
-            device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure(
+    model_path: str, name: str, prompts: pd.DataFrame, base, cfg: dict, precisions, attentions, device: str = "cpu"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Both parts: the analytic TV in every (precision, attention) cell, the two-sample test in
     `cfg["two_sample"]`'s precision and the first attention."""
     from orthrus.data.prompt_set import first_per_domain
@@ -365,12 +415,16 @@ def measure(model_path: str, name: str, prompts: pd.DataFrame, base, cfg: dict, 
 
 # ---- the tables
 
+
 def tv_table(rows: pd.DataFrame, length: int) -> pd.DataFrame:
     """One row per cell: tv_summary of its trajectories' per-position TVs."""
     out = []
     for key, g in rows.groupby(CELL, sort=False):
-        out.append(dict(zip(CELL, key)) | {"length": length}
-                   | tv_summary([np.asarray(t, dtype=np.float64) for t in g["tv"]], length))
+        out.append(
+            dict(zip(CELL, key))
+            | {"length": length}
+            | tv_summary([np.asarray(t, dtype=np.float64) for t in g["tv"]], length)
+        )
     df = pd.DataFrame(out, columns=SAMPLING_TV_COLUMNS)
     df[ERRORS] = 0  # every trajectory is a row: the measurement has no error rows to leave out
     return df
@@ -383,12 +437,24 @@ def two_sample_table(rows: pd.DataFrame, alpha: float) -> pd.DataFrame:
     for key, g in rows.groupby(CELL, sort=False):
         reject = holm(list(g["p_value"]), alpha)
         for r, rej in zip(g.itertuples(), reject):
-            out.append(dict(zip(CELL, key)) | {
-                "prompt_id": r.prompt_id, "domain": r.domain, "n_samples": r.n_samples, "m": r.m,
-                "p_first": float(r.p_positions[0]), "p_min_position": float(min(r.p_positions)),
-                "p_prefix": r.p_prefix, "p_value": r.p_value, "alpha": alpha, "rejected": bool(rej),
-                "n_prompts": len(g), "n_rejected": int(sum(reject)),
-                "n_below_alpha": int((g["p_value"] < alpha).sum())})
+            out.append(
+                dict(zip(CELL, key))
+                | {
+                    "prompt_id": r.prompt_id,
+                    "domain": r.domain,
+                    "n_samples": r.n_samples,
+                    "m": r.m,
+                    "p_first": float(r.p_positions[0]),
+                    "p_min_position": float(min(r.p_positions)),
+                    "p_prefix": r.p_prefix,
+                    "p_value": r.p_value,
+                    "alpha": alpha,
+                    "rejected": bool(rej),
+                    "n_prompts": len(g),
+                    "n_rejected": int(sum(reject)),
+                    "n_below_alpha": int((g["p_value"] < alpha).sum()),
+                }
+            )
     df = pd.DataFrame(out, columns=TWO_SAMPLE_COLUMNS)
     df[ERRORS] = 0
     return df
@@ -402,8 +468,10 @@ def fig_sampling_tv(df: pd.DataFrame):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     cells = df[["precision", "attention", "temperature", "top_p"]].drop_duplicates().reset_index(drop=True)
-    labels = [f"{r.precision}/{r.attention}\nT={r.temperature:g}" + (f" p={r.top_p:g}" if r.top_p < 1 else "")
-              for r in cells.itertuples()]
+    labels = [
+        f"{r.precision}/{r.attention}\nT={r.temperature:g}" + (f" p={r.top_p:g}" if r.top_p < 1 else "")
+        for r in cells.itertuples()
+    ]
     for k, (decoder, marker) in enumerate((("orthrus", "o"), (PLANTED, "x"))):
         d = df[df["decoder"] == decoder].merge(cells.reset_index(), on=list(cells.columns))
         floor = 1e-12  # a TV of exactly 0 drawn at the axis' floor
@@ -438,7 +506,9 @@ def main(argv=None) -> int:
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--out-tv", required=True)
     m.add_argument("--out-two-sample", required=True)
-    t = sub.add_parser("table", help="summarise measurements into sampling_tv.csv, sampling_two_sample.csv and a figure")
+    t = sub.add_parser(
+        "table", help="summarise measurements into sampling_tv.csv, sampling_two_sample.csv and a figure"
+    )
     t.add_argument("--tv", nargs="+", required=True)
     t.add_argument("--two-sample", nargs="+", required=True)
     t.add_argument("--length", type=int, default=128, help="the study's response length, for bound_at_length")
@@ -453,8 +523,16 @@ def main(argv=None) -> int:
         except json.JSONDecodeError as e:
             raise InputError(f"--config is not valid JSON ({e})") from None
         torch.set_num_threads(args.threads)
-        tv, test = measure(args.model_path, args.model_name, read_prompt_set(args.prompts),
-                           DecodeOptions.from_json(args.options), cfg, args.precisions, args.attentions, args.device)
+        tv, test = measure(
+            args.model_path,
+            args.model_name,
+            read_prompt_set(args.prompts),
+            DecodeOptions.from_json(args.options),
+            cfg,
+            args.precisions,
+            args.attentions,
+            args.device,
+        )
         write_parquet(args.out_tv, tv)
         write_parquet(args.out_two_sample, test)
         print(f"[sampling] {args.model_name}: {len(tv)} trajectories, {len(test)} two-sample tests", file=sys.stderr)

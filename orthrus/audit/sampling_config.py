@@ -1,6 +1,7 @@
 """The `sampling` config section's cross-key rules (orthrus/audit/sampling.py measures it).
 
 Called by orthrus/plan/checks.py with the other cross-key rules, before any job."""
+
 from __future__ import annotations
 
 
@@ -17,8 +18,10 @@ def problems(config: dict) -> list[str]:
         out.append("sampling.temperatures: 0 is greedy; the sampling audit needs temperatures > 0")
     ts = s.get("two_sample") or {}
     if ts.get("enabled", False) and float(ts.get("temperature", 1.0)) == 1.0:
-        out.append("sampling.two_sample.temperature: the planted control's bug (q at temperature 1) is no bug at "
-                   "temperature 1; choose another")
+        out.append(
+            "sampling.two_sample.temperature: the planted control's bug (q at temperature 1) is no bug at "
+            "temperature 1; choose another"
+        )
     grid = (config.get("decode") or {}).get("precisions") or []
     for p in s.get("precisions") or []:
         if grid and p not in grid:

@@ -17,13 +17,14 @@ the logits of the same two tokens in the decoder's own pass at t (its verify row
 No verdict (None, with the reason) where the decoder's pass cannot be recomputed, or where the
 step-by-step recomputation does not reproduce the reference's token.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 
 # machine epsilon (the spacing of numbers in [1, 2)) of each decoding precision
-EPS = {"fp32": 2.0 ** -23, "fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
+EPS = {"fp32": 2.0**-23, "fp16": 2.0**-10, "bf16": 2.0**-7}
 
 # The verdicts' bound in each precision (analysis.rounding_ulps). benchmarks/rounding_noise.py
 # measures, on the shipped teacher over 3,072 positions per cell, the largest logit difference
@@ -86,8 +87,14 @@ def gap_ulps(ref_logit_ref: float, ref_logit_dec: float, precision: str) -> floa
     return (float(ref_logit_ref) - float(ref_logit_dec)) / unit
 
 
-def verdict(ref_logit_ref: float, ref_logit_dec: float, verify_logit_dec: float | None,
-            verify_max: float | None, precision: str, max_ulps: float | dict) -> tuple[str | None, str]:
+def verdict(
+    ref_logit_ref: float,
+    ref_logit_dec: float,
+    verify_logit_dec: float | None,
+    verify_max: float | None,
+    precision: str,
+    max_ulps: float | dict,
+) -> tuple[str | None, str]:
     """(verdict, note) for one first divergence (see the module docstring). `verify_logit_dec`
     is the decoder's own logit of the token it emitted, `verify_max` its pass's largest logit
     (None or NaN: the pass could not be recomputed)."""
@@ -106,8 +113,9 @@ def verdict(ref_logit_ref: float, ref_logit_dec: float, verify_logit_dec: float 
     return "structural", f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g})"
 
 
-def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str, max_ulps: float | dict,
-                     reproduced: bool) -> tuple[str | None, str]:
+def external_verdict(
+    ref_logit_ref: float, ref_logit_dec: float, precision: str, max_ulps: float | dict, reproduced: bool
+) -> tuple[str | None, str]:
     """(verdict, note) for a first divergence of an engine's file (decoder `external`), from the
     in-process reference's logits alone: the engine's own pass is not in the file, so whether it
     emitted its own argmax cannot be checked, and `structural` is never said. `reproduced`: the
@@ -120,10 +128,14 @@ def external_verdict(ref_logit_ref: float, ref_logit_dec: float, precision: str,
     if gap == 0:
         return "tie", "the reference's two logits are equal (the engine's own logits are not in its file)"
     if gap <= max_ulps:
-        return "rounding", (f"reference margin {gap:g} ulp (at most {max_ulps:g}); the engine's own logits are not in "
-                            "its file, so whether it emitted its own argmax is unchecked")
-    return None, (f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g}); without the engine's "
-                  "logits another kernel's numerics and a bug cannot be told apart")
+        return "rounding", (
+            f"reference margin {gap:g} ulp (at most {max_ulps:g}); the engine's own logits are not in "
+            "its file, so whether it emitted its own argmax is unchecked"
+        )
+    return None, (
+        f"reference margin {gap:g} ulp, more than rounding explains ({max_ulps:g}); without the engine's "
+        "logits another kernel's numerics and a bug cannot be told apart"
+    )
 
 
 def engine_margin(top: list, token: int, other: int) -> tuple[float | None, bool]:
@@ -140,8 +152,16 @@ def engine_margin(top: list, token: int, other: int) -> tuple[float | None, bool
     return (lp[token] - max(rest) if rest else None), False
 
 
-def engine_verdict(top: list, token: int, ref_token: int, ref_logit_ref: float, ref_logit_dec: float, precision: str,
-                   max_ulps: float | dict, reproduced: bool) -> tuple[str | None, str]:
+def engine_verdict(
+    top: list,
+    token: int,
+    ref_token: int,
+    ref_logit_ref: float,
+    ref_logit_dec: float,
+    precision: str,
+    max_ulps: float | dict,
+    reproduced: bool,
+) -> tuple[str | None, str]:
     """(verdict, note) for a first divergence of an engine's file that gives the engine's own
     top-k log-probabilities at the position (`top`, [[id, logprob], ...]): the in-process
     verdict's questions asked of the engine's own pass. A difference of two log-probabilities is
@@ -173,5 +193,7 @@ def engine_verdict(top: list, token: int, ref_token: int, ref_logit_ref: float, 
     if own > max_ulps:
         what = "over the reference's token" if exact else "over its runner-up, the reference's token below its top 2"
         return "structural", f"engine's own margin {own:g} ulp {what}, more than rounding explains ({max_ulps:g})"
-    return None, (f"the reference's token is outside the engine's top {len(top)} and its lead over the runner-up is "
-                  f"{own:g} ulp, within the bound: its margin over the reference's token is unknown")
+    return None, (
+        f"the reference's token is outside the engine's top {len(top)} and its lead over the runner-up is "
+        f"{own:g} ulp, within the bound: its margin over the reference's token is unknown"
+    )

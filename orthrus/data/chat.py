@@ -1,4 +1,5 @@
 """How a prompt becomes model input: the chat rendering every stage shares."""
+
 from __future__ import annotations
 
 from orthrus.decode.options import MESSAGE_FORMATS, DecodeOptions, check_message  # noqa: F401  (re-exported)
@@ -11,7 +12,7 @@ def chat_messages(prompt: str, message: str = DecodeOptions.message) -> list[dic
     user = [{"role": "user", "content": prompt}]
     if message == "none":
         return user
-    system = SYSTEM_PROMPT if message == "empty" else message[len("system:"):]
+    system = SYSTEM_PROMPT if message == "empty" else message[len("system:") :]
     return [{"role": "system", "content": system}] + user
 
 
@@ -19,6 +20,7 @@ def render_chat(tokenizer, prompt: str, message: str = DecodeOptions.message) ->
     """Chat-rendered prompt token ids: the messages of `message` (a `DecodeOptions.message`; by
     default an empty system message, then the user `prompt`), assistant turn opened, thinking
     disabled (Qwen3 `enable_thinking=False`)."""
-    text = tokenizer.apply_chat_template(chat_messages(prompt, message), tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
+    text = tokenizer.apply_chat_template(
+        chat_messages(prompt, message), tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

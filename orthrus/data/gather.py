@@ -1,4 +1,5 @@
 """`orthrus gather`: concatenate Parquet shards into one file, atomically."""
+
 from __future__ import annotations
 
 from orthrus.io import write_parquet

@@ -14,6 +14,7 @@ paper reports 1,190 trajectories and gec-en 90. `duplicates: first` reproduces t
 first occurrence is kept, later ones are dropped and counted); `duplicates: error` (the default)
 refuses a file with a repeated prompt.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orthrus.io import InputError
 from orthrus.data.prompt_set import visible
+from orthrus.io import InputError
 
 DUPLICATES = ("error", "first")
 
@@ -115,14 +116,16 @@ def parse_prompt_file(data: bytes, src: str = "<bytes>") -> dict[str, list[str]]
     except _DuplicateKey as e:  # json keeps the last value silently: a domain's prompts would vanish
         raise PromptFileError(f"prompt file {src}: the key {e.args[0]!r} is given twice") from None
     if not isinstance(obj, dict) or not obj:
-        raise PromptFileError(f"prompt file {src}: expected a non-empty JSON object "
-                              f"{{domain: [prompt, ...]}}, got {type(obj).__name__}")
+        raise PromptFileError(
+            f"prompt file {src}: expected a non-empty JSON object {{domain: [prompt, ...]}}, got {type(obj).__name__}"
+        )
     for domain, prompts in obj.items():
         if not visible(domain):
             raise PromptFileError(f"prompt file {src}: an empty domain name")
         if not isinstance(prompts, list):
-            raise PromptFileError(f"prompt file {src}: domain {domain!r} is a {type(prompts).__name__}, "
-                                  "not a list of prompts")
+            raise PromptFileError(
+                f"prompt file {src}: domain {domain!r} is a {type(prompts).__name__}, not a list of prompts"
+            )
         if not prompts:
             raise PromptFileError(f"prompt file {src}: domain {domain!r} has no prompts")
         for i, p in enumerate(prompts):
@@ -146,8 +149,10 @@ def prompt_table(domains: dict[str, list[str]], src: str = "<bytes>", duplicates
             pid = f"{domain}-{i}"
             if p in first:
                 if duplicates == "error":
-                    raise PromptFileError(f"prompt file {src}: {pid} repeats {first[p]} "
-                                          "(set prompts.eval_duplicates: first to keep the first occurrence)")
+                    raise PromptFileError(
+                        f"prompt file {src}: {pid} repeats {first[p]} "
+                        "(set prompts.eval_duplicates: first to keep the first occurrence)"
+                    )
                 dropped[domain] += 1
                 continue
             first[p] = pid
@@ -159,9 +164,16 @@ def load_eval_file(src: str, sha256: str | None = None, duplicates: str = "error
     """(eval DataFrame, log dict) of the prompt file at `src` (path or URL)."""
     data = read_source(str(src), sha256, timeout)
     df, dropped = prompt_table(parse_prompt_file(data, str(src)), str(src), duplicates)
-    log = {"eval_file": str(src), "sha256": hashlib.sha256(data).hexdigest(), "duplicates": duplicates,
-           "eval": {d: {"kept": int((df["domain"] == d).sum()), "duplicate": n} for d, n in dropped.items()}}
+    log = {
+        "eval_file": str(src),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "duplicates": duplicates,
+        "eval": {d: {"kept": int((df["domain"] == d).sum()), "duplicate": n} for d, n in dropped.items()},
+    }
     for d, c in log["eval"].items():
-        print(f"[prompts] eval file {d}: kept {c['kept']}, dropped {c['duplicate']} duplicates",
-              file=sys.stderr, flush=True)
+        print(
+            f"[prompts] eval file {d}: kept {c['kept']}, dropped {c['duplicate']} duplicates",
+            file=sys.stderr,
+            flush=True,
+        )
     return df, log

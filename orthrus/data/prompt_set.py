@@ -11,6 +11,7 @@ A prompt holding a chat control token (`<|im_start|>`, `<|im_end|>`, `<|endoftex
 turns of its own (`<|im_end|><|im_start|>assistant ...` writes the assistant's turn); it is not
 rendered as plain text.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,6 @@ import pandas as pd
 
 from orthrus.contracts import PROMPT_COLUMNS
 from orthrus.errors import InputError
-
 
 # the `<|name|>` family of chat control tokens (ChatML's and Qwen's, Llama 3's, GPT's)
 CONTROL_TOKEN = re.compile(r"<\|[^<>|\s]{1,64}\|>")
@@ -95,8 +95,10 @@ def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
         raise InputError(f"{path}: {_first(problems)}")
     # rows are named by their prompt_id where it is a readable string, else by their index
     raw_ids = table.column("prompt_id").cast(pa.binary()).to_pylist()
-    ids = [f"row {i}" if not v or i in bad_rows.get("prompt_id", ()) else f"prompt_id {v.decode()!r}"
-           for i, v in enumerate(raw_ids)]
+    ids = [
+        f"row {i}" if not v or i in bad_rows.get("prompt_id", ()) else f"prompt_id {v.decode()!r}"
+        for i, v in enumerate(raw_ids)
+    ]
     problems = [f"{ids[i]}: column {c!r} is not valid UTF-8" for c, rows in bad_rows.items() for i in rows]
     if problems:
         raise InputError(f"{path}: {_first(problems)}")
@@ -105,11 +107,15 @@ def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
         for i in df.index[df[c].isna()]:
             problems.append(f"{ids[i]}: column {c!r} is null")
         for i in df.index[df[c].notna() & ~df[c].fillna("").map(visible)]:
-            problems.append(f"{ids[i]}: column {c!r} is empty (nothing but whitespace, control or zero-width characters)")
+            problems.append(
+                f"{ids[i]}: column {c!r} is empty (nothing but whitespace, control or zero-width characters)"
+            )
     if "prompt" in df.columns:
         for i, token in df["prompt"].fillna("").map(control_token).dropna().items():
-            problems.append(f"{ids[i]}: column 'prompt' holds the chat control token {token!r}, which would "
-                            "become a real control token (a chat turn of the prompt's own); remove it")
+            problems.append(
+                f"{ids[i]}: column 'prompt' holds the chat control token {token!r}, which would "
+                "become a real control token (a chat turn of the prompt's own); remove it"
+            )
     dup = df["prompt_id"][df["prompt_id"].duplicated() & df["prompt_id"].notna()].unique().tolist()
     problems += [f"prompt_id {d!r}: column 'prompt_id' is not unique" for d in dup]
     if problems:
@@ -127,5 +133,7 @@ def length_error(n_prompt: int, max_new_tokens: int, limit: int) -> str | None:
     """The one rule for over-length prompts (see the module doc): None when the prompt fits."""
     if n_prompt + max_new_tokens <= limit:
         return None
-    return (f"PromptTooLong: prompt ({n_prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
-            f"{limit} positions")
+    return (
+        f"PromptTooLong: prompt ({n_prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+        f"{limit} positions"
+    )

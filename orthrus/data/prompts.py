@@ -43,6 +43,7 @@ first problems. A prompt too long for a model (its chat-rendered tokens plus the
 generate exceed the model's positions, `length_error`) is, in every decoder and in the corpus
 stage alike, recorded as that row's error: never generated, never truncated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,10 +55,8 @@ from typing import Any
 import pandas as pd
 
 from orthrus.config import load_config
-from orthrus.contracts import PROMPT_COLUMNS
-from orthrus.io import write_parquet
 from orthrus.data.prompt_set import check_prompt_set, control_token, visible
-
+from orthrus.io import write_parquet
 
 
 def _log(msg: str) -> None:
@@ -78,8 +77,10 @@ class DropCounter:
         for domain in sorted(self.counts):
             c = self.counts[domain]
             dropped = {k: v for k, v in sorted(c.items()) if k != "kept"}
-            _log(f"{label} {domain}: kept {c.get('kept', 0)}, dropped "
-                 f"{sum(dropped.values())} ({', '.join(f'{k}={v}' for k, v in dropped.items()) or 'none'})")
+            _log(
+                f"{label} {domain}: kept {c.get('kept', 0)}, dropped "
+                f"{sum(dropped.values())} ({', '.join(f'{k}={v}' for k, v in dropped.items()) or 'none'})"
+            )
             out[domain] = dict(sorted(c.items()))
         return out
 
@@ -100,9 +101,15 @@ def check_prompt(text: Any, min_chars: int, max_chars: int) -> str:
 # --------------------------------------------------------------------------- tiny world
 
 
-def tiny_prompts(seed: int = 0, eval_per_domain: int = 20, distill_n: int = 1000,
-                 domains: list[str] | None = None, min_chars: int = 1, max_chars: int = 1000,
-                 max_tries: int = 50):
+def tiny_prompts(
+    seed: int = 0,
+    eval_per_domain: int = 20,
+    distill_n: int = 1000,
+    domains: list[str] | None = None,
+    min_chars: int = 1,
+    max_chars: int = 1000,
+    max_tries: int = 50,
+):
     """(eval_df, distill_df, log) from the offline world; disjoint by prompt text."""
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
@@ -149,7 +156,7 @@ def tiny_prompts(seed: int = 0, eval_per_domain: int = 20, distill_n: int = 1000
         di_drop.add(d, reason)
         if reason != "kept":
             misses[d] += 1
-            if misses[d] >= max_tries * 4:   # this domain has run out of fresh prompts
+            if misses[d] >= max_tries * 4:  # this domain has run out of fresh prompts
                 exhausted.add(d)
             continue
         misses[d] = 0
@@ -158,8 +165,7 @@ def tiny_prompts(seed: int = 0, eval_per_domain: int = 20, distill_n: int = 1000
     if len(rows) < distill_n:
         _log(f"distill: only {len(rows)} distinct prompts of {distill_n} requested")
     distill_df = pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"])
-    log = {"source": "tiny", "seed": seed, "eval": ev_drop.report("eval"),
-           "distill": di_drop.report("distill")}
+    log = {"source": "tiny", "seed": seed, "eval": ev_drop.report("eval"), "distill": di_drop.report("distill")}
     return eval_df, distill_df, log
 
 
@@ -191,8 +197,17 @@ def _row_text(row: dict, spec: dict):
     return row[col]
 
 
-def _take(spec: dict, domain: str, n: int, seed: int, min_chars: int, max_chars: int,
-          exclude: set, drops: DropCounter, prefix: str) -> list[dict]:
+def _take(
+    spec: dict,
+    domain: str,
+    n: int,
+    seed: int,
+    min_chars: int,
+    max_chars: int,
+    exclude: set,
+    drops: DropCounter,
+    prefix: str,
+) -> list[dict]:
     ds = _load_rows(spec)
     order = list(range(len(ds)))
     if spec.get("shuffle", True):
@@ -213,13 +228,11 @@ def _take(spec: dict, domain: str, n: int, seed: int, min_chars: int, max_chars:
         exclude.add(text)
         out.append({"domain": domain, "prompt": text})
     if len(out) < n:
-        _log(f"{prefix} {domain}: only {len(out)} usable prompts of {n} requested "
-             f"from {spec['path']!r}")
+        _log(f"{prefix} {domain}: only {len(out)} usable prompts of {n} requested from {spec['path']!r}")
     return out
 
 
-def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None,
-               distill_n: int | None = None):
+def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None, distill_n: int | None = None):
     """(eval_df, distill_df, log) from the datasets named in `cfg` (see module doc)."""
     min_chars = int(cfg.get("min_chars", 50))
     max_chars = int(cfg.get("max_chars", 1000))
@@ -241,8 +254,14 @@ def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None,
         rows = rows[:distill_n]
     rows = [{"prompt_id": f"distill-{k:06d}", **r} for k, r in enumerate(rows)]
     distill_df = pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"])
-    log = {"source": "hf", "seed": seed, "min_chars": min_chars, "max_chars": max_chars,
-           "eval": ev_drop.report("eval"), "distill": di_drop.report("distill")}
+    log = {
+        "source": "hf",
+        "seed": seed,
+        "min_chars": min_chars,
+        "max_chars": max_chars,
+        "eval": ev_drop.report("eval"),
+        "distill": di_drop.report("distill"),
+    }
     return eval_df, distill_df, log
 
 
@@ -251,8 +270,12 @@ def _use_eval_file(cfg: dict, distill_df: pd.DataFrame, log: dict):
     distillation prompts that appear in it are dropped, so the two sets stay disjoint."""
     from orthrus.data.prompt_file import TIMEOUT, load_eval_file
 
-    eval_df, file_log = load_eval_file(cfg["eval_file"], cfg.get("eval_file_sha256"),
-                                       cfg.get("eval_duplicates", "error"), float(cfg.get("eval_file_timeout", TIMEOUT)))
+    eval_df, file_log = load_eval_file(
+        cfg["eval_file"],
+        cfg.get("eval_file_sha256"),
+        cfg.get("eval_duplicates", "error"),
+        float(cfg.get("eval_file_timeout", TIMEOUT)),
+    )
     clash = distill_df["prompt"].isin(set(eval_df["prompt"]))
     if clash.any():
         _log(f"distill: dropped {int(clash.sum())} prompts that are in the evaluation file")
@@ -284,13 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     dn = args.distill_n if args.distill_n is not None else cfg.get("distill_n")
     if source == "tiny":
         eval_df, distill_df, log = tiny_prompts(
-            seed=seed, eval_per_domain=int(epd if epd is not None else 20),
-            distill_n=int(dn if dn is not None else 1000), domains=cfg.get("domains"),
-            min_chars=int(cfg.get("min_chars", 1)), max_chars=int(cfg.get("max_chars", 1000)))
+            seed=seed,
+            eval_per_domain=int(epd if epd is not None else 20),
+            distill_n=int(dn if dn is not None else 1000),
+            domains=cfg.get("domains"),
+            min_chars=int(cfg.get("min_chars", 1)),
+            max_chars=int(cfg.get("max_chars", 1000)),
+        )
     else:
         eval_df, distill_df, log = hf_prompts(
-            cfg, seed=seed, eval_per_domain=None if epd is None else int(epd),
-            distill_n=None if dn is None else int(dn))
+            cfg, seed=seed, eval_per_domain=None if epd is None else int(epd), distill_n=None if dn is None else int(dn)
+        )
     if cfg.get("eval_file"):
         eval_df, distill_df, log = _use_eval_file(cfg, distill_df, log)
     # the checks every later stage applies on reading (read_prompt_set), here before writing:
@@ -300,8 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     assert not set(eval_df["prompt"]) & set(distill_df["prompt"])
     write_parquet(args.eval_out, eval_df)
     write_parquet(args.distill_out, distill_df)
-    _log(f"wrote {len(eval_df)} evaluation prompts to {args.eval_out} and "
-         f"{len(distill_df)} distillation prompts to {args.distill_out}")
+    _log(
+        f"wrote {len(eval_df)} evaluation prompts to {args.eval_out} and "
+        f"{len(distill_df)} distillation prompts to {args.distill_out}"
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ verify), the wall time per token and its ratio to the unguarded base loop (the m
 prompts of the ratio on each prompt), whether the setting
 was exact on these prompts, and which exact setting was cheapest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,14 +27,18 @@ import time
 
 import pandas as pd
 
+from orthrus.analysis.stats import wilson_ci
 from orthrus.contracts import ERRORS, EXACTNESS_COST_COLUMNS, FRONTIER_COLUMNS
 from orthrus.decode.options import DecodeOptions
-from orthrus.analysis.stats import wilson_ci
 
 SETTING = ["model", "precision", "attention", "verify_guard"]
 # the settings measured (config `frontier.*`, whose schema defaults are generated from these)
-DEFAULTS = {"prompts_per_domain": 1, "precisions": ["bf16", "fp16", "fp32"], "attentions": ["eager", "sdpa"],
-            "guards": [0.125, 0.5]}
+DEFAULTS = {
+    "prompts_per_domain": 1,
+    "precisions": ["bf16", "fp16", "fp32"],
+    "attentions": ["eager", "sdpa"],
+    "guards": [0.125, 0.5],
+}
 BASE = {"precision": "bf16", "attention": "sdpa"}  # the cell where bf16 diverges on CPU
 
 
@@ -43,8 +48,9 @@ def settings(base: DecodeOptions, precisions, attentions, guards) -> list[Decode
     return cells + [base.replace(verify_guard=float(g)) for g in guards if g > 0]
 
 
-def measure(model_path: str, model_name: str, prompts: pd.DataFrame, cells: list[DecodeOptions],
-            device: str = "cpu") -> pd.DataFrame:
+def measure(
+    model_path: str, model_name: str, prompts: pd.DataFrame, cells: list[DecodeOptions], device: str = "cpu"
+) -> pd.DataFrame:
     import torch
 
     from orthrus.data.chat import render_chat
@@ -64,17 +70,32 @@ def measure(model_path: str, model_name: str, prompts: pd.DataFrame, cells: list
             model, tokenizer, env = loaded[o.precision, o.attention]
             ids = torch.tensor(render_chat(tokenizer, p.prompt, o.message), dtype=torch.long, device=model.device)
             if (o.precision, o.attention) not in ar:
-                ar[o.precision, o.attention] = generate(model, ids, o.replace(decoder="ar", verify_guard=0.0)).tokens.tolist()
+                ar[o.precision, o.attention] = generate(
+                    model, ids, o.replace(decoder="ar", verify_guard=0.0)
+                ).tokens.tolist()
             ref = ar[o.precision, o.attention]
             t0 = time.perf_counter()
             out = generate(model, ids, o)
             seconds = time.perf_counter() - t0
             s = out.stats
-            rows.append({"model": model_name, "precision": o.precision, "attention": o.attention,
-                         "verify_guard": o.verify_guard, "prompt_id": p.prompt_id, "domain": p.domain,
-                         "tokens": out.tokens.tolist(), "ar_tokens": ref, "match": out.tokens.tolist() == ref,
-                         "n_prefill": s["n_prefill"], "n_verify": s["n_verify"], "n_diffusion": s["n_diffusion"],
-                         "seconds": seconds, "env": env})
+            rows.append(
+                {
+                    "model": model_name,
+                    "precision": o.precision,
+                    "attention": o.attention,
+                    "verify_guard": o.verify_guard,
+                    "prompt_id": p.prompt_id,
+                    "domain": p.domain,
+                    "tokens": out.tokens.tolist(),
+                    "ar_tokens": ref,
+                    "match": out.tokens.tolist() == ref,
+                    "n_prefill": s["n_prefill"],
+                    "n_verify": s["n_verify"],
+                    "n_diffusion": s["n_diffusion"],
+                    "seconds": seconds,
+                    "env": env,
+                }
+            )
     return pd.DataFrame(rows, columns=FRONTIER_COLUMNS)
 
 
@@ -86,10 +107,18 @@ def table(rows: pd.DataFrame, base: tuple[str, str]) -> pd.DataFrame:
         n, k = len(g), int(g["match"].sum())
         tokens = int(g["tokens"].map(len).sum())
         low, high = wilson_ci(k, n)
-        out.append(dict(zip(SETTING, key)) | {
-            "n": n, "n_match": k, "match_rate": k / n, "ci_low": low, "ci_high": high,
-            "tpf_verify": tokens / max(1, int((g["n_prefill"] + g["n_verify"]).sum())),
-            "seconds_per_token": float(g["seconds"].sum()) / max(1, tokens)})
+        out.append(
+            dict(zip(SETTING, key))
+            | {
+                "n": n,
+                "n_match": k,
+                "match_rate": k / n,
+                "ci_low": low,
+                "ci_high": high,
+                "tpf_verify": tokens / max(1, int((g["n_prefill"] + g["n_verify"]).sum())),
+                "seconds_per_token": float(g["seconds"].sum()) / max(1, tokens),
+            }
+        )
     df = pd.DataFrame(out, columns=EXACTNESS_COST_COLUMNS)
     if df.empty:
         return df
@@ -101,7 +130,9 @@ def table(rows: pd.DataFrame, base: tuple[str, str]) -> pd.DataFrame:
         raise ValueError(f"no unguarded {base[0]}/{base[1]} setting to time against for {', '.join(missing)}")
     # each prompt's time per token against the base loop's on the same prompt, run just before or
     # after it; the median over prompts, so a prompt that a change of the machine's load hit does not decide
-    rate["ratio"] = rate["per_token"].values / base_rate.reindex(pd.MultiIndex.from_frame(rate[["model", "prompt_id"]])).values
+    rate["ratio"] = (
+        rate["per_token"].values / base_rate.reindex(pd.MultiIndex.from_frame(rate[["model", "prompt_id"]])).values
+    )
     ratio = rate.groupby(SETTING, sort=False)["ratio"].median()
     df["time_vs_base"] = [float(ratio.loc[tuple(k)]) for k in df[SETTING].itertuples(index=False)]
     df["exact"] = df["n_match"] == df["n"]
@@ -121,8 +152,14 @@ def fig_exactness_cost(df: pd.DataFrame, base: tuple[str, str]):
     for r in df.itertuples():
         label = f"{r.precision}/{r.attention}" + (f" guard {r.verify_guard:g}" if r.verify_guard else "")
         err = [[max(0.0, r.match_rate - r.ci_low)], [max(0.0, r.ci_high - r.match_rate)]]
-        ax.errorbar(r.time_vs_base, r.match_rate, yerr=err, fmt="o" if not r.verify_guard else "s", capsize=3,
-                    label=f"{r.model} {label}" if df["model"].nunique() > 1 else label)
+        ax.errorbar(
+            r.time_vs_base,
+            r.match_rate,
+            yerr=err,
+            fmt="o" if not r.verify_guard else "s",
+            capsize=3,
+            label=f"{r.model} {label}" if df["model"].nunique() > 1 else label,
+        )
         if r.cheapest_exact:
             ax.scatter([r.time_vs_base], [r.match_rate], s=260, facecolors="none", edgecolors="k", zorder=3)
     ax.axvline(1.0, color="0.7", lw=0.8, ls="--")
@@ -137,8 +174,8 @@ def fig_exactness_cost(df: pd.DataFrame, base: tuple[str, str]):
 
 
 def main(argv=None) -> int:
-    from orthrus.io import save_figure, write_parquet, write_table
     from orthrus.data.prompt_set import first_per_domain, read_prompt_set
+    from orthrus.io import save_figure, write_parquet, write_table
 
     ap = argparse.ArgumentParser(prog="orthrus frontier", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -156,7 +193,9 @@ def main(argv=None) -> int:
     m.add_argument("--out", required=True)
     t = sub.add_parser("table", help="the exactness-cost table and figure")
     t.add_argument("--inputs", nargs="+", required=True)
-    t.add_argument("--base", nargs=2, default=[BASE["precision"], BASE["attention"]], metavar=("PRECISION", "ATTENTION"))
+    t.add_argument(
+        "--base", nargs=2, default=[BASE["precision"], BASE["attention"]], metavar=("PRECISION", "ATTENTION")
+    )
     t.add_argument("--out", required=True)
     t.add_argument("--figure", help="figure stem (writes STEM.png and STEM.pdf)")
     args = ap.parse_args(argv)

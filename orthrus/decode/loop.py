@@ -4,6 +4,7 @@ Greedy Orthrus emits, at every step, the AR view's argmax after the longest pref
 proposals that the AR view agrees with: in exact arithmetic it is the AR trajectory. Whether
 that survives finite precision is what this project measures.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -81,8 +82,13 @@ def ar_forward(model, ids: torch.Tensor, cache, last_only: bool = False, hidden:
 
     `last_only` computes the LM head for the last position only; the released loop computes
     it at every prompt position, which can change the bits of the last row on some kernels."""
-    out = model(input_ids=ids[None], **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1 if last_only else 0,
-                output_hidden_states=hidden)
+    out = model(
+        input_ids=ids[None],
+        **cache_kwarg(model, cache),
+        use_cache=True,
+        logits_to_keep=1 if last_only else 0,
+        output_hidden_states=hidden,
+    )
     return out.logits[0], ([h[0] for h in out.hidden_states] if hidden else None)
 
 
@@ -96,8 +102,14 @@ def diffusion_proposals(model, x: torch.Tensor, cache, block_size: int) -> torch
     return model.diffusion_forward(block, positions, cache)[0, :-1]
 
 
-def consensus(draft: torch.Tensor, draft_logits: torch.Tensor | None, verify_logits: torch.Tensor, sampler: Sampler,
-              accept_top: int = 1, ratio_temperature: float | None = None):
+def consensus(
+    draft: torch.Tensor,
+    draft_logits: torch.Tensor | None,
+    verify_logits: torch.Tensor,
+    sampler: Sampler,
+    accept_top: int = 1,
+    ratio_temperature: float | None = None,
+):
     """Accepted draft length n and the next token (AR correction or bonus) for one step.
 
     `verify_logits[i]` is the AR view's prediction for the token after draft position i-1
@@ -114,8 +126,11 @@ def consensus(draft: torch.Tensor, draft_logits: torch.Tensor | None, verify_log
         n = int((draft[:, None] == top).any(-1).long().cumprod(0).sum())
         return n, target[n]
     p = sampler.probs(verify_logits)
-    q = sampler.probs(draft_logits) if ratio_temperature is None else dataclasses.replace(
-        sampler, temperature=ratio_temperature).probs(draft_logits)
+    q = (
+        sampler.probs(draft_logits)
+        if ratio_temperature is None
+        else dataclasses.replace(sampler, temperature=ratio_temperature).probs(draft_logits)
+    )
     idx = torch.arange(len(draft), device=draft.device)
     ratio = p[idx, draft] / q[idx, draft]
     u = torch.rand(len(draft), generator=sampler.generator, device=draft.device)
@@ -152,8 +167,14 @@ class _Run:
         logits, hidden = ar_forward(self.model, ids, self.cache, last_only, self.hidden and self.trace is not None)
         if self.trace is not None:
             rows = slice(-1, None) if kind == "prefill" else slice(None)
-            self.pending = Forward(kind, self.first, ids.tolist(), logits[rows],
-                                    [h[rows] for h in hidden] if hidden is not None else None, 0)
+            self.pending = Forward(
+                kind,
+                self.first,
+                ids.tolist(),
+                logits[rows],
+                [h[rows] for h in hidden] if hidden is not None else None,
+                0,
+            )
         return logits
 
     def traced(self, emitted: int, tokens: list[int]) -> bool:
@@ -167,10 +188,18 @@ class _Run:
 
 
 @torch.inference_mode()
-def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = None, *,
-             eos_token_id: int | list[int] | None = None, generator: torch.Generator | None = None,
-             trace=None, hidden_states: bool = False, oracle: list[int] | None = None,
-             **changes) -> GenerateOutput:
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    options: DecodeOptions | None = None,
+    *,
+    eos_token_id: int | list[int] | None = None,
+    generator: torch.Generator | None = None,
+    trace=None,
+    hidden_states: bool = False,
+    oracle: list[int] | None = None,
+    **changes,
+) -> GenerateOutput:
     """Decode one prompt as `options` say (a `DecodeOptions`; keyword `changes` replace its
     fields, `mode` standing for `decoder`): the AR view (`ar`) or the Orthrus consensus loop
     (`orthrus`), greedy unless the options sample (with `generator`); or a control of the audit
@@ -204,11 +233,21 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     tokens: list[int] = []
     t0 = time.perf_counter()
     if opts.max_new_tokens > 0:
-        run = _Run(model, DynamicCache(config=model.config), K, sampler, opts.last_block == "shorten", stats,
-                   trace, hidden_states, accept_top=2 if mode == "orthrus-lossy" else 1,
-                   ratio_temperature=1.0 if mode == "orthrus-lossy" and not sampler.greedy else None,
-                   oracle=[int(t) for t in oracle] if oracle is not None else None, guard=opts.verify_guard,
-                   tokens=tokens)
+        run = _Run(
+            model,
+            DynamicCache(config=model.config),
+            K,
+            sampler,
+            opts.last_block == "shorten",
+            stats,
+            trace,
+            hidden_states,
+            accept_top=2 if mode == "orthrus-lossy" else 1,
+            ratio_temperature=1.0 if mode == "orthrus-lossy" and not sampler.greedy else None,
+            oracle=[int(t) for t in oracle] if oracle is not None else None,
+            guard=opts.verify_guard,
+            tokens=tokens,
+        )
         x = sampler.pick(run.forward("prefill", ids, last_only=opts.prefill_logits == "last")[-1])
         stats["n_prefill"] = 1
         tokens.append(int(x))
@@ -227,8 +266,11 @@ def generate(model, input_ids: torch.Tensor, options: DecodeOptions | None = Non
     stats["seconds"] = time.perf_counter() - t0
     stats["n_tokens"] = len(tokens)
     stats["finish_reason"] = "eos" if tokens and tokens[-1] in eos else "length"
-    stats.update(tokens_per_forward(len(tokens), stats["n_prefill"], stats["n_diffusion"], stats["n_verify"],
-                                    stats["accepted"], undefined=0.0))
+    stats.update(
+        tokens_per_forward(
+            len(tokens), stats["n_prefill"], stats["n_diffusion"], stats["n_verify"], stats["accepted"], undefined=0.0
+        )
+    )
     return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
 
 
@@ -238,16 +280,24 @@ def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
     if model is None or not hasattr(model, "config"):
         raise OptionsError(f"model must be a loaded causal LM, got {type(model).__name__}")
     if opts.decoder in ("orthrus", "orthrus-lossy") and not hasattr(model, "diffusion_forward"):
-        raise OptionsError(f"decoder {opts.decoder} needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}")
+        raise OptionsError(
+            f"decoder {opts.decoder} needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}"
+        )
     if (opts.decoder == "oracle") != (oracle is not None):
         raise OptionsError("the oracle decoder takes the reference trajectory (oracle=[token ids]), and only it")
     if oracle is not None and (isinstance(oracle, (str, bytes)) or not all(_is_token(t) for t in oracle)):
         raise OptionsError("oracle must be a list of token ids (the reference trajectory)")
     if opts.decoder == "oracle" and not (opts.block_size or hasattr(model, "block_size")):
         raise OptionsError("the oracle decoder needs block_size (the K of the verify blocks it stands in for)")
-    if (not isinstance(input_ids, torch.Tensor) or input_ids.dtype == torch.bool or input_ids.is_floating_point()
-            or input_ids.is_complex()):
-        raise OptionsError(f"input_ids must be an integer tensor of token ids, got {getattr(input_ids, 'dtype', type(input_ids))}")
+    if (
+        not isinstance(input_ids, torch.Tensor)
+        or input_ids.dtype == torch.bool
+        or input_ids.is_floating_point()
+        or input_ids.is_complex()
+    ):
+        raise OptionsError(
+            f"input_ids must be an integer tensor of token ids, got {getattr(input_ids, 'dtype', type(input_ids))}"
+        )
     if not (input_ids.dim() == 1 or (input_ids.dim() == 2 and input_ids.shape[0] == 1)):
         raise OptionsError(f"batch size 1 only; got input_ids of shape {tuple(input_ids.shape)}")
     ids = input_ids.reshape(-1).to(device=model.device, dtype=torch.long)
@@ -258,7 +308,9 @@ def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
         raise OptionsError(f"input_ids must lie in [0, {vocab}), got values from {int(ids.min())} to {int(ids.max())}")
     limit = model.config.max_position_embeddings
     if ids.numel() + opts.max_new_tokens > limit:
-        raise OptionsError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({opts.max_new_tokens}) exceeds the model's {limit} positions")
+        raise OptionsError(
+            f"prompt ({ids.numel()} tokens) + max_new_tokens ({opts.max_new_tokens}) exceeds the model's {limit} positions"
+        )
     return ids
 
 
@@ -320,7 +372,7 @@ def _guarded(run: _Run, x, draft, j: int) -> torch.Tensor:
     run.cache.crop(-(len(draft) + 1 - j))
     run.first = run.step_first + j
     run.stats["n_verify"] += 1
-    last = x.reshape(1) if j == 0 else draft[j - 1: j]
+    last = x.reshape(1) if j == 0 else draft[j - 1 : j]
     return torch.cat([draft[:j], run.sampler.pick(run.forward("ar", last)[-1]).reshape(1)])
 
 
@@ -331,6 +383,6 @@ def _oracle_step(run: _Run, x, remaining) -> torch.Tensor:
     if remaining == 1 and not run.shorten:
         return _ar_step(run, x, remaining)
     n_draft = min(run.K - 1, remaining if run.shorten else remaining - 1)
-    ref = run.oracle[run.first: run.first + n_draft] or run.oracle[-1:] or [int(x)]
+    ref = run.oracle[run.first : run.first + n_draft] or run.oracle[-1:] or [int(x)]
     draft = torch.tensor(ref + ref[-1:] * (n_draft - len(ref)), dtype=torch.long, device=x.device)
     return _verify(run, x, draft, None)

@@ -12,6 +12,7 @@ there (`from_row`), so none of them can use other options than the run it explai
 
 Pure Python (no torch): light stages read it too.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,16 @@ LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits", "verify_guard"
 MESSAGE_FORMATS = ("empty", "none")
 # the fields that are also keys of the config's `decode` section (their defaults there are generated
 # from these: orthrus/plan/schema.py), and the controls' own sizes
-CONFIG_KEYS = ("max_new_tokens", "verify_guard", "prompt_lookup_tokens", "message", "eos", "last_block",
-               "prefill_logits", "deterministic")
+CONFIG_KEYS = (
+    "max_new_tokens",
+    "verify_guard",
+    "prompt_lookup_tokens",
+    "message",
+    "eos",
+    "last_block",
+    "prefill_logits",
+    "deterministic",
+)
 NOISE_BATCH_SIZE = 8  # prompts per left-padded generate() call of the ar-batched control
 ORACLE_BLOCK_SIZE = 8  # tokens per verify block of the oracle control
 
@@ -116,19 +125,31 @@ class DecodeOptions:
     verify_guard: float = 0.0
 
     def __post_init__(self):
-        for name, allowed in (("decoder", DECODERS), ("precision", PRECISIONS), ("attention", ATTENTIONS),
-                              ("eos", EOS_POLICIES), ("last_block", LAST_BLOCKS), ("prefill_logits", PREFILL_LOGITS)):
+        for name, allowed in (
+            ("decoder", DECODERS),
+            ("precision", PRECISIONS),
+            ("attention", ATTENTIONS),
+            ("eos", EOS_POLICIES),
+            ("last_block", LAST_BLOCKS),
+            ("prefill_logits", PREFILL_LOGITS),
+        ):
             if getattr(self, name) not in allowed:
-                raise OptionsError(f"decoding option {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+                raise OptionsError(
+                    f"decoding option {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
+                )
         check_message(self.message)
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 0:
             raise OptionsError(f"decoding option max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         if self.block_size is not None and (not _is_int(self.block_size) or self.block_size < 2):
-            raise OptionsError(f"decoding option block_size must be null (the model's) or an integer >= 2, got {self.block_size!r}")
+            raise OptionsError(
+                f"decoding option block_size must be null (the model's) or an integer >= 2, got {self.block_size!r}"
+            )
         if not isinstance(self.deterministic, bool):
             raise OptionsError(f"decoding option deterministic must be true or false, got {self.deterministic!r}")
         if not _is_int(self.prompt_lookup_tokens) or self.prompt_lookup_tokens < 1:
-            raise OptionsError(f"decoding option prompt_lookup_tokens must be an integer >= 1, got {self.prompt_lookup_tokens!r}")
+            raise OptionsError(
+                f"decoding option prompt_lookup_tokens must be an integer >= 1, got {self.prompt_lookup_tokens!r}"
+            )
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t < math.inf):
             raise OptionsError(f"decoding option temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
@@ -138,12 +159,19 @@ class DecodeOptions:
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
             raise OptionsError(f"decoding option top_p must be null or a number in (0, 1], got {p!r}")
         if self.decoder != "prompt-lookup" and self.prompt_lookup_tokens != DecodeOptions.prompt_lookup_tokens:
-            raise OptionsError(f"decoding option prompt_lookup_tokens applies to the prompt-lookup decoder only, "
-                               f"not {self.decoder}")
+            raise OptionsError(
+                f"decoding option prompt_lookup_tokens applies to the prompt-lookup decoder only, not {self.decoder}"
+            )
         batched = self.decoder == "ar-batched"
-        if not _is_int(self.batch_size) or self.batch_size < (2 if batched else 1) or (self.batch_size > 1 and not batched):
-            raise OptionsError(f"decoding option batch_size is the ar-batched control's (an integer >= 2); every "
-                               f"other decoder decodes one prompt at a time: got {self.batch_size!r} for {self.decoder}")
+        if (
+            not _is_int(self.batch_size)
+            or self.batch_size < (2 if batched else 1)
+            or (self.batch_size > 1 and not batched)
+        ):
+            raise OptionsError(
+                f"decoding option batch_size is the ar-batched control's (an integer >= 2); every "
+                f"other decoder decodes one prompt at a time: got {self.batch_size!r} for {self.decoder}"
+            )
         g = self.verify_guard
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not (0 <= g < math.inf):
             raise OptionsError(f"decoding option verify_guard must be a finite number >= 0 (0 = off), got {g!r}")
@@ -153,15 +181,23 @@ class DecodeOptions:
         if self.decoder == "oracle" and self.temperature != 0:
             raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
         if self.decoder in PLAIN_LM_DECODERS:
-            changed = [f.name for f in fields(self) if f.name in LOOP_ONLY + ("temperature", "top_k", "top_p")
-                       and getattr(self, f.name) != f.default]
-            ran = ("an engine outside this package, greedy, as exported" if self.decoder == EXTERNAL_DECODER
-                   else "transformers' greedy generate")
+            changed = [
+                f.name
+                for f in fields(self)
+                if f.name in LOOP_ONLY + ("temperature", "top_k", "top_p") and getattr(self, f.name) != f.default
+            ]
+            ran = (
+                "an engine outside this package, greedy, as exported"
+                if self.decoder == EXTERNAL_DECODER
+                else "transformers' greedy generate"
+            )
             if changed:
-                raise OptionsError(f"decoder {self.decoder} runs {ran}: {', '.join(changed)} "
-                                   "apply to this package's loop (ar, orthrus) only")
+                raise OptionsError(
+                    f"decoder {self.decoder} runs {ran}: {', '.join(changed)} "
+                    "apply to this package's loop (ar, orthrus) only"
+                )
 
-    def replace(self, **changes) -> "DecodeOptions":
+    def replace(self, **changes) -> DecodeOptions:
         return dataclasses.replace(self, **changes)
 
     def record(self) -> dict:
@@ -172,25 +208,27 @@ class DecodeOptions:
         return json.dumps(self.record(), sort_keys=True)
 
     @classmethod
-    def from_record(cls, record: dict) -> "DecodeOptions":
+    def from_record(cls, record: dict) -> DecodeOptions:
         """From `record()`'s dict; a key that is not a field is an error naming it (fields left
         out take their defaults)."""
         if not isinstance(record, dict):
             raise OptionsError(f"decoding options must be a JSON object, got {type(record).__name__}")
         unknown = sorted(set(record) - {f.name for f in fields(cls)})
         if unknown:
-            raise OptionsError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(f.name for f in fields(cls))}")
+            raise OptionsError(
+                f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(f.name for f in fields(cls))}"
+            )
         return cls(**record)
 
     @classmethod
-    def from_json(cls, text: str) -> "DecodeOptions":
+    def from_json(cls, text: str) -> DecodeOptions:
         try:
             return cls.from_record(json.loads(text))
         except json.JSONDecodeError as e:
             raise OptionsError(f"decoding options are not valid JSON ({e}): {text[:80]!r}") from None
 
     @classmethod
-    def from_row(cls, env, decoder: str, precision: str, attention: str) -> "DecodeOptions":
+    def from_row(cls, env, decoder: str, precision: str, attention: str) -> DecodeOptions:
         """The options a decoding row ran with, from its `env` record and its configuration
         columns (which must agree with the record). Rows written before the options object
         existed kept their protocol settings beside the numerics: those are read, the rest take
@@ -203,12 +241,14 @@ class DecodeOptions:
         options = cls.from_record(record["options"])
         differ = {k: (v, getattr(options, k)) for k, v in cell.items() if getattr(options, k) != v}
         if differ:
-            raise OptionsError("a decoding row's columns disagree with the options it records: "
-                               + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differ.items()))
+            raise OptionsError(
+                "a decoding row's columns disagree with the options it records: "
+                + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differ.items())
+            )
         return options
 
     @classmethod
-    def from_config(cls, section: dict, decoder: str, precision: str, attention: str, **changes) -> "DecodeOptions":
+    def from_config(cls, section: dict, decoder: str, precision: str, attention: str, **changes) -> DecodeOptions:
         """The options of one decoding cell from a validated config section (`decode`, or
         `decode` updated by `tpf`): its keys that are fields, with `changes` on top. For
         transformers' decoders the loop-only keys are left out (they do not apply there), and
@@ -226,4 +266,3 @@ class DecodeOptions:
         if decoder == "oracle":
             given["block_size"] = section.get("oracle_block_size", ORACLE_BLOCK_SIZE)
         return cls(**(given | {"decoder": decoder, "precision": precision, "attention": attention} | changes))
-

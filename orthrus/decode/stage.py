@@ -34,6 +34,7 @@ Every row's `env` holds the numerical environment, the loop that ran (`orthrus.g
 `transformers.generate`), the options under "options" (`DecodeOptions.record`) and, for
 transformers' speculative decoders, the library settings they ran with.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,15 +46,15 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from orthrus.data.chat import render_chat
 from orthrus.contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS, REFERENCE_DECODER
+from orthrus.data.chat import render_chat
+from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
+from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 from orthrus.io import write_parquet
 from orthrus.models.hub import snapshot_commit
 from orthrus.models.loading import eos_ids, load_draft, load_model
-from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 from orthrus.models.precision import numerical_env
-from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 
 
 class StepSizes:
@@ -98,18 +99,32 @@ def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, lo
     try:
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), do_sample=False,
-                                 max_new_tokens=options.max_new_tokens, pad_token_id=pad if pad is not None else eos[0],
-                                 streamer=steps, return_dict_in_generate=True, output_logits=logits, **speculative)
+            out = model.generate(
+                ids[None],
+                attention_mask=torch.ones_like(ids[None]),
+                do_sample=False,
+                max_new_tokens=options.max_new_tokens,
+                pad_token_id=pad if pad is not None else eos[0],
+                streamer=steps,
+                return_dict_in_generate=True,
+                output_logits=logits,
+                **speculative,
+            )
         seconds = time.perf_counter() - t0
     finally:
         for _, hook in counters:
             hook.remove()
-    tokens = out.sequences[0, len(ids):].tolist()
+    tokens = out.sequences[0, len(ids) :].tolist()
     forwards = counters[0][0][0]
-    row = {"tokens": tokens, "accepted": [n - 1 for n in steps.sizes[1:]] if speculative else [], "n_prefill": 1,
-            "n_diffusion": counters[1][0][0] if len(counters) > 1 else 0, "n_verify": max(forwards - 1, 0),
-            "seconds": seconds, "finish_reason": "eos" if tokens and tokens[-1] in eos else "length"}
+    row = {
+        "tokens": tokens,
+        "accepted": [n - 1 for n in steps.sizes[1:]] if speculative else [],
+        "n_prefill": 1,
+        "n_diffusion": counters[1][0][0] if len(counters) > 1 else 0,
+        "n_verify": max(forwards - 1, 0),
+        "seconds": seconds,
+        "finish_reason": "eos" if tokens and tokens[-1] in eos else "length",
+    }
     return (row, [x[0] for x in out.logits]) if logits else row
 
 
@@ -123,8 +138,8 @@ def left_padded(model, batch: list[torch.Tensor]) -> tuple[torch.Tensor, torch.T
     input_ids = torch.full((len(batch), width), pad, dtype=torch.long, device=model.device)
     mask = torch.zeros_like(input_ids)
     for i, ids in enumerate(batch):
-        input_ids[i, width - len(ids):] = ids
-        mask[i, width - len(ids):] = 1
+        input_ids[i, width - len(ids) :] = ids
+        mask[i, width - len(ids) :] = 1
     return input_ids, mask, pad
 
 
@@ -136,22 +151,38 @@ def batched_generate(model, batch: list[torch.Tensor], options: DecodeOptions, l
     input_ids, mask, pad = left_padded(model, batch)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=options.max_new_tokens,
-                             pad_token_id=pad, return_dict_in_generate=True, output_logits=logits)
+        out = model.generate(
+            input_ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=options.max_new_tokens,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+            output_logits=logits,
+        )
     seconds = (time.perf_counter() - t0) / len(batch)
     rows = []
-    for seq in out.sequences[:, input_ids.shape[1]:].tolist():
+    for seq in out.sequences[:, input_ids.shape[1] :].tolist():
         end = next((i + 1 for i, t in enumerate(seq) if t in eos), len(seq))  # finished rows continue as padding
         tokens = seq[:end]
-        rows.append({"tokens": tokens, "accepted": [], "n_prefill": 1, "n_diffusion": 0, "n_verify": max(len(tokens) - 1, 0),
-                     "seconds": seconds, "finish_reason": "eos" if tokens and tokens[-1] in eos else "length"})
+        rows.append(
+            {
+                "tokens": tokens,
+                "accepted": [],
+                "n_prefill": 1,
+                "n_diffusion": 0,
+                "n_verify": max(len(tokens) - 1, 0),
+                "seconds": seconds,
+                "finish_reason": "eos" if tokens and tokens[-1] in eos else "length",
+            }
+        )
     return (rows, out.logits) if logits else rows
 
 
 def batches(items: list, size: int) -> list[list]:
     """The ar-batched control's batches: consecutive prompts of a shard, in the prompt set's
     order (the forensics rebuild them from the same rule)."""
-    return [items[i: i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None, reference=None) -> dict:
@@ -161,9 +192,15 @@ def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None, ref
         return hf_generate(model, ids, options, draft)
     out = generate(model, ids, options, oracle=reference)
     s = out.stats
-    return {"tokens": out.tokens.tolist(), "accepted": s["accepted"], "n_prefill": s["n_prefill"],
-            "n_diffusion": s["n_diffusion"], "n_verify": s["n_verify"], "seconds": s["seconds"],
-            "finish_reason": s["finish_reason"]}
+    return {
+        "tokens": out.tokens.tolist(),
+        "accepted": s["accepted"],
+        "n_prefill": s["n_prefill"],
+        "n_diffusion": s["n_diffusion"],
+        "n_verify": s["n_verify"],
+        "seconds": s["seconds"],
+        "finish_reason": s["finish_reason"],
+    }
 
 
 def speculative_settings(options: DecodeOptions, model, draft, draft_name: str | None) -> dict:
@@ -175,30 +212,50 @@ def speculative_settings(options: DecodeOptions, model, draft, draft_name: str |
         keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
         defaults = GenerationConfig._get_default_generation_params()
         given = draft.generation_config
-        return {"draft": draft_name, "draft_commit": snapshot_commit(draft.name_or_path),
-                "draft_parameters": sum(p.numel() for p in draft.parameters())} | {
-            k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
+        return {
+            "draft": draft_name,
+            "draft_commit": snapshot_commit(draft.name_or_path),
+            "draft_parameters": sum(p.numel() for p in draft.parameters()),
+        } | {k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
     if options.decoder == "prompt-lookup":
         # transformers' PromptLookupCandidateGenerator takes `max_matching_ngram_size or 2`
         return {"max_matching_ngram_size": getattr(model.generation_config, "max_matching_ngram_size", None) or 2}
     return {}
 
 
-def decode_prompts(model, tokenizer, prompts: pd.DataFrame, options: DecodeOptions, model_name: str,
-                   progress: bool = True, draft=None, draft_name: str | None = None,
-                   reference: dict | None = None, shard: tuple[int, int] = (0, 1),
-                   per_domain: int | None = None) -> pd.DataFrame:
+def decode_prompts(
+    model,
+    tokenizer,
+    prompts: pd.DataFrame,
+    options: DecodeOptions,
+    model_name: str,
+    progress: bool = True,
+    draft=None,
+    draft_name: str | None = None,
+    reference: dict | None = None,
+    shard: tuple[int, int] = (0, 1),
+    per_domain: int | None = None,
+) -> pd.DataFrame:
     """One row per prompt of `options`' trajectory (docs/DESIGN.md, "Decoding result").
     `reference` maps prompt ids to the reference tokens (the oracle's drafts); `shard` is (shard,
     shards) of `prompts`, and `per_domain` the prompts per domain taken before sharding, both
     recorded for the ar-batched control, whose batches they decide."""
     loop = "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate"
     # provenance: the model as read (a hub snapshot's commit, pinned by the config's `revisions` or not)
-    run = ({"loop": loop, "options": options.record(), "model_path": str(model.name_or_path),
-            "model_commit": snapshot_commit(model.name_or_path)}
-           | speculative_settings(options, model, draft, draft_name)
-           | ({"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
-              if options.decoder == "ar-batched" else {}))
+    run = (
+        {
+            "loop": loop,
+            "options": options.record(),
+            "model_path": str(model.name_or_path),
+            "model_commit": snapshot_commit(model.name_or_path),
+        }
+        | speculative_settings(options, model, draft, draft_name)
+        | (
+            {"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
+            if options.decoder == "ar-batched"
+            else {}
+        )
+    )
     env = json.dumps(numerical_env(model) | run, sort_keys=True)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings
@@ -208,29 +265,50 @@ def decode_prompts(model, tokenizer, prompts: pd.DataFrame, options: DecodeOptio
     rows, todo = {}, []
     for row in prompts.itertuples():
         ids = torch.tensor(render_chat(tokenizer, row.prompt, o.message), dtype=torch.long, device=model.device)
-        rows[row.prompt_id] = {"model": model_name, "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
-                               "prompt_id": row.prompt_id, "domain": row.domain, "prompt_len": len(ids), "env": env,
-                               "error": length_error(len(ids), o.max_new_tokens, positions)}
+        rows[row.prompt_id] = {
+            "model": model_name,
+            "decoder": o.decoder,
+            "precision": o.precision,
+            "attention": o.attention,
+            "prompt_id": row.prompt_id,
+            "domain": row.domain,
+            "prompt_len": len(ids),
+            "env": env,
+            "error": length_error(len(ids), o.max_new_tokens, positions),
+        }
         if o.decoder == "oracle" and (reference or {}).get(row.prompt_id) is None:
-            rows[row.prompt_id]["error"] = "NoReference: the oracle's reference trajectory of this prompt is missing or an error"
+            rows[row.prompt_id]["error"] = (
+                "NoReference: the oracle's reference trajectory of this prompt is missing or an error"
+            )
         if rows[row.prompt_id]["error"] is None:
             todo.append((row.prompt_id, ids))
     size = o.batch_size if o.decoder == "ar-batched" else 1
-    for batch in tqdm(batches(todo, size), desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
-                      disable=not progress, file=sys.stderr):
+    for batch in tqdm(
+        batches(todo, size),
+        desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
+        disable=not progress,
+        file=sys.stderr,
+    ):
         try:  # recorded, not dropped: a failing prompt is a result too
             if o.decoder == "ar-batched":
                 outs = batched_generate(model, [ids for _, ids in batch], o)
             else:
-                (pid, ids), = batch
+                ((pid, ids),) = batch
                 outs = [decode_one(model, ids, o, draft, (reference or {}).get(pid))]
             for (pid, _), out in zip(batch, outs):
                 rows[pid] |= out
         except Exception as e:
             for pid, _ in batch:
                 rows[pid]["error"] = f"{type(e).__name__}: {e}"
-    failed = {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "seconds": float("nan"),
-              "finish_reason": "error"}
+    failed = {
+        "tokens": [],
+        "accepted": [],
+        "n_prefill": 0,
+        "n_diffusion": 0,
+        "n_verify": 0,
+        "seconds": float("nan"),
+        "finish_reason": "error",
+    }
     return pd.DataFrame([r if r["error"] is None else r | failed for r in rows.values()], columns=DECODE_COLUMNS)
 
 
@@ -242,15 +320,27 @@ def reference_tokens(path: str, options: DecodeOptions) -> dict:
     wrong = ref[(ref["decoder"] != cell[0]) | (ref["precision"] != cell[1]) | (ref["attention"] != cell[2])]
     if len(wrong):
         r = wrong.iloc[0]
-        raise OptionsError(f"--reference {path}: the oracle at {cell[1]}/{cell[2]} needs the {cell[0]} reference of "
-                           f"that cell, got rows of {r['decoder']}/{r['precision']}/{r['attention']}")
+        raise OptionsError(
+            f"--reference {path}: the oracle at {cell[1]}/{cell[2]} needs the {cell[0]} reference of "
+            f"that cell, got rows of {r['decoder']}/{r['precision']}/{r['attention']}"
+        )
     ok = ref[ref["finish_reason"] != "error"]
     return {pid: [int(t) for t in toks] for pid, toks in zip(ok["prompt_id"], ok["tokens"])}
 
 
 # the flags that build options by hand (each sets the DecodeOptions field of its name)
-_OPTION_FLAGS = ("decoder", "max_new_tokens", "block_size", "message", "eos", "last_block", "prefill_logits",
-                 "deterministic", "prompt_lookup_tokens", "batch_size")
+_OPTION_FLAGS = (
+    "decoder",
+    "max_new_tokens",
+    "block_size",
+    "message",
+    "eos",
+    "last_block",
+    "prefill_logits",
+    "deterministic",
+    "prompt_lookup_tokens",
+    "batch_size",
+)
 
 
 def cell_options(args) -> list[DecodeOptions]:
@@ -259,31 +349,48 @@ def cell_options(args) -> list[DecodeOptions]:
     if args.options:
         extra = [*flags, *(["precision"] if args.precision else []), *(["attention"] if args.attention else [])]
         if extra:
-            raise OptionsError(f"--options holds the whole setting; drop {', '.join('--' + k.replace('_', '-') for k in extra)}")
+            raise OptionsError(
+                f"--options holds the whole setting; drop {', '.join('--' + k.replace('_', '-') for k in extra)}"
+            )
         return [DecodeOptions.from_json(j) for j in args.options]
     if "decoder" not in flags or not args.precision:
         raise OptionsError("give --options JSON..., or --decoder and --precision (and --attention, default eager)")
-    return [DecodeOptions(precision=p, attention=a, **flags) for p in args.precision for a in args.attention or ["eager"]]
+    return [
+        DecodeOptions(precision=p, attention=a, **flags) for p in args.precision for a in args.attention or ["eager"]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus decode", description=__doc__.split("\n")[0])
-    ap.add_argument("--model-path", required=True,
-                    help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref, assisted, prompt-lookup)")
+    ap.add_argument(
+        "--model-path",
+        required=True,
+        help="Orthrus checkpoint (ar, orthrus) or plain causal LM (ar-ref, assisted, prompt-lookup)",
+    )
     ap.add_argument("--model-name", required=True)
     ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
-    ap.add_argument("--options", nargs="+", help="one DecodeOptions JSON object per --out file (orthrus/decode/options.py)")
+    ap.add_argument(
+        "--options", nargs="+", help="one DecodeOptions JSON object per --out file (orthrus/decode/options.py)"
+    )
     ap.add_argument("--draft-path", help="assisted: the draft model (hub id or directory), same tokenizer")
     ap.add_argument("--reference", nargs="+", help="oracle: the ar-ref decoding result of each --out file's cell")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--num-shards", type=int, default=1)
-    ap.add_argument("--prompts-per-domain", type=int, default=None,
-                    help="decode the first N prompts of each domain only (before sharding; default: all)")
+    ap.add_argument(
+        "--prompts-per-domain",
+        type=int,
+        default=None,
+        help="decode the first N prompts of each domain only (before sharding; default: all)",
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--max-error-share", type=float, default=0.0,
-                    help="fail when more than this share of the prompts end in an error row (default 0)")
+    ap.add_argument(
+        "--max-error-share",
+        type=float,
+        default=0.0,
+        help="fail when more than this share of the prompts end in an error row (default 0)",
+    )
     hand = ap.add_argument_group("options by hand (instead of --options; a flag left out takes the option's default)")
     hand.add_argument("--decoder", choices=DECODERS)
     hand.add_argument("--precision", nargs="+", choices=PRECISIONS)
@@ -296,8 +403,13 @@ def main(argv: list[str] | None = None) -> int:
     hand.add_argument("--prefill-logits", choices=PREFILL_LOGITS)
     hand.add_argument("--prompt-lookup-tokens", type=int)
     hand.add_argument("--batch-size", type=int, help="ar-batched: prompts per left-padded generate() call")
-    hand.add_argument("--no-deterministic", dest="deterministic", action="store_false", default=None,
-                      help="leave torch's determinism flags at their defaults")
+    hand.add_argument(
+        "--no-deterministic",
+        dest="deterministic",
+        action="store_false",
+        default=None,
+        help="leave torch's determinism flags at their defaults",
+    )
     ap.add_argument("--out", nargs="+", required=True, help="one file per options object")
     args = ap.parse_args(argv)
     cells = cell_options(args)
@@ -313,20 +425,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompts_per_domain is not None and args.prompts_per_domain < 1:
         ap.error(f"--prompts-per-domain must be >= 1, got {args.prompts_per_domain}")
     torch.set_num_threads(args.threads)
-    prompts = first_per_domain(read_prompt_set(args.prompts), args.prompts_per_domain).iloc[args.shard :: args.num_shards]
+    prompts = first_per_domain(read_prompt_set(args.prompts), args.prompts_per_domain).iloc[
+        args.shard :: args.num_shards
+    ]
     for i, (options, out) in enumerate(zip(cells, args.out)):
         model, tokenizer = load_model(args.model_path, options, args.device)
-        draft = load_draft(args.draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+        draft = (
+            load_draft(args.draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+        )
         reference = reference_tokens(args.reference[i], options) if args.reference else None
-        df = decode_prompts(model, tokenizer, prompts, options, args.model_name, progress=not args.no_progress,
-                            draft=draft, draft_name=args.draft_path, reference=reference,
-                            shard=(args.shard, args.num_shards), per_domain=args.prompts_per_domain)
+        df = decode_prompts(
+            model,
+            tokenizer,
+            prompts,
+            options,
+            args.model_name,
+            progress=not args.no_progress,
+            draft=draft,
+            draft_name=args.draft_path,
+            reference=reference,
+            shard=(args.shard, args.num_shards),
+            per_domain=args.prompts_per_domain,
+        )
         failed = df[df["finish_reason"] == "error"]
         cell = f"{options.decoder}/{options.precision}/{options.attention}"
         if len(failed) > args.max_error_share * len(df):
             first = "; ".join(f"{r.prompt_id}: {r.error}" for r in failed.head(3).itertuples())
-            print(f"orthrus decode: {cell}: {len(failed)} of {len(df)} prompts failed, more than "
-                  f"--max-error-share {args.max_error_share}; first: {first}", file=sys.stderr)
+            print(
+                f"orthrus decode: {cell}: {len(failed)} of {len(df)} prompts failed, more than "
+                f"--max-error-share {args.max_error_share}; first: {first}",
+                file=sys.stderr,
+            )
             return 1
         write_parquet(out, df)
         print(f"[decode] {cell}: {len(df)} prompts ({len(failed)} errors) -> {out}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """The training data: corpus sequences with their usable anchors, length-bucketed global
 batches, and the tensors of one micro-batch (blocks, targets, weights, block-sparse mask)."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,15 @@ class Corpus:
         self.need = int(np.flatnonzero(w > 0)[s.min_loss_tokens - 1])
         self.max_len = s.max_len
         self.ids, self.prompt_len, self.domain, self.last_anchor = [], [], [], []
-        self.counts = {"rows": 0, "used": 0, "truncated": 0, "skipped_error": 0, "skipped_empty_response": 0,
-                       "skipped_short_response": 0, "skipped_prompt_over_max_len": 0}
+        self.counts = {
+            "rows": 0,
+            "used": 0,
+            "truncated": 0,
+            "skipped_error": 0,
+            "skipped_empty_response": 0,
+            "skipped_short_response": 0,
+            "skipped_prompt_over_max_len": 0,
+        }
         self.skipped_by_domain: dict = {}
         for f in files:
             for p, r, d, e in _read_shard(f):
@@ -37,10 +45,12 @@ class Corpus:
         self.files = files
         if verbose:
             c = self.counts
-            log(f"corpus: {c['rows']} rows in {len(files)} shard(s), {c['used']} used, "
+            log(
+                f"corpus: {c['rows']} rows in {len(files)} shard(s), {c['used']} used, "
                 f"{c['truncated']} truncated to max_len={s.max_len}, skipped: {c['skipped_error']} error rows, "
                 f"{c['skipped_empty_response']} empty response, {c['skipped_short_response']} "
-                f"response too short for one block, {c['skipped_prompt_over_max_len']} prompt >= max_len")
+                f"response too short for one block, {c['skipped_prompt_over_max_len']} prompt >= max_len"
+            )
         if not self.ids:
             raise InputError(f"no usable sequence in the corpus ({self.counts})")
 
@@ -109,9 +119,9 @@ def epoch_batches(lengths: np.ndarray, global_batch: int, epoch: int, seed: int,
     size = global_batch * max(1, pool)
     batches = []
     for s in range(0, len(perm), size):
-        chunk = perm[s: s + size]
+        chunk = perm[s : s + size]
         chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches += [chunk[i: i + global_batch] for i in range(0, len(chunk), global_batch)]
+        batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
     batches = [b for b in batches if len(b) == global_batch]
     order = rng.permutation(len(batches))
     return [batches[i] for i in order]
@@ -141,8 +151,8 @@ def make_batch(seqs: list, anchors: list, K: int, weights: np.ndarray, mask_id: 
         anc[b, : len(a)] = torch.from_numpy(np.asarray(a))
         real[b, : len(a)] = True
     slot = torch.arange(q) % K
-    a_q = anc.repeat_interleave(K, dim=1)                                    # (B, q)
-    pos = a_q + slot                                                          # (B, q)
+    a_q = anc.repeat_interleave(K, dim=1)  # (B, q)
+    pos = a_q + slot  # (B, q)
     blocks = torch.full((B, q), mask_id, dtype=torch.long)
     blocks[:, ::K] = ids.gather(1, anc)
     tpos = pos + 1
@@ -150,12 +160,11 @@ def make_batch(seqs: list, anchors: list, K: int, weights: np.ndarray, mask_id: 
     valid = (tpos < lens[:, None]) & real.repeat_interleave(K, dim=1) & (w_slot > 0)
     targets = ids.gather(1, tpos.clamp(max=L - 1))
     w = torch.where(valid, w_slot.expand(B, q), torch.zeros(()))
-    cache_ok = torch.arange(L)[None, None, :] < a_q[:, :, None]              # (B, q, L)
+    cache_ok = torch.arange(L)[None, None, :] < a_q[:, :, None]  # (B, q, L)
     blk = torch.arange(q) // K
     block_ok = (blk[:, None] == blk[None, :]).expand(B, q, q)
     allowed = torch.cat([cache_ok, block_ok], dim=-1)
-    return {"ids": ids, "blocks": blocks, "pos": pos, "targets": targets, "tpos": tpos,
-            "w": w, "allowed": allowed}
+    return {"ids": ids, "blocks": blocks, "pos": pos, "targets": targets, "tpos": tpos, "w": w, "allowed": allowed}
 
 
 class GlobalBatches:

@@ -4,6 +4,7 @@ Launched by torchrun, every process trains on its share of each global batch and
 the diffusion gradients (gloo on CPU, nccl on CUDA); launched plainly, everything here is a
 no-op for a world of one.
 """
+
 from __future__ import annotations
 
 import contextlib

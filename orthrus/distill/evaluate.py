@@ -1,10 +1,10 @@
 """Held-out tokens per forward during training, with the real `orthrus.generate` loop."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from orthrus.distill.dist import log
-
 
 
 def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[int]]]:
@@ -39,19 +39,34 @@ def evaluate_tpf(model, prompts: list, max_new_tokens: int, step: int) -> list[d
     for dom, ids in prompts:
         out = generate(model, torch.tensor(ids, device=device), mode="orthrus", max_new_tokens=max_new_tokens)
         acc = out.stats["accepted"]
-        row = {"tpf_verify": out.stats["tpf_verify"], "tpf_all": out.stats["tpf_all"], "tpf_authors": out.stats["tpf_authors"],
-               "accepted_mean": float(np.mean(acc)) if acc else 0.0}
+        row = {
+            "tpf_verify": out.stats["tpf_verify"],
+            "tpf_all": out.stats["tpf_all"],
+            "tpf_authors": out.stats["tpf_authors"],
+            "accepted_mean": float(np.mean(acc)) if acc else 0.0,
+        }
         per.setdefault(dom, []).append(row)
     rows = []
     every = [r for v in per.values() for r in v]
     for dom, rs in [*sorted(per.items()), ("all", every)]:
-        rows.append({"step": step, "domain": dom, "n": len(rs),
-                     **{k: float(np.mean([r[k] for r in rs])) for k in ("tpf_verify", "tpf_all", "tpf_authors", "accepted_mean")}})
+        rows.append(
+            {
+                "step": step,
+                "domain": dom,
+                "n": len(rs),
+                **{
+                    k: float(np.mean([r[k] for r in rs]))
+                    for k in ("tpf_verify", "tpf_all", "tpf_authors", "accepted_mean")
+                },
+            }
+        )
     return rows
 
 
 def log_eval(rows: list[dict], step: int) -> None:
     """One line: the overall TPF (the last row), then each domain's."""
     overall = rows[-1]
-    log(f"eval step {step}: tpf_verify {overall['tpf_verify']:.3f} over {overall['n']} prompts; "
-        + ", ".join(f"{r['domain']} {r['tpf_verify']:.2f}" for r in rows[:-1]))
+    log(
+        f"eval step {step}: tpf_verify {overall['tpf_verify']:.3f} over {overall['n']} prompts; "
+        + ", ".join(f"{r['domain']} {r['tpf_verify']:.2f}" for r in rows[:-1])
+    )

@@ -5,6 +5,7 @@ diffusion forward covers every block with a block-sparse additive mask (block b 
 before its anchor and its own K positions). `orthrus.distill.reference` computes the same sum
 one block at a time, which the tests and `benchmarks/train.py` compare against.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,12 @@ def block_loss(model, batch: dict, objective: str, kl_weight: float, autocast_dt
     tgt = b["targets"][sel]
     logq = F.log_softmax(lg, dim=-1)
     ce = -logq.gather(1, tgt[:, None])[:, 0]
-    stats = {"weight": float(w.sum()), "ce": float((ce.detach() * w).sum()),
-             "acc": float(((lg.argmax(-1) == tgt).float() * w).sum()), "kl": float("nan")}
+    stats = {
+        "weight": float(w.sum()),
+        "ce": float((ce.detach() * w).sum()),
+        "acc": float(((lg.argmax(-1) == tgt).float() * w).sum()),
+        "kl": float("nan"),
+    }
     if objective in ("kl", "mix"):
         with torch.no_grad(), ctx():
             # the AR view's distribution for target t comes from its hidden state at t-1

@@ -1,4 +1,5 @@
 """What a run leaves behind: the live log beside the checkpoint, and the output directory."""
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,8 @@ class LiveLog:
 
 def write_outputs(out_dir: Path, model, state: dict, summary: dict) -> None:
     """The model (save_pretrained, with its tokenizer), the logs and the summary, atomically."""
-    from orthrus.models.checkpoint import record_model_digests
     from orthrus.io import atomic_path, write_json
+    from orthrus.models.checkpoint import record_model_digests
 
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()

@@ -3,6 +3,7 @@
 Slow, and no part of training: it is the plain reading of the objective that the single-pass
 `orthrus.distill.loss.block_loss` must equal (tests) and beat (`benchmarks/train.py`).
 """
+
 from __future__ import annotations
 
 
@@ -14,7 +15,7 @@ class CachePrefix:
             self.keys, self.values = keys, values
 
     def __init__(self, cache, s: int, a: int):
-        self.layers = [self._Layer(c.keys[s: s + 1, :, :a], c.values[s: s + 1, :, :a]) for c in cache.layers]
+        self.layers = [self._Layer(c.keys[s : s + 1, :, :a], c.values[s : s + 1, :, :a]) for c in cache.layers]
 
 
 def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
@@ -39,7 +40,7 @@ def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
                 continue
             a = int(batch["pos"][s, sl][0])
             prefix = CachePrefix(cache, s, a)
-            lg = model.diffusion_forward(batch["blocks"][s: s + 1, sl], batch["pos"][s: s + 1, sl], prefix)[0].float()
+            lg = model.diffusion_forward(batch["blocks"][s : s + 1, sl], batch["pos"][s : s + 1, sl], prefix)[0].float()
             logq = F.log_softmax(lg, -1)
             tok = -logq.gather(1, batch["targets"][s, sl][:, None])[:, 0]
             if objective in ("kl", "mix"):

@@ -5,6 +5,7 @@ checkpoint fits when its fingerprint (the training settings, the teacher's and t
 file contents, the world size) equals this run's and its step is not past this run's total;
 anything else starts afresh, saying what changed.
 """
+
 from __future__ import annotations
 
 import random
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from orthrus.models import checkpoint as store
 from orthrus.distill.dist import log
+from orthrus.models import checkpoint as store
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
@@ -23,21 +24,34 @@ def checkpoint_dir(out_dir: Path) -> Path:
 
 def fingerprint(s, corpus, teacher_dir, world: int) -> dict:
     """What a checkpoint's weights depend on, by content: a resumed run must see the same."""
-    return {"settings": s.training_dict(), "teacher": store.model_digests(teacher_dir),
-            "corpus": [store.file_digest(f) for f in corpus.files], "world": world}
+    return {
+        "settings": s.training_dict(),
+        "teacher": store.model_digests(teacher_dir),
+        "corpus": [store.file_digest(f) for f in corpus.files],
+        "world": world,
+    }
 
 
 def save(path: Path, fp: dict, state: dict, model, opt, sched, device) -> None:
     """Write the diffusion weights, optimizer, scheduler, every RNG and `state` (rank 0 only)."""
     import torch
 
-    ck = {"fingerprint": fp, "step": state["step"], "state": state,
-          "diffusion": {n: p.detach().cpu().clone() for n, p in model.named_parameters()
-                        if model.is_diffusion_parameter(n)},
-          "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-          "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                  "python": random.getstate(),
-                  "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}}
+    ck = {
+        "fingerprint": fp,
+        "step": state["step"],
+        "state": state,
+        "diffusion": {
+            n: p.detach().cpu().clone() for n, p in model.named_parameters() if model.is_diffusion_parameter(n)
+        },
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        },
+    }
     store.save(path, ck)
 
 

@@ -5,6 +5,7 @@ the config schema is checked against and what `--set` lists. The checks mirror t
 `models.*` properties, so a file that `snakemake -n` accepts also passes here, and a direct
 `orthrus train` call gets the same answers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,56 +13,64 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from orthrus.errors import InputError
 
 OBJECTIVES = ("ce", "kl", "mix")
 SCHEDULES = ("cosine", "constant")
 ATTENTIONS = ("eager", "sdpa")
 # Settings that do not change the trained weights: a checkpoint stays valid when they change.
-NON_TRAINING = {"description", "log_every", "save_every", "keep_checkpoint", "eval_every",
-                "eval_per_domain", "eval_max_new_tokens"}
+NON_TRAINING = {
+    "description",
+    "log_every",
+    "save_every",
+    "keep_checkpoint",
+    "eval_every",
+    "eval_per_domain",
+    "eval_max_new_tokens",
+}
 
 
 @dataclass(frozen=True)
 class Settings:
     # The field order is the order of `train_summary.json`'s settings and of the checkpoint's
     # fingerprint: keep it.
-    description: str = ""          # free text, copied to the summary
+    description: str = ""  # free text, copied to the summary
     # --- objective
-    objective: str = "ce"          # ce | kl | mix
-    kl_weight: float = 0.5         # mix only: loss = (1 - kl_weight) * ce + kl_weight * kl
+    objective: str = "ce"  # ce | kl | mix
+    kl_weight: float = 0.5  # mix only: loss = (1 - kl_weight) * ce + kl_weight * kl
     offset_weights: list | None = None  # loss weight per block slot: K-1 values (slots used by
-                                   # decoding) or K (the last slot too); None = 1 for slots 0..K-2, 0 for K-1
+    # decoding) or K (the last slot too); None = 1 for slots 0..K-2, 0 for K-1
     # --- blocks
-    block_size: int = 8            # K >= 2
-    blocks_per_seq: int = 32       # anchors per sequence, drawn inside the response
-    min_loss_tokens: int = 1       # a block needs at least this many weighted targets (authors: 4)
+    block_size: int = 8  # K >= 2
+    blocks_per_seq: int = 32  # anchors per sequence, drawn inside the response
+    min_loss_tokens: int = 1  # a block needs at least this many weighted targets (authors: 4)
     mask_token_id: int | None = None  # None: a dedicated new token named `mask_token`; or an existing id
-    mask_token: str = "<|mask|>"   # name of that new token (authors: <|orthrus_mask|>)
+    mask_token: str = "<|mask|>"  # name of that new token (authors: <|orthrus_mask|>)
     # --- optimisation (defaults: the follow-up paper's recipe)
     lr: float = 2e-4
-    schedule: str = "cosine"       # after warmup: cosine (decay to lr * min_lr_ratio) | constant (authors)
-    min_lr_ratio: float = 0.1      # cosine decay from lr to lr * min_lr_ratio
+    schedule: str = "cosine"  # after warmup: cosine (decay to lr * min_lr_ratio) | constant (authors)
+    min_lr_ratio: float = 0.1  # cosine decay from lr to lr * min_lr_ratio
     warmup_steps: int = 100
     weight_decay: float = 0.0
     betas: list = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float | None = 1.0  # 0 / None = off
     grad_accum: int = 1
-    batch_size: int = 10           # sequences per micro-batch per process
-    max_len: int = 3072            # prompt + response tokens; longer sequences are truncated (counted)
+    batch_size: int = 10  # sequences per micro-batch per process
+    max_len: int = 3072  # prompt + response tokens; longer sequences are truncated (counted)
     epochs: int = 1
-    max_steps: int | None = None   # if set, overrides epochs (cycling through the data as needed)
+    max_steps: int | None = None  # if set, overrides epochs (cycling through the data as needed)
     seed: int = 0
-    length_bucket_pool: int = 16   # sort pools of this many global batches by length before cutting
+    length_bucket_pool: int = 16  # sort pools of this many global batches by length before cutting
     # --- numerics / kernels
-    bf16: bool = True              # bf16 autocast, on CUDA only (CPU always trains in fp32)
-    attention: str = "sdpa"        # eager | sdpa (training); the saved model loads with eager
+    bf16: bool = True  # bf16 autocast, on CUDA only (CPU always trains in fp32)
+    attention: str = "sdpa"  # eager | sdpa (training); the saved model loads with eager
     # --- bookkeeping
     log_every: int = 10
-    save_every: int = 500          # checkpoint every N optimizer steps (0 = never)
+    save_every: int = 500  # checkpoint every N optimizer steps (0 = never)
     keep_checkpoint: bool = False
-    eval_every: int = 0            # held-out TPF every N steps (0 = only at the end); needs eval prompts
-    eval_per_domain: int = 10      # prompts per domain for the held-out TPF (0 = no eval)
+    eval_every: int = 0  # held-out TPF every N steps (0 = only at the end); needs eval prompts
+    eval_per_domain: int = 10  # prompts per domain for the held-out TPF (0 = no eval)
     eval_max_new_tokens: int = 128
 
     def __post_init__(self):
@@ -79,15 +88,29 @@ class Settings:
         return {k: v for k, v in self.as_dict().items() if k not in NON_TRAINING}
 
 
-DEFAULTS: dict = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                  for f in dataclasses.fields(Settings)}
+DEFAULTS: dict = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(Settings)
+}
 
 # integer settings and their least value (bool counts as an integer here, as it always did)
-MIN_INT = {"block_size": 2, "blocks_per_seq": 1, "min_loss_tokens": 1, "batch_size": 1, "grad_accum": 1,
-           "max_len": 2, "warmup_steps": 0, "log_every": 0, "save_every": 0, "eval_every": 0,
-           "eval_per_domain": 0, "eval_max_new_tokens": 0, "length_bucket_pool": 0}
+MIN_INT = {
+    "block_size": 2,
+    "blocks_per_seq": 1,
+    "min_loss_tokens": 1,
+    "batch_size": 1,
+    "grad_accum": 1,
+    "max_len": 2,
+    "warmup_steps": 0,
+    "log_every": 0,
+    "save_every": 0,
+    "eval_every": 0,
+    "eval_per_domain": 0,
+    "eval_max_new_tokens": 0,
+    "length_bucket_pool": 0,
+}
 CHOICES = {"objective": OBJECTIVES, "schedule": SCHEDULES, "attention": ATTENTIONS}
-MAX_LR = 1.0          # above it, every AdamW step overwrites the weights (the schema's maximum)
+MAX_LR = 1.0  # above it, every AdamW step overwrites the weights (the schema's maximum)
 SEED_MAX = 2**64 - 1  # torch.manual_seed's largest; numpy's generators take any seed >= 0
 
 
@@ -143,14 +166,27 @@ def problems(s: Settings) -> list[str]:
             errors.append(f"{key} must be true or false, got {getattr(s, key)!r}")
     if not isinstance(s.description, str):
         errors.append(f"description must be a string, got {s.description!r}")
-    if (isinstance(s.block_size, int) and isinstance(s.max_len, int) and s.block_size >= 2
-            and s.max_len >= 2 and s.block_size >= s.max_len):
-        errors.append(f"block_size={s.block_size} must be below max_len={s.max_len} (a sequence holds a prompt token "
-                      "and a whole block)")
-    if (isinstance(s.max_steps, int) and isinstance(s.warmup_steps, int) and s.max_steps >= 1
-            and 0 < s.warmup_steps >= s.max_steps):
-        errors.append(f"warmup_steps={s.warmup_steps} must be below max_steps={s.max_steps} (the learning rate would "
-                      "never leave warm-up)")
+    if (
+        isinstance(s.block_size, int)
+        and isinstance(s.max_len, int)
+        and s.block_size >= 2
+        and s.max_len >= 2
+        and s.block_size >= s.max_len
+    ):
+        errors.append(
+            f"block_size={s.block_size} must be below max_len={s.max_len} (a sequence holds a prompt token "
+            "and a whole block)"
+        )
+    if (
+        isinstance(s.max_steps, int)
+        and isinstance(s.warmup_steps, int)
+        and s.max_steps >= 1
+        and 0 < s.warmup_steps >= s.max_steps
+    ):
+        errors.append(
+            f"warmup_steps={s.warmup_steps} must be below max_steps={s.max_steps} (the learning rate would "
+            "never leave warm-up)"
+        )
     return errors + _slot_problems(s)
 
 

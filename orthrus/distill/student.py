@@ -2,6 +2,7 @@
 
 Only `*_proj_diff` / `*_norm_diff` train; the backbone stays the teacher's, bit for bit.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,15 @@ def load_student(teacher, s: Settings, device=None):
 
     path = resolve_checkpoint(teacher)
     tok = AutoTokenizer.from_pretrained(path)
-    model = OrthrusForCausalLM.from_base(path, block_size=s.block_size, mask_token_id=s.mask_token_id,
-                                         mask_token=s.mask_token, tokenizer=tok, dtype=torch.float32,
-                                         attn_implementation=s.attention)
+    model = OrthrusForCausalLM.from_base(
+        path,
+        block_size=s.block_size,
+        mask_token_id=s.mask_token_id,
+        mask_token=s.mask_token,
+        tokenizer=tok,
+        dtype=torch.float32,
+        attn_implementation=s.attention,
+    )
     if device is not None:
         model.to(device)
     model.eval()  # no dropout anywhere; gradients flow regardless
@@ -33,9 +40,12 @@ def make_optimizer(params: list, s: Settings, total: int):
 
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=s.lr, betas=tuple(s.betas), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=s.lr,
+        betas=tuple(s.betas),
+        eps=1e-8,
+    )
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(s, total))
 
 

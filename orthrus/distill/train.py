@@ -2,6 +2,7 @@
 
 What one step computes and what a run writes: see the package docstring (`orthrus.distill`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,12 +32,12 @@ class Run:
     batches: GlobalBatches
     model: object
     tokenizer: object
-    params: list              # the diffusion parameters, the only ones trained
-    weights: object           # loss weight of each block slot
-    runner: object            # the step module, under DDP when there are several processes
+    params: list  # the diffusion parameters, the only ones trained
+    weights: object  # loss weight of each block slot
+    runner: object  # the step module, under DDP when there are several processes
     opt: object
     sched: object
-    total: int                # optimizer steps of the whole run
+    total: int  # optimizer steps of the whole run
     teacher_dir: object
     n_all: int
     n_train: int
@@ -69,7 +70,7 @@ class StepSums:
 
             # the token count rides along as a sixth slot: still one all_reduce per step
             red = dist.all_reduce_sum(torch.cat([self.sums, torch.tensor([self.tokens], dtype=torch.float64)]))
-            self.sums, self.tokens = red[:len(self.SLOTS)], int(red[len(self.SLOTS)])
+            self.sums, self.tokens = red[: len(self.SLOTS)], int(red[len(self.SLOTS)])
 
     def __getitem__(self, slot: str) -> float:
         return float(self.sums[self.SLOTS.index(slot)])
@@ -90,27 +91,47 @@ def setup(s: Settings, teacher, corpus_files, eval_prompts, device) -> Run:
     params = model.diffusion_parameters()
     n_train, n_all = sum(p.numel() for p in params), sum(p.numel() for p in model.parameters())
     world = dist.world()
-    dist.log(f"student: {n_all / 1e6:.2f}M parameters, {n_train / 1e6:.2f}M trainable "
-             f"({100 * n_train / n_all:.1f}%), K={model.block_size}, mask token {model.mask_token_id}, "
-             f"device {device}, world {world}")
+    dist.log(
+        f"student: {n_all / 1e6:.2f}M parameters, {n_train / 1e6:.2f}M trainable "
+        f"({100 * n_train / n_all:.1f}%), K={model.block_size}, mask token {model.mask_token_id}, "
+        f"device {device}, world {world}"
+    )
     G = s.batch_size * s.grad_accum * world
     batches = GlobalBatches(corpus, G, s)
     if batches.per_epoch == 0:
-        raise InputError(f"the corpus has {len(corpus)} usable sequences, fewer than one global batch "
-                         f"(batch_size {s.batch_size} x grad_accum {s.grad_accum} x world {world} = {G})")
+        raise InputError(
+            f"the corpus has {len(corpus)} usable sequences, fewer than one global batch "
+            f"(batch_size {s.batch_size} x grad_accum {s.grad_accum} x world {world} = {G})"
+        )
     total = int(s.max_steps) if s.max_steps is not None else batches.per_epoch * int(s.epochs)
     if 0 < s.warmup_steps >= total:
-        raise InputError(f"warmup_steps {s.warmup_steps} is not below the run's {total} optimizer steps "
-                         f"({batches.per_epoch} per epoch of {len(corpus)} sequences, global batch {G}): the learning "
-                         "rate would never leave warm-up; lower warmup_steps, or raise epochs or max_steps")
+        raise InputError(
+            f"warmup_steps {s.warmup_steps} is not below the run's {total} optimizer steps "
+            f"({batches.per_epoch} per epoch of {len(corpus)} sequences, global batch {G}): the learning "
+            "rate would never leave warm-up; lower warmup_steps, or raise epochs or max_steps"
+        )
     dist.log(f"{total} optimizer steps ({batches.per_epoch} per epoch, global batch {G} sequences)")
     opt, sched = make_optimizer(params, s, total)
     autocast_dtype = torch.bfloat16 if (device.type == "cuda" and s.bf16) else None
     runner = dist.wrap(step_module(model, s.objective, float(s.kl_weight), autocast_dtype), device)
-    return Run(s=s, device=device, corpus=corpus, batches=batches, model=model, tokenizer=tok, params=params,
-               weights=offset_weights(s.offset_weights, model.block_size), runner=runner, opt=opt, sched=sched,
-               total=total, teacher_dir=teacher_dir, n_all=n_all, n_train=n_train,
-               pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0)
+    return Run(
+        s=s,
+        device=device,
+        corpus=corpus,
+        batches=batches,
+        model=model,
+        tokenizer=tok,
+        params=params,
+        weights=offset_weights(s.offset_weights, model.block_size),
+        runner=runner,
+        opt=opt,
+        sched=sched,
+        total=total,
+        teacher_dir=teacher_dir,
+        n_all=n_all,
+        n_train=n_train,
+        pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+    )
 
 
 def train_step(run: Run, step: int) -> tuple[StepSums, float, float]:
@@ -129,8 +150,14 @@ def train_step(run: Run, step: int) -> tuple[StepSums, float, float]:
         m = acc_i * world + rank
         sel = slice(m * s.batch_size, (m + 1) * s.batch_size)
         idx = gb[sel]
-        batch = make_batch([corpus.ids[i] for i in idx], plan[sel], run.model.block_size, run.weights,
-                           run.model.mask_token_id, run.pad_id)
+        batch = make_batch(
+            [corpus.ids[i] for i in idx],
+            plan[sel],
+            run.model.block_size,
+            run.weights,
+            run.model.mask_token_id,
+            run.pad_id,
+        )
         with dist.no_sync(run.runner, sync=acc_i == s.grad_accum - 1):
             loss_sum, st = run.runner(batch)
             (loss_sum * (world / w_global)).backward()
@@ -146,8 +173,16 @@ def train_step(run: Run, step: int) -> tuple[StepSums, float, float]:
     return sums, gnorm, lr
 
 
-def train(settings: dict | Settings, teacher, corpus_files, out_dir, eval_prompts=None, threads: int | None = None,
-          progress: bool = True, on_step=None) -> dict:
+def train(
+    settings: dict | Settings,
+    teacher,
+    corpus_files,
+    out_dir,
+    eval_prompts=None,
+    threads: int | None = None,
+    progress: bool = True,
+    on_step=None,
+) -> dict:
     """Train the diffusion view of `teacher` on the corpus; write the model to `out_dir`.
 
     `on_step(step, row)` is called after every optimizer step (and after its checkpoint);
@@ -172,8 +207,15 @@ def train(settings: dict | Settings, teacher, corpus_files, out_dir, eval_prompt
         if eval_prompts is not None and s.eval_per_domain > 0 and dist.rank() == 0:
             run.eval_set = eval_prompt_ids(eval_prompts, run.tokenizer, s.eval_per_domain)
         live_log = LiveLog(ckpt_path.parent, state["log"], dist.rank())
-        bar = tqdm(total=run.total, initial=state["step"], desc="train", unit="step", file=sys.stderr,
-                   disable=not progress or dist.rank() != 0, dynamic_ncols=True)
+        bar = tqdm(
+            total=run.total,
+            initial=state["step"],
+            desc="train",
+            unit="step",
+            file=sys.stderr,
+            disable=not progress or dist.rank() != 0,
+            dynamic_ncols=True,
+        )
         t_seg = time.perf_counter()
         while state["step"] < run.total:
             step = state["step"]
@@ -210,9 +252,18 @@ def _count_step(state: dict, sums: StepSums, gnorm: float, lr: float) -> dict:
     state["tokens"] += sums.tokens
     state["loss_tokens"] += sums["weight"]
     W = sums["weight"]
-    return {"step": state["step"], "loss": sums["loss"] / W, "lr": lr, "tokens": state["tokens"],
-            "seconds": round(state["elapsed"], 3), "loss_tokens": state["loss_tokens"],
-            "ce": sums["ce"] / W, "kl": sums["kl"] / W, "acc": sums["acc"] / W, "grad_norm": gnorm}
+    return {
+        "step": state["step"],
+        "loss": sums["loss"] / W,
+        "lr": lr,
+        "tokens": state["tokens"],
+        "seconds": round(state["elapsed"], 3),
+        "loss_tokens": state["loss_tokens"],
+        "ce": sums["ce"] / W,
+        "kl": sums["kl"] / W,
+        "acc": sums["acc"] / W,
+        "grad_norm": gnorm,
+    }
 
 
 def _evaluate(run: Run, state: dict, step: int) -> None:
@@ -230,25 +281,36 @@ def _finish(run: Run, state: dict, teacher, out_dir: Path, t_start: float) -> di
     if not state["eval"] or state["eval"][-1]["step"] != run.total:
         _evaluate(run, state, run.total)
     summary = {
-        "settings": s.as_dict(), "teacher": str(teacher), "corpus": [str(f) for f in run.corpus.files],
-        "counts": run.corpus.counts, "skipped_by_domain": run.corpus.skipped_by_domain,
-        "world_size": dist.world(), "global_batch": run.batches.size, "steps": run.total,
+        "settings": s.as_dict(),
+        "teacher": str(teacher),
+        "corpus": [str(f) for f in run.corpus.files],
+        "counts": run.corpus.counts,
+        "skipped_by_domain": run.corpus.skipped_by_domain,
+        "world_size": dist.world(),
+        "global_batch": run.batches.size,
+        "steps": run.total,
         "steps_per_epoch": run.batches.per_epoch,
         "train_seconds": round(train_seconds, 2),
         "wall_seconds": round(time.perf_counter() - t_start, 2),
-        "tokens": state["tokens"], "loss_tokens": state["loss_tokens"],
+        "tokens": state["tokens"],
+        "loss_tokens": state["loss_tokens"],
         "loss_tokens_per_second": state["loss_tokens"] / train_seconds if train_seconds else None,
         "final": state["log"][-1] if state["log"] else None,
-        "parameters": run.n_all, "trainable_parameters": run.n_train, "block_size": run.model.block_size,
-        "mask_token_id": run.model.mask_token_id, "device": str(run.device),
+        "parameters": run.n_all,
+        "trainable_parameters": run.n_train,
+        "block_size": run.model.block_size,
+        "mask_token_id": run.model.mask_token_id,
+        "device": str(run.device),
         "eval": [r for r in state["eval"] if r["step"] == run.total],
     }
     if dist.rank() == 0:
         write_outputs(out_dir, run.model, state, summary)
         if not s.keep_checkpoint:
             shutil.rmtree(resume.checkpoint_dir(out_dir), ignore_errors=True)
-        dist.log(f"saved {out_dir} after {run.total} steps, {train_seconds:.1f}s training "
-                 f"({summary['loss_tokens_per_second'] or 0:.0f} loss tokens/s)")
+        dist.log(
+            f"saved {out_dir} after {run.total} steps, {train_seconds:.1f}s training "
+            f"({summary['loss_tokens_per_second'] or 0:.0f} loss tokens/s)"
+        )
     dist.barrier()
     return summary
 
@@ -281,14 +343,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus train", description="Distil the diffusion view of an Orthrus model.")
     ap.add_argument("--teacher", required=True, help="teacher (Qwen3) directory or hub id")
     ap.add_argument("--corpus", required=True, nargs="+", help="teacher corpus shard(s) (Parquet)")
-    ap.add_argument("--config", help="the variant's settings (YAML/JSON file or inline JSON); "
-                                     "with --model, a config file with `models: {NAME: {settings}}`")
+    ap.add_argument(
+        "--config",
+        help="the variant's settings (YAML/JSON file or inline JSON); "
+        "with --model, a config file with `models: {NAME: {settings}}`",
+    )
     ap.add_argument("--model", help="the variant NAME under the config's `models:`")
     ap.add_argument("--out", required=True, help="output model directory (written atomically)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")
     ap.add_argument("--eval-prompts", default=None, help="held-out prompt set for TPF (Parquet)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help=f"override a setting; keys: {', '.join(DEFAULTS)}")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a setting; keys: {', '.join(DEFAULTS)}",
+    )
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if args.no_progress:
@@ -298,8 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     from orthrus.config import apply_sets
 
     settings = apply_sets(cli_settings(args.config, args.model), args.set)
-    train(settings, args.teacher, args.corpus, args.out, eval_prompts=args.eval_prompts,
-          threads=args.threads, progress=not args.no_progress)
+    train(
+        settings,
+        args.teacher,
+        args.corpus,
+        args.out,
+        eval_prompts=args.eval_prompts,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ file"), with the forwards it ran and, for prompt lookup, the accepted draft toke
 workflow runs it for a decode.external entry with `stand_in` (the smoke study's external files), so
 the way in for engines runs end to end without one; it reads nothing of the study but the export.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,15 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
     from orthrus.decode.stage import StepSizes, count_forwards
 
     lookup = {"prompt_lookup_num_tokens": options.prompt_lookup_tokens} if options.decoder == "prompt-lookup" else {}
-    env = {"engine": "transformers (orthrus engine-standin)", "version": transformers.__version__,
-           "dtype": options.precision, "kernel": options.attention, "batch_size": 1, "device": device,
-           "speculative": "prompt-lookup" if lookup else None}
+    env = {
+        "engine": "transformers (orthrus engine-standin)",
+        "version": transformers.__version__,
+        "dtype": options.precision,
+        "kernel": options.attention,
+        "batch_size": 1,
+        "device": device,
+        "speculative": "prompt-lookup" if lookup else None,
+    }
     forwards, hook = count_forwards(model)
     records = []
     try:
@@ -39,19 +46,34 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
             steps, forwards[0] = StepSizes(), 0
             t0 = time.perf_counter()
             with torch.inference_mode():
-                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                     max_new_tokens=r["max_new_tokens"], eos_token_id=stop, pad_token_id=stop[0],
-                                     streamer=steps, **lookup)
-            tokens = out[0, ids.shape[1]:].tolist()
-            records.append({"prompt_id": r["prompt_id"], "token_ids": tokens,
-                            "text": tokenizer.decode(tokens, skip_special_tokens=True),
-                            "finish_reason": "stop" if tokens and tokens[-1] in stop else "length",
-                            "prompt_token_ids": r["prompt_token_ids"], "forwards": forwards[0],
-                            **({"accepted": [n - 1 for n in steps.sizes[1:]]} if lookup else {}),
-                            "seconds": time.perf_counter() - t0, "env": env,
-                            # the export's generation settings, echoed: ingest checks them against the study's
-                            "settings": {k: r[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature")
-                                         if k in r}})
+                out = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=False,
+                    max_new_tokens=r["max_new_tokens"],
+                    eos_token_id=stop,
+                    pad_token_id=stop[0],
+                    streamer=steps,
+                    **lookup,
+                )
+            tokens = out[0, ids.shape[1] :].tolist()
+            records.append(
+                {
+                    "prompt_id": r["prompt_id"],
+                    "token_ids": tokens,
+                    "text": tokenizer.decode(tokens, skip_special_tokens=True),
+                    "finish_reason": "stop" if tokens and tokens[-1] in stop else "length",
+                    "prompt_token_ids": r["prompt_token_ids"],
+                    "forwards": forwards[0],
+                    **({"accepted": [n - 1 for n in steps.sizes[1:]]} if lookup else {}),
+                    "seconds": time.perf_counter() - t0,
+                    "env": env,
+                    # the export's generation settings, echoed: ingest checks them against the study's
+                    "settings": {
+                        k: r[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature") if k in r
+                    },
+                }
+            )
     finally:
         hook.remove()
     return records
@@ -60,9 +82,9 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from orthrus.decode.options import DecodeOptions, OptionsError
     from orthrus.engines.export_prompts import write_jsonl
     from orthrus.models.loading import load_model
-    from orthrus.decode.options import DecodeOptions, OptionsError
 
     ap = argparse.ArgumentParser(prog="orthrus engine-standin", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True, help="the model the stand-in engine serves (the teacher)")
@@ -81,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(args.model_path, options, args.device)
     records = run(model, tokenizer, exported, options, args.device)
     write_jsonl(args.out, records)
-    print(f"[engine-standin] {options.decoder} {options.precision}/{options.attention}: {len(records)} prompts -> "
-          f"{args.out}", file=sys.stderr)
+    print(
+        f"[engine-standin] {options.decoder} {options.precision}/{options.attention}: {len(records)} prompts -> "
+        f"{args.out}",
+        file=sys.stderr,
+    )
     return 0

@@ -18,6 +18,7 @@ vLLM and SGLang, and `decode.external` reads the trajectories back (`orthrus ing
 
 `--model-path` is the reference model (the teacher): only its tokenizer and configs are read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,10 @@ import sys
 from types import SimpleNamespace
 
 from orthrus.data.chat import chat_messages, render_chat
+from orthrus.data.prompt_set import read_prompt_set
+from orthrus.decode.options import DecodeOptions, check_message
 from orthrus.io import atomic_path
 from orthrus.models.loading import eos_ids
-from orthrus.decode.options import DecodeOptions, check_message
-from orthrus.data.prompt_set import read_prompt_set
 
 
 def stop_ids(path) -> list[int]:
@@ -52,10 +53,23 @@ def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, mes
     for pid, domain, prompt in zip(prompts["prompt_id"], prompts["domain"], prompts["prompt"]):
         messages = chat_messages(prompt, message)
         ids = render_chat(tokenizer, prompt, message)
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-        records.append({"prompt_id": pid, "domain": domain, "prompt": prompt, "messages": messages, "prompt_text": text,
-                        "prompt_token_ids": [int(t) for t in ids], "max_new_tokens": int(max_new_tokens),
-                        "stop_token_ids": [int(t) for t in stop], "temperature": 0.0, "message": message})
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+        records.append(
+            {
+                "prompt_id": pid,
+                "domain": domain,
+                "prompt": prompt,
+                "messages": messages,
+                "prompt_text": text,
+                "prompt_token_ids": [int(t) for t in ids],
+                "max_new_tokens": int(max_new_tokens),
+                "stop_token_ids": [int(t) for t in stop],
+                "temperature": 0.0,
+                "message": message,
+            }
+        )
     return records
 
 
@@ -78,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--options", help="the study's DecodeOptions JSON: its max_new_tokens and message")
     source.add_argument("--max-new-tokens", type=int, help="by hand: the study's decode.max_new_tokens")
-    ap.add_argument("--message", help=f"with --max-new-tokens: none | empty | system:<text> "
-                                      f"(default {DecodeOptions.message})")
+    ap.add_argument(
+        "--message", help=f"with --max-new-tokens: none | empty | system:<text> (default {DecodeOptions.message})"
+    )
     ap.add_argument("--out", required=True, help="the JSON Lines file to write")
     args = ap.parse_args(argv)
     if args.options is not None:
@@ -87,11 +102,19 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--message: the --options give the message format")
         options = DecodeOptions.from_json(args.options)
     else:  # checks both
-        options = DecodeOptions(decoder="external", max_new_tokens=args.max_new_tokens,
-                                message=args.message if args.message is not None else DecodeOptions.message)
+        options = DecodeOptions(
+            decoder="external",
+            max_new_tokens=args.max_new_tokens,
+            message=args.message if args.message is not None else DecodeOptions.message,
+        )
     path = resolve_checkpoint(args.model_path)
-    records = export_records(AutoTokenizer.from_pretrained(path), read_prompt_set(args.prompts), stop_ids(path),
-                             options.max_new_tokens, options.message)
+    records = export_records(
+        AutoTokenizer.from_pretrained(path),
+        read_prompt_set(args.prompts),
+        stop_ids(path),
+        options.max_new_tokens,
+        options.message,
+    )
     write_jsonl(args.out, records)
     print(f"[export-prompts] {len(records)} prompts -> {args.out}", file=sys.stderr)
     return 0

@@ -40,6 +40,7 @@ the rows record it (`env.external.reference`) and `orthrus analyze` compares the
 trajectories instead of the in-process `ar-ref`; the in-process model still scores the margins and
 the perplexity.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,13 +51,15 @@ import sys
 from pathlib import Path
 
 from orthrus.contracts import ATTENTIONS, DECODE_COLUMNS, EXTERNAL_DECODER, EXTERNAL_FIELDS, EXTERNAL_REQUIRED
-from orthrus.errors import InputError
 from orthrus.decode.options import DecodeOptions, env_record
+from orthrus.errors import InputError
 
 # the names engines and libraries give the study's precisions (compared case-insensitively)
-DTYPES = {"bf16": ("bf16", "bfloat16", "torch.bfloat16"),
-          "fp16": ("fp16", "float16", "half", "torch.float16"),
-          "fp32": ("fp32", "float32", "float", "torch.float32")}
+DTYPES = {
+    "bf16": ("bf16", "bfloat16", "torch.bfloat16"),
+    "fp16": ("fp16", "float16", "half", "torch.float16"),
+    "fp32": ("fp32", "float32", "float", "torch.float32"),
+}
 # engines' finish reasons -> the decoding result's (anything else is the engine's own failure)
 FINISH = {"stop": "eos", "eos": "eos", "length": "length"}
 # Records ending before max_new_tokens without a stop id (and without a finish_reason to say why): a
@@ -65,8 +68,7 @@ FINISH = {"stop": "eos", "eos": "eos", "length": "length"}
 EARLY_MIN, EARLY_SHARE = 2, 0.05
 # the export's generation settings a record may echo (field `settings`), each checked against the study's
 SETTINGS = ("max_new_tokens", "stop_token_ids", "message", "temperature")
-_REEXPORT = ("export them with the study's settings (snakemake results/export/prompts.jsonl) and run the engine "
-             "again")
+_REEXPORT = "export them with the study's settings (snakemake results/export/prompts.jsonl) and run the engine again"
 
 
 class ExternalFileError(InputError):
@@ -105,8 +107,10 @@ def _object(path, i: int, text: str) -> dict:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
         msg = e.msg.removesuffix(" at")  # "Unterminated string starting at"
-        raise ExternalFileError(f"{path}:{i}: not a JSON object ({msg} at column {e.colno} of a {len(line)}-character "
-                                "line; a record cut short?)") from None
+        raise ExternalFileError(
+            f"{path}:{i}: not a JSON object ({msg} at column {e.colno} of a {len(line)}-character "
+            "line; a record cut short?)"
+        ) from None
     if not isinstance(rec, dict):
         raise ExternalFileError(f"{path}:{i}: not a JSON object (a {type(rec).__name__})")
     return rec
@@ -119,8 +123,9 @@ def first_env(path) -> dict | None:
     for i, text in _lines(path):
         env = _object(path, i, text).get("env")
         if not isinstance(env, dict):
-            raise ExternalFileError(f"{path}:{i}: field 'env': must be an object (engine, version, dtype, kernel, "
-                                    "batch_size, device)")
+            raise ExternalFileError(
+                f"{path}:{i}: field 'env': must be an object (engine, version, dtype, kernel, batch_size, device)"
+            )
         return env
     raise ExternalFileError(f"{path}: no records")
 
@@ -134,19 +139,25 @@ def cell(name: str, entry: dict) -> tuple[str, str]:
     env = first_env(entry["path"])
     key = f"decode.external.{name}"
     if env is None:
-        raise ExternalFileError(f"{key}.path: {entry['path']} does not exist yet, so its env cannot say its cell: "
-                                f"set {key}.precision and {key}.attention")
+        raise ExternalFileError(
+            f"{key}.path: {entry['path']} does not exist yet, so its env cannot say its cell: "
+            f"set {key}.precision and {key}.attention"
+        )
     if not precision:
         precision = precision_of(env.get("dtype")) if env.get("dtype") is not None else None
         if precision is None:
-            raise ExternalFileError(f"{key}.precision: not set, and the first record of {entry['path']} has env.dtype "
-                                    f"{env.get('dtype')!r}, none of {', '.join(DTYPES)}: set it")
+            raise ExternalFileError(
+                f"{key}.precision: not set, and the first record of {entry['path']} has env.dtype "
+                f"{env.get('dtype')!r}, none of {', '.join(DTYPES)}: set it"
+            )
     if not attention:
         attention = env.get("kernel") if env.get("kernel") in ATTENTIONS else None
         if attention is None:
-            raise ExternalFileError(f"{key}.attention: not set, and the first record of {entry['path']} has env.kernel "
-                                    f"{env.get('kernel')!r}, not one of the in-process kernels {', '.join(ATTENTIONS)}: "
-                                    "set it to the kernel of the reference to compare with")
+            raise ExternalFileError(
+                f"{key}.attention: not set, and the first record of {entry['path']} has env.kernel "
+                f"{env.get('kernel')!r}, not one of the in-process kernels {', '.join(ATTENTIONS)}: "
+                "set it to the kernel of the reference to compare with"
+            )
     return precision, attention
 
 
@@ -164,8 +175,9 @@ class _Study:
 
         self.order = list(prompts["prompt_id"])
         self.domain = dict(zip(prompts["prompt_id"], prompts["domain"]))
-        self.prompt_ids = {pid: render_chat(tokenizer, p, options.message)
-                           for pid, p in zip(prompts["prompt_id"], prompts["prompt"])}
+        self.prompt_ids = {
+            pid: render_chat(tokenizer, p, options.message) for pid, p in zip(prompts["prompt_id"], prompts["prompt"])
+        }
         self.tokenizer, self.vocab, self.options, self.stop = tokenizer, len(tokenizer), options, set(stop)
 
 
@@ -200,31 +212,47 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
     seconds = _seconds(where, rec.get("seconds"))
     logprobs = _logprobs(where, rec.get("logprobs"), tokens, study.vocab)
     n_prefill, n_verify = _model_forwards(forwards, accepted)
-    return {"prompt_id": pid, "line": i, "tokens": tokens, "accepted": accepted or [], "n_prefill": n_prefill,
-            "n_diffusion": draft_forwards or 0, "n_verify": n_verify,
-            "seconds": float(seconds) if seconds is not None else math.nan, "finish_reason": finish, "error": error,
-            "engine_env": env, "extra": rec.get("extra"), "logprobs": logprobs,
-            "past_stop": any(t in study.stop for t in tokens[:-1]),
-            "early": finish == "length" and len(tokens) < study.options.max_new_tokens}
+    return {
+        "prompt_id": pid,
+        "line": i,
+        "tokens": tokens,
+        "accepted": accepted or [],
+        "n_prefill": n_prefill,
+        "n_diffusion": draft_forwards or 0,
+        "n_verify": n_verify,
+        "seconds": float(seconds) if seconds is not None else math.nan,
+        "finish_reason": finish,
+        "error": error,
+        "engine_env": env,
+        "extra": rec.get("extra"),
+        "logprobs": logprobs,
+        "past_stop": any(t in study.stop for t in tokens[:-1]),
+        "early": finish == "length" and len(tokens) < study.options.max_new_tokens,
+    }
 
 
 def _check_fields(where: str, rec: dict) -> None:
     missing = [f for f in EXTERNAL_REQUIRED if f not in rec]
     if missing:
-        raise ExternalFileError(f"{where}: field {missing[0]!r}: required field missing (required: "
-                                f"{', '.join(EXTERNAL_REQUIRED)})")
+        raise ExternalFileError(
+            f"{where}: field {missing[0]!r}: required field missing (required: {', '.join(EXTERNAL_REQUIRED)})"
+        )
     unknown = [f for f in rec if f not in EXTERNAL_FIELDS]
     if unknown:
-        raise ExternalFileError(f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(EXTERNAL_FIELDS)}; "
-                                "put anything else under 'extra')")
+        raise ExternalFileError(
+            f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(EXTERNAL_FIELDS)}; "
+            "put anything else under 'extra')"
+        )
 
 
 def _prompt_id(where: str, pid, study: _Study) -> str:
     if not isinstance(pid, str):
         raise ExternalFileError(f"{where}: field 'prompt_id': must be a string, got {pid!r}")
     if pid not in study.domain:
-        raise ExternalFileError(f"{where}: field 'prompt_id': {pid!r} is not a prompt of the study's prompt set "
-                                "(export them with `orthrus export-prompts`)")
+        raise ExternalFileError(
+            f"{where}: field 'prompt_id': {pid!r} is not a prompt of the study's prompt set "
+            "(export them with `orthrus export-prompts`)"
+        )
     return pid
 
 
@@ -232,20 +260,25 @@ def _token_ids(path, i: int, value, study: _Study) -> list[int]:
     tokens = _ints(path, i, "token_ids", value, study.vocab)
     budget = study.options.max_new_tokens
     if len(tokens) > budget:
-        raise ExternalFileError(f"{path}:{i}: field 'token_ids': {len(tokens)} tokens, more than the study's "
-                                f"max_new_tokens {budget} (the engine ran another experiment)")
+        raise ExternalFileError(
+            f"{path}:{i}: field 'token_ids': {len(tokens)} tokens, more than the study's "
+            f"max_new_tokens {budget} (the engine ran another experiment)"
+        )
     return tokens
 
 
 def _env(where: str, env, options: DecodeOptions) -> dict:
     if not isinstance(env, dict):
-        raise ExternalFileError(f"{where}: field 'env': must be an object (engine, version, dtype, kernel, batch_size, "
-                                "device)")
+        raise ExternalFileError(
+            f"{where}: field 'env': must be an object (engine, version, dtype, kernel, batch_size, device)"
+        )
     if not isinstance(env.get("engine"), str) or not env["engine"].strip():
         raise ExternalFileError(f"{where}: field 'env.engine': required, the engine's name (e.g. vllm, sglang)")
     if env.get("dtype") is not None and precision_of(env["dtype"]) != options.precision:
-        raise ExternalFileError(f"{where}: field 'env.dtype': {env['dtype']!r} is not {options.precision}, the precision "
-                                "the file is compared at (decode.external's precision, or the first record's dtype)")
+        raise ExternalFileError(
+            f"{where}: field 'env.dtype': {env['dtype']!r} is not {options.precision}, the precision "
+            "the file is compared at (decode.external's precision, or the first record's dtype)"
+        )
     return env
 
 
@@ -256,9 +289,11 @@ def _prompt_tokens(path, i: int, value, ours: list[int], study: _Study) -> None:
     given = _ints(path, i, "prompt_token_ids", value, study.vocab)
     if given != ours:
         at = next((j for j, (a, b) in enumerate(zip(given, ours)) if a != b), min(len(given), len(ours)))
-        raise ExternalFileError(f"{path}:{i}: field 'prompt_token_ids': not the study's prompt (they part at token {at} "
-                                f"of {len(ours)}): another tokenizer, chat template or message format than "
-                                f"{study.options.message!r}; feed the exported prompt_token_ids")
+        raise ExternalFileError(
+            f"{path}:{i}: field 'prompt_token_ids': not the study's prompt (they part at token {at} "
+            f"of {len(ours)}): another tokenizer, chat template or message format than "
+            f"{study.options.message!r}; feed the exported prompt_token_ids"
+        )
 
 
 def _text(where: str, text, tokens: list[int], study: _Study) -> None:
@@ -266,8 +301,10 @@ def _text(where: str, text, tokens: list[int], study: _Study) -> None:
         return
     decoded = {study.tokenizer.decode(tokens, skip_special_tokens=s) for s in (True, False)}
     if not isinstance(text, str) or text not in decoded:
-        raise ExternalFileError(f"{where}: field 'text': the token ids do not decode to it with the study's tokenizer "
-                                "(a record of another tokenizer?)")
+        raise ExternalFileError(
+            f"{where}: field 'text': the token ids do not decode to it with the study's tokenizer "
+            "(a record of another tokenizer?)"
+        )
 
 
 def _finish(where: str, reason, tokens: list[int], study: _Study) -> tuple[str, str | None]:
@@ -281,14 +318,18 @@ def _finish(where: str, reason, tokens: list[int], study: _Study) -> tuple[str, 
     if finish is None:
         return "error", f"EngineFinish: the engine ended this prompt with finish_reason {reason!r}"
     if finish == "eos" and not ends_at_stop:
-        raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r}, but token_ids does not end with a stop "
-                                f"id {sorted(study.stop)}: write the stop token back (docs/EXTERNAL.md)")
+        raise ExternalFileError(
+            f"{where}: field 'finish_reason': {reason!r}, but token_ids does not end with a stop "
+            f"id {sorted(study.stop)}: write the stop token back (docs/EXTERNAL.md)"
+        )
     budget = study.options.max_new_tokens
     if finish == "length" and len(tokens) < budget:
-        raise ExternalFileError(f"{where}: field 'finish_reason': {reason!r} after {len(tokens)} tokens, fewer than "
-                                f"the study's max_new_tokens {budget}: the engine ran with another token budget "
-                                "(prompts exported with another --max-new-tokens, whose default is "
-                                f"{DecodeOptions.max_new_tokens}?) or hit its context limit; {_REEXPORT}")
+        raise ExternalFileError(
+            f"{where}: field 'finish_reason': {reason!r} after {len(tokens)} tokens, fewer than "
+            f"the study's max_new_tokens {budget}: the engine ran with another token budget "
+            "(prompts exported with another --max-new-tokens, whose default is "
+            f"{DecodeOptions.max_new_tokens}?) or hit its context limit; {_REEXPORT}"
+        )
     return finish, None
 
 
@@ -299,8 +340,9 @@ def _count(where: str, field: str, value, minimum: int) -> int | None:
 
 
 def _seconds(where: str, seconds) -> float | None:
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or not 0 <= seconds < math.inf):
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf
+    ):
         raise ExternalFileError(f"{where}: field 'seconds': must be a finite number >= 0, got {seconds!r}")
     return seconds
 
@@ -317,13 +359,23 @@ def _logprobs(where: str, value, tokens: list[int], vocab: int) -> list | None:
         raise ExternalFileError(f"{field}: must be a list with one entry per token_ids item ({len(tokens)}), got {n}")
     for t, top in enumerate(value):
         if not isinstance(top, list) or len(top) < 2:
-            raise ExternalFileError(f"{field}: position {t}: must be a list of at least 2 [token_id, logprob] pairs "
-                                    "(the engine's top 2)")
+            raise ExternalFileError(
+                f"{field}: position {t}: must be a list of at least 2 [token_id, logprob] pairs (the engine's top 2)"
+            )
         for pair in top:
-            if (not isinstance(pair, list) or len(pair) != 2 or not _is_int(pair[0]) or not 0 <= pair[0] < vocab
-                    or isinstance(pair[1], bool) or not isinstance(pair[1], (int, float)) or not math.isfinite(pair[1])):
-                raise ExternalFileError(f"{field}: position {t}: {pair!r} is not a [token_id, logprob] pair with an id "
-                                        f"of the vocabulary 0..{vocab - 1} and a finite log-probability")
+            if (
+                not isinstance(pair, list)
+                or len(pair) != 2
+                or not _is_int(pair[0])
+                or not 0 <= pair[0] < vocab
+                or isinstance(pair[1], bool)
+                or not isinstance(pair[1], (int, float))
+                or not math.isfinite(pair[1])
+            ):
+                raise ExternalFileError(
+                    f"{field}: position {t}: {pair!r} is not a [token_id, logprob] pair with an id "
+                    f"of the vocabulary 0..{vocab - 1} and a finite log-probability"
+                )
         if any(a[1] < b[1] for a, b in zip(top, top[1:])):
             raise ExternalFileError(f"{field}: position {t}: not in rank order (log-probabilities must not increase)")
     return [[[int(a), float(b)] for a, b in top[:2]] for top in value]
@@ -352,12 +404,18 @@ def _check_settings(where: str, settings, study: _Study) -> None:
         field = f"field 'settings.{key}'"
         if key not in SETTINGS:
             raise ExternalFileError(f"{where}: {field}: unknown setting (known: {', '.join(SETTINGS)})")
-        ours = {"max_new_tokens": o.max_new_tokens, "stop_token_ids": sorted(study.stop), "message": o.message,
-                "temperature": 0}[key]
+        ours = {
+            "max_new_tokens": o.max_new_tokens,
+            "stop_token_ids": sorted(study.stop),
+            "message": o.message,
+            "temperature": 0,
+        }[key]
         given = sorted(value) if key == "stop_token_ids" and isinstance(value, list) else value
         if given != ours or isinstance(given, bool):
-            raise ExternalFileError(f"{where}: {field}: {value!r}, not the study's {ours!r}: the prompts were exported "
-                                    f"with other settings than the study's; {_REEXPORT}")
+            raise ExternalFileError(
+                f"{where}: {field}: {value!r}, not the study's {ours!r}: the prompts were exported "
+                f"with other settings than the study's; {_REEXPORT}"
+            )
 
 
 def _early_in_bulk(path, records: dict, options: DecodeOptions) -> None:
@@ -370,7 +428,8 @@ def _early_in_bulk(path, records: dict, options: DecodeOptions) -> None:
             f"{path}:{first['line']}: field 'token_ids': {len(first['tokens'])} tokens, no stop id, fewer than the study's "
             f"max_new_tokens {options.max_new_tokens}, and so end {len(early)} of {len(records)} records (lengths "
             f"{lengths[0]}..{lengths[-1]}): decoded with another token budget (prompts exported with another "
-            f"--max-new-tokens, whose default is {DecodeOptions.max_new_tokens}?); {_REEXPORT}")
+            f"--max-new-tokens, whose default is {DecodeOptions.max_new_tokens}?); {_REEXPORT}"
+        )
 
 
 def read_records(path, study: _Study) -> dict[str, dict]:
@@ -379,14 +438,15 @@ def read_records(path, study: _Study) -> dict[str, dict]:
     for i, text in _lines(path):
         r = check_record(path, i, _object(path, i, text), study)
         if r["prompt_id"] in records:
-            raise ExternalFileError(f"{path}:{i}: field 'prompt_id': {r['prompt_id']!r} is given twice (first on line "
-                                    f"{records[r['prompt_id']]['line']})")
+            raise ExternalFileError(
+                f"{path}:{i}: field 'prompt_id': {r['prompt_id']!r} is given twice (first on line "
+                f"{records[r['prompt_id']]['line']})"
+            )
         records[r["prompt_id"]] = r
     return records
 
 
-def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: list[int],
-           reference: str | None = None):
+def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: list[int], reference: str | None = None):
     """The decoding result (DECODE_COLUMNS) of the trajectory file `path` as decoder `external`,
     model `name`, one row per prompt of `prompts` in its order (a prompt without a record an
     error row); and a report of what was counted, for the job's log."""
@@ -402,35 +462,70 @@ def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: li
     rows = []
     for pid in study.order:
         r = records.get(pid)
-        source = {"name": name, "file": str(path), "sha256": digest, "reference": reference,
-                  "line": r["line"] if r else None}
+        source = {
+            "name": name,
+            "file": str(path),
+            "sha256": digest,
+            "reference": reference,
+            "line": r["line"] if r else None,
+        }
         env = {"loop": "external", "options": options.record(), "external": source}
         row = base | {"prompt_id": pid, "domain": study.domain[pid], "prompt_len": len(study.prompt_ids[pid])}
         if r is None:
-            rows.append(row | {"tokens": [], "accepted": [], "n_prefill": 0, "n_diffusion": 0, "n_verify": 0,
-                               "seconds": math.nan, "finish_reason": "error",
-                               "error": f"Missing: {path} has no record for this prompt", "env": json.dumps(env, sort_keys=True)})
+            rows.append(
+                row
+                | {
+                    "tokens": [],
+                    "accepted": [],
+                    "n_prefill": 0,
+                    "n_diffusion": 0,
+                    "n_verify": 0,
+                    "seconds": math.nan,
+                    "finish_reason": "error",
+                    "error": f"Missing: {path} has no record for this prompt",
+                    "env": json.dumps(env, sort_keys=True),
+                }
+            )
             continue
         env |= {"engine_env": r["engine_env"]} | ({"extra": r["extra"]} if r["extra"] is not None else {})
         if r["logprobs"] is not None:  # the engine's own top 2 per position, for the verdicts (orthrus.audit.forensics)
             env["engine_logprobs"] = r["logprobs"]
-        rows.append(row | {k: r[k] for k in ("tokens", "accepted", "n_prefill", "n_diffusion", "n_verify", "seconds",
-                                             "finish_reason", "error")} | {"env": json.dumps(env, sort_keys=True)})
+        rows.append(
+            row
+            | {
+                k: r[k]
+                for k in (
+                    "tokens",
+                    "accepted",
+                    "n_prefill",
+                    "n_diffusion",
+                    "n_verify",
+                    "seconds",
+                    "finish_reason",
+                    "error",
+                )
+            }
+            | {"env": json.dumps(env, sort_keys=True)}
+        )
     df = pd.DataFrame(rows, columns=DECODE_COLUMNS)
     kept = list(records.values())
-    report = {"records": len(records), "missing": len(study.order) - len(records),
-              "engine_errors": sum(r["finish_reason"] == "error" for r in kept),
-              "ended_early": sum(r["early"] for r in kept), "past_stop": sum(r["past_stop"] for r in kept)}
+    report = {
+        "records": len(records),
+        "missing": len(study.order) - len(records),
+        "engine_errors": sum(r["finish_reason"] == "error" for r in kept),
+        "ended_early": sum(r["early"] for r in kept),
+        "past_stop": sum(r["past_stop"] for r in kept),
+    }
     return df, report
 
 
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
+    from orthrus.data.prompt_set import read_prompt_set
     from orthrus.engines.export_prompts import stop_ids
     from orthrus.io import write_parquet
     from orthrus.models.modeling import resolve_checkpoint
-    from orthrus.data.prompt_set import read_prompt_set
 
     ap = argparse.ArgumentParser(prog="orthrus ingest", description=__doc__.split("\n")[0])
     ap.add_argument("--file", required=True, help="the engine's trajectory file (JSON Lines)")
@@ -443,10 +538,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     options = DecodeOptions.from_json(args.options)
     path = resolve_checkpoint(args.model_path)
-    df, report = ingest(args.file, args.name, read_prompt_set(args.prompts), AutoTokenizer.from_pretrained(path),
-                        options, stop_ids(path), args.reference)
+    df, report = ingest(
+        args.file,
+        args.name,
+        read_prompt_set(args.prompts),
+        AutoTokenizer.from_pretrained(path),
+        options,
+        stop_ids(path),
+        args.reference,
+    )
     write_parquet(args.out, df)
-    print(f"[ingest] {args.name}: {report['records']} records of {len(df)} prompts; {report['missing']} prompts missing "
-          f"and {report['engine_errors']} engine failures (error rows); {report['ended_early']} ended before "
-          f"max_new_tokens without a stop id, {report['past_stop']} went on past a stop id -> {args.out}", file=sys.stderr)
+    print(
+        f"[ingest] {args.name}: {report['records']} records of {len(df)} prompts; {report['missing']} prompts missing "
+        f"and {report['engine_errors']} engine failures (error rows); {report['ended_early']} ended before "
+        f"max_new_tokens without a stop id, {report['past_stop']} went on past a stop id -> {args.out}",
+        file=sys.stderr,
+    )
     return 0

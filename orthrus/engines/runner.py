@@ -15,6 +15,7 @@ runnable one, naming the key, before any job. This command only starts the proje
 (orthrus/engines/vllm_recipe.py, vLLM and the standard library) there and checks that every file
 came back.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ BUILD = "bash envs/build-vllm.sh"
 # vLLM 0.32's CPU worker crashes on VLLM_BATCH_INVARIANT=1 ("'function' object is not subscriptable"
 # in vllm/model_executor/determinism/batch_invariant.py mean_dim, a Triton kernel): a CPU run cannot
 # have the batch-invariance arm
-BATCH_INVARIANT_CPU = ("crashes vLLM 0.32's CPU worker ('function' object is not subscriptable, in its Triton "
-                       "batch-invariant kernels): run it on a GPU (decode.device cuda)")
+BATCH_INVARIANT_CPU = (
+    "crashes vLLM 0.32's CPU worker ('function' object is not subscriptable, in its Triton "
+    "batch-invariant kernels): run it on a GPU (decode.device cuda)"
+)
 
 
 def entries(config: dict) -> dict:
@@ -52,14 +55,22 @@ def _python_problem(python: str | None, users: list[str]) -> str | None:
     (no vLLM import): the interpreter starts and finds vllm; the recipe checks the rest."""
     need = f"needed by decode.engines.{users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
     if not python:
-        return (f"{PYTHON_KEY}: not set (nor {PYTHON_ENV}), {need}: build the environment with `{BUILD}` and set "
-                f"{PYTHON_KEY}: .venv-vllm/bin/python")
+        return (
+            f"{PYTHON_KEY}: not set (nor {PYTHON_ENV}), {need}: build the environment with `{BUILD}` and set "
+            f"{PYTHON_KEY}: .venv-vllm/bin/python"
+        )
     exe = shutil.which(python) or python
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
         return f"{PYTHON_KEY}: {python!r} is not an executable file ({need}; build it with `{BUILD}`)"
     try:
-        found = subprocess.run([exe, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
-                               capture_output=True, timeout=60).returncode == 0
+        found = (
+            subprocess.run(
+                [exe, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+                capture_output=True,
+                timeout=60,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{PYTHON_KEY}: {python!r} does not run ({type(e).__name__}; {need})"
     if not found:
@@ -71,12 +82,18 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
     key, out = f"decode.engines.{name}", []
     decode = config.get("decode") or {}
     if entry.get("precision") not in (decode.get("precisions") or []):
-        out.append(f"{key}.precision: {entry.get('precision')!r} not in decode.precisions (its ar-ref reference runs "
-                   "only there)")
+        out.append(
+            f"{key}.precision: {entry.get('precision')!r} not in decode.precisions (its ar-ref reference runs "
+            "only there)"
+        )
     attention = entry.get("attention")
     if attention is not None and attention not in (decode.get("attentions") or []):
         out.append(f"{key}.attention: {attention!r} not in decode.attentions")
-    if entry.get("speculative") == "draft_model" and not entry.get("draft") and not (config.get("teacher") or {}).get("draft"):
+    if (
+        entry.get("speculative") == "draft_model"
+        and not entry.get("draft")
+        and not (config.get("teacher") or {}).get("draft")
+    ):
         out.append(f"{key}.draft: speculative draft_model needs a draft: set it, or teacher.draft")
     if entry.get("speculative") == "eagle3" and not entry.get("draft"):
         out.append(f"{key}.draft: speculative eagle3 needs the EAGLE-3 head's directory")
@@ -90,8 +107,10 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
         elif other.get("reference"):
             out.append(f"{key}.reference: {ref!r} has a reference of its own; an engine pair compares with a plain run")
         elif other.get("precision") != entry.get("precision"):
-            out.append(f"{key}.reference: {ref!r} runs at {other.get('precision')}, this at {entry.get('precision')}: "
-                       "a pair compares one precision")
+            out.append(
+                f"{key}.reference: {ref!r} runs at {other.get('precision')}, this at {entry.get('precision')}: "
+                "a pair compares one precision"
+            )
     return out
 
 
@@ -101,11 +120,17 @@ def problems(config: dict) -> list[str]:
     found = entries(config)
     out = []
     external = (config.get("decode") or {}).get("external") or {}
-    names = {(config.get("teacher") or {}).get("name"), *(config.get("models") or {}),
-             *(config.get("external_models") or {}), *external}
+    names = {
+        (config.get("teacher") or {}).get("name"),
+        *(config.get("models") or {}),
+        *(config.get("external_models") or {}),
+        *external,
+    }
     for name, entry in found.items():
         if name in names:
-            out.append(f"decode.engines.{name}: the name is taken (teacher, models, external_models or decode.external)")
+            out.append(
+                f"decode.engines.{name}: the name is taken (teacher, models, external_models or decode.external)"
+            )
         out += _entry_problems(name, entry or {}, config)
     if found:
         problem = _python_problem(vllm_python(config), sorted(found))
@@ -120,10 +145,15 @@ def engine_file(results: str, name: str) -> str:
 def external_entries(config: dict, results: str) -> dict:
     """Each decode.engines entry as the decode.external entry of the file the workflow writes for it."""
     attentions = (config.get("decode") or {}).get("attentions") or ["sdpa"]
-    return {name: {"path": engine_file(results, name), "precision": e["precision"],
-                   "attention": e.get("attention") or attentions[0],
-                   **({"reference": e["reference"]} if e.get("reference") else {})}
-            for name, e in entries(config).items()}
+    return {
+        name: {
+            "path": engine_file(results, name),
+            "precision": e["precision"],
+            "attention": e.get("attention") or attentions[0],
+            **({"reference": e["reference"]} if e.get("reference") else {}),
+        }
+        for name, e in entries(config).items()
+    }
 
 
 def by_precision(config: dict) -> dict[str, list[str]]:
@@ -140,9 +170,16 @@ def runs_spec(config: dict, names: list[str], results: str, draft: str | None) -
     runs = []
     for name in names:
         e = entries(config)[name]
-        run = {"name": name, "out": engine_file(results, name), "dtype": e["precision"],
-               "speculative": e.get("speculative", "none"), "k": e.get("k", 4), "seed": config.get("seed", 0),
-               "compile": bool(engines.get("compile", False)), "kv_cache_gib": engines.get("kv_cache_gib", 1)}
+        run = {
+            "name": name,
+            "out": engine_file(results, name),
+            "dtype": e["precision"],
+            "speculative": e.get("speculative", "none"),
+            "k": e.get("k", 4),
+            "seed": config.get("seed", 0),
+            "compile": bool(engines.get("compile", False)),
+            "kv_cache_gib": engines.get("kv_cache_gib", 1),
+        }
         if run["speculative"] in ("draft_model", "eagle3"):
             run["draft"] = e.get("draft") or draft
         if e.get("batch_invariant"):
@@ -169,9 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         spec.write_text(json.dumps({"model": str(Path(args.model_path).resolve()), "runs": runs}))
         # the recipe's own import path must not see this package's (another transformers)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        rc = subprocess.run([args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)], env=env).returncode
+        rc = subprocess.run(
+            [args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)], env=env
+        ).returncode
     if rc:
-        raise InputError(f"the vLLM recipe failed (exit {rc}) on runs {', '.join(r['name'] for r in runs)}: its log above")
+        raise InputError(
+            f"the vLLM recipe failed (exit {rc}) on runs {', '.join(r['name'] for r in runs)}: its log above"
+        )
     missing = [r["out"] for r in runs if not Path(r["out"]).is_file()]
     if missing:
         raise InputError(f"the vLLM recipe exited 0 but wrote no {', '.join(missing)}")

@@ -35,6 +35,7 @@ A plain run has no `accepted` and forwards = len(token_ids): every forward emits
 
 The main guard is required: vLLM starts its engine core with `spawn`, which imports this file again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +46,29 @@ import platform
 import sys
 import time
 
-DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16"}
+DTYPES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+}
 SPECULATIVE = ("none", "ngram", "draft_model", "eagle", "eagle3")
 NEEDS_DRAFT = ("draft_model", "eagle", "eagle3")
-RUN_KEYS = {"name", "out", "dtype", "speculative", "k", "draft", "seed", "batch_invariant", "max_num_seqs",
-            "kv_cache_gib", "compile"}
+RUN_KEYS = {
+    "name",
+    "out",
+    "dtype",
+    "speculative",
+    "k",
+    "draft",
+    "seed",
+    "batch_invariant",
+    "max_num_seqs",
+    "kv_cache_gib",
+    "compile",
+}
 SETTINGS = ("max_new_tokens", "stop_token_ids", "message", "temperature")
 TOP = 2  # the engine's own top-2 at every position: its argmax and its margin over the runner-up
 
@@ -149,9 +167,15 @@ def spec_counts(out, n_tokens: int, speculative: bool = True) -> dict:
 def record(prompt: dict, result, env: dict, extra: dict, speculative: bool) -> dict:
     out = result.outputs[0]
     ids = [int(t) for t in out.token_ids]  # vLLM keeps the stop id it stopped on
-    rec = {"prompt_id": prompt["prompt_id"], "token_ids": ids, "finish_reason": out.finish_reason,
-           "prompt_token_ids": [int(t) for t in result.prompt_token_ids],
-           "settings": {k: prompt[k] for k in SETTINGS}, "env": env, "extra": extra}
+    rec = {
+        "prompt_id": prompt["prompt_id"],
+        "token_ids": ids,
+        "finish_reason": out.finish_reason,
+        "prompt_token_ids": [int(t) for t in result.prompt_token_ids],
+        "settings": {k: prompt[k] for k in SETTINGS},
+        "env": env,
+        "extra": extra,
+    }
     if out.logprobs is not None:
         rec["logprobs"] = [top_logprobs(p) for p in out.logprobs]
     return rec | spec_counts(out, len(ids), speculative)
@@ -163,12 +187,22 @@ def environment(run: dict, kernel: str, batch: int) -> dict:
     import vllm
 
     spec = run["speculative"] if run["speculative"] == "none" else f"{run['speculative']} k={run['k']}"
-    return {"engine": "vllm", "version": vllm.__version__, "dtype": DTYPES[run["dtype"]], "kernel": kernel,
-            "batch_size": batch, "device": f"cpu ({platform.processor() or platform.machine()})"
-            if not torch.cuda.is_available() else torch.cuda.get_device_name(),
-            "speculative": spec, "torch": torch.__version__, "transformers": transformers.__version__,
-            "batch_invariant": bool(run.get("batch_invariant")), "compiled": bool(run.get("compile", False)),
-            "logprobs": f"top-{TOP} raw"}
+    return {
+        "engine": "vllm",
+        "version": vllm.__version__,
+        "dtype": DTYPES[run["dtype"]],
+        "kernel": kernel,
+        "batch_size": batch,
+        "device": f"cpu ({platform.processor() or platform.machine()})"
+        if not torch.cuda.is_available()
+        else torch.cuda.get_device_name(),
+        "speculative": spec,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "batch_invariant": bool(run.get("batch_invariant")),
+        "compiled": bool(run.get("compile", False)),
+        "logprobs": f"top-{TOP} raw",
+    }
 
 
 def write_jsonl(path: str, records: list[dict]) -> None:
@@ -192,26 +226,40 @@ def serve(model: str, run: dict, prompts: list[dict]) -> dict:
     spec = speculative_config(run)
     # the per-request metrics are refused without speculation (a plain run counts one token a forward)
     metrics = {"per_request_spec_decode_metrics": "detailed"} if spec else {}
-    llm = LLM(model=model, dtype=DTYPES[run["dtype"]], seed=int(run.get("seed", 0)), max_num_seqs=batch,
-              speculative_config=spec, max_logprobs=TOP, **metrics,
-              # an explicit KV-cache size: vLLM's CPU default reserves 92% of the node's memory and
-              # refuses to start on a machine that others share
-              kv_cache_memory_bytes=int(float(run.get("kv_cache_gib", 1)) * 2 ** 30),
-              # eager unless asked: vLLM's CPU default compiles the model with inductor at every
-              # start, about 2 minutes of a shared 2-core machine for a 4-layer model
-              enforce_eager=not run.get("compile", False))
+    llm = LLM(
+        model=model,
+        dtype=DTYPES[run["dtype"]],
+        seed=int(run.get("seed", 0)),
+        max_num_seqs=batch,
+        speculative_config=spec,
+        max_logprobs=TOP,
+        **metrics,
+        # an explicit KV-cache size: vLLM's CPU default reserves 92% of the node's memory and
+        # refuses to start on a machine that others share
+        kv_cache_memory_bytes=int(float(run.get("kv_cache_gib", 1)) * 2**30),
+        # eager unless asked: vLLM's CPU default compiles the model with inductor at every
+        # start, about 2 minutes of a shared 2-core machine for a 4-layer model
+        enforce_eager=not run.get("compile", False),
+    )
     started = time.perf_counter()
     s = prompts[0]
-    params = SamplingParams(temperature=0.0, max_tokens=s["max_new_tokens"], stop_token_ids=s["stop_token_ids"],
-                            logprobs=TOP, detokenize=False)
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=s["max_new_tokens"],
+        stop_token_ids=s["stop_token_ids"],
+        logprobs=TOP,
+        detokenize=False,
+    )
     results = llm.generate([{"prompt_token_ids": p["prompt_token_ids"]} for p in prompts], params, use_tqdm=False)
     done = time.perf_counter()
     hf = llm.llm_engine.vllm_config.model_config.hf_config
     head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     env = environment(run, attention_kernel(llm, head, llm.llm_engine.vllm_config.model_config.dtype), batch)
     timing = {"startup_s": round(started - t0, 3), "generate_s": round(done - started, 3)}
-    write_jsonl(run["out"], [record(p, r, env, {"run": run["name"]} | timing, spec is not None)
-                             for p, r in zip(prompts, results)])
+    write_jsonl(
+        run["out"],
+        [record(p, r, env, {"run": run["name"]} | timing, spec is not None) for p, r in zip(prompts, results)],
+    )
     del llm  # shut the engine core down before the next run starts its own
     gc.collect()
     return timing
@@ -230,8 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for run in runs:
         timing = serve(model, run, prompts)
-        print(f"[vllm_recipe] {run['name']}: {len(prompts)} prompts, start-up {timing['startup_s']:.1f} s, "
-              f"generate {timing['generate_s']:.1f} s -> {run['out']}", file=sys.stderr)
+        print(
+            f"[vllm_recipe] {run['name']}: {len(prompts)} prompts, start-up {timing['startup_s']:.1f} s, "
+            f"generate {timing['generate_s']:.1f} s -> {run['out']}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -65,7 +65,11 @@ imports it), `tasks` (task index, primary metrics, safety checks), `run` (`evalu
 and its JSON record), `tables` (benchmark and agreement tables), `cli` (the command line). The
 figure is `orthrus.report.figures.fig_benchmarks`.
 """
+
+from orthrus.lmeval.cli import build_parser, main
 from orthrus.lmeval.lm import DECODINGS, OrthrusLM, load_model
+from orthrus.lmeval.run import evaluate
+from orthrus.lmeval.tables import agreement_rows, load_records, make_tables, result_rows
 from orthrus.lmeval.tasks import (
     PRIMARY_METRICS,
     BenchmarkError,
@@ -76,15 +80,24 @@ from orthrus.lmeval.tasks import (
     task_manager,
     unsafe_tasks,
 )
-from orthrus.lmeval.run import evaluate
-from orthrus.lmeval.tables import agreement_rows, load_records, make_tables, result_rows
-from orthrus.lmeval.cli import build_parser, main
 
 __all__ = [
-    "DECODINGS", "OrthrusLM", "load_model",
-    "PRIMARY_METRICS", "BenchmarkError", "check_code_eval", "check_ifeval", "check_tasks", "expand_tasks",
-    "task_manager", "unsafe_tasks",
+    "DECODINGS",
+    "OrthrusLM",
+    "load_model",
+    "PRIMARY_METRICS",
+    "BenchmarkError",
+    "check_code_eval",
+    "check_ifeval",
+    "check_tasks",
+    "expand_tasks",
+    "task_manager",
+    "unsafe_tasks",
     "evaluate",
-    "agreement_rows", "load_records", "make_tables", "result_rows",
-    "build_parser", "main",
+    "agreement_rows",
+    "load_records",
+    "make_tables",
+    "result_rows",
+    "build_parser",
+    "main",
 ]

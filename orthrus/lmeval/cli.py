@@ -1,6 +1,7 @@
 """`orthrus lm-eval <sub>` (also `python -m orthrus.lmeval <sub>`): prepare-data, run, table, cli.
 
 The subcommands and their options are listed in the `orthrus.lmeval` docstring."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,7 @@ def _split(s: str | None) -> list[str]:
 def _doc_counts(spec: str, tasks: list[str]) -> dict[str, int]:
     """`--n`: one count for every task ("150"), or one per task ("tiny_arith=450,tiny_code=150"),
     which must name each task prepared and no other."""
+
     def count(text, what):
         try:
             n = int(text)
@@ -50,9 +52,13 @@ def _doc_counts(spec: str, tasks: list[str]) -> dict[str, int]:
     counts = {name.strip(): count(n.strip(), f"the count of {name.strip()}") for name, _, n in pairs}
     missing, extra = [t for t in tasks if t not in counts], [t for t in counts if t not in tasks]
     if missing or extra:
-        raise InputError(f"--n {spec}: a count per task needs one for each task prepared ({', '.join(tasks)}); "
-                         + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                                     + ([f"not prepared: {', '.join(extra)}"] if extra else [])))
+        raise InputError(
+            f"--n {spec}: a count per task needs one for each task prepared ({', '.join(tasks)}); "
+            + "; ".join(
+                ([f"missing {', '.join(missing)}"] if missing else [])
+                + ([f"not prepared: {', '.join(extra)}"] if extra else [])
+            )
+        )
     return counts
 
 
@@ -67,7 +73,13 @@ def cmd_prepare_data(args) -> int:
         exclude |= set(read_prompt_set(p)["prompt"])
     out = Path(args.out).resolve()
     counts = _doc_counts(args.n, tasks)
-    manifest = {"seed": args.seed, "n": counts, "stream": tiny_tasks.STREAM, "tasks": {}, "excluded_prompt_sets": args.exclude or []}
+    manifest = {
+        "seed": args.seed,
+        "n": counts,
+        "stream": tiny_tasks.STREAM,
+        "tasks": {},
+        "excluded_prompt_sets": args.exclude or [],
+    }
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for task in tasks:
@@ -75,8 +87,13 @@ def cmd_prepare_data(args) -> int:
             if len(docs) < counts[task]:
                 print(f"[lm-eval] {task}: only {len(docs)} distinct documents of {counts[task]}", file=sys.stderr)
             tiny_tasks.write_task(tmp, task, docs, final_dir=out)
-            manifest["tasks"][task] = {"n": len(docs), "domain": tiny_tasks.TASKS[task], "data": f"{task}.jsonl",
-                                       "yaml": f"{task}.yaml", "primary_metrics": PRIMARY_METRICS.get(task, [])}
+            manifest["tasks"][task] = {
+                "n": len(docs),
+                "domain": tiny_tasks.TASKS[task],
+                "data": f"{task}.jsonl",
+                "yaml": f"{task}.yaml",
+                "primary_metrics": PRIMARY_METRICS.get(task, []),
+            }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(f"[lm-eval] wrote {', '.join(tasks)} to {out} (use --include-path {out})", file=sys.stderr)
     return 0
@@ -87,18 +104,34 @@ def cmd_run(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    rec = evaluate(args.model_path, options=args.options, decoding=args.decoding, precision=args.precision,
-                   attention=args.attention, tasks=_split(args.tasks), include_paths=args.include_path or [],
-                   limit=args.limit, num_fewshot=args.num_fewshot, max_gen_toks=args.max_gen_toks,
-                   chat_template=args.chat_template, device=args.device,
-                   batch_size=args.batch_size, bootstrap_iters=args.bootstrap_iters,
-                   allow_code_eval=args.allow_code_eval, seed=args.seed, raw_tasks=_split(args.no_chat_template_tasks))
+    rec = evaluate(
+        args.model_path,
+        options=args.options,
+        decoding=args.decoding,
+        precision=args.precision,
+        attention=args.attention,
+        tasks=_split(args.tasks),
+        include_paths=args.include_path or [],
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        max_gen_toks=args.max_gen_toks,
+        chat_template=args.chat_template,
+        device=args.device,
+        batch_size=args.batch_size,
+        bootstrap_iters=args.bootstrap_iters,
+        allow_code_eval=args.allow_code_eval,
+        seed=args.seed,
+        raw_tasks=_split(args.no_chat_template_tasks),
+    )
     rec = {"model": args.model_name or Path(str(args.model_path).rstrip("/")).name, **rec}
     write_json(args.out, rec)
     for row in result_rows(rec):
         if row["primary"]:
-            print(f"[lm-eval] {rec['model']} {rec['decoder']} {rec['precision']} {row['task']} {row['metric']}: "
-                  f"{row['value']:.4f} +- {row['stderr']:.4f}", file=sys.stderr)
+            print(
+                f"[lm-eval] {rec['model']} {rec['decoder']} {rec['precision']} {row['task']} {row['metric']}: "
+                f"{row['value']:.4f} +- {row['stderr']:.4f}",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -132,15 +165,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory (written atomically; pass it as --include-path)")
     p.add_argument("--n", default="40", help="documents per task: one count, or TASK=N,... for each task")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tasks", help="comma-separated subset of tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate (default: all)")
+    p.add_argument(
+        "--tasks", help="comma-separated subset of tiny_arith,tiny_gec,tiny_qa,tiny_code,tiny_translate (default: all)"
+    )
     p.add_argument("--exclude", nargs="*", help="prompt-set Parquet files whose prompts must not be used")
     p.set_defaults(func=cmd_prepare_data)
 
     p = sub.add_parser("run", help="evaluate one model x decoder x precision x attention")
     p.add_argument("--model-path", required=True)
     p.add_argument("--model-name", help="name in the tables (default: the path's last component)")
-    p.add_argument("--options", help="the run's DecodeOptions as JSON (orthrus/decode/options.py), as the decode stage gets "
-                                     "them; --decoding, --precision and --attention replace its fields")
+    p.add_argument(
+        "--options",
+        help="the run's DecodeOptions as JSON (orthrus/decode/options.py), as the decode stage gets "
+        "them; --decoding, --precision and --attention replace its fields",
+    )
     p.add_argument("--decoding", choices=DECODINGS)
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--attention", help="eager | sdpa | flash_attention_2")
@@ -148,21 +186,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", help="extra task directory (repeatable)")
     p.add_argument("--limit", type=float, help="documents per task (lm-eval --limit; <1 = fraction)")
     p.add_argument("--num-fewshot", type=int, default=0)
-    p.add_argument("--max-gen-toks", type=_gen_cap, default=DecodeOptions.max_new_tokens,
-                   help="generation cap per request (default: the decoding options' max_new_tokens), or 'task' for "
-                        "each task's own max_gen_toks")
-    p.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=True,
-                   help="render prompts as the trajectory study does (render_chat); default on")
-    p.add_argument("--no-chat-template-tasks",
-                   help="comma-separated tasks given plain completion prompts even with the chat template "
-                        "(e.g. humaneval; or use humaneval_instruct with the chat template)")
+    p.add_argument(
+        "--max-gen-toks",
+        type=_gen_cap,
+        default=DecodeOptions.max_new_tokens,
+        help="generation cap per request (default: the decoding options' max_new_tokens), or 'task' for "
+        "each task's own max_gen_toks",
+    )
+    p.add_argument(
+        "--chat-template",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="render prompts as the trajectory study does (render_chat); default on",
+    )
+    p.add_argument(
+        "--no-chat-template-tasks",
+        help="comma-separated tasks given plain completion prompts even with the chat template "
+        "(e.g. humaneval; or use humaneval_instruct with the chat template)",
+    )
     p.add_argument("--device", help="cpu | cuda (default: cuda if available)")
     p.add_argument("--batch-size", type=int, default=1, help="log-likelihood batch size (generation is always 1)")
     p.add_argument("--bootstrap-iters", type=int, default=100000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
-    p.add_argument("--allow-code-eval", action="store_true",
-                   help="allow tasks that run model-written code (also needs HF_ALLOW_CODE_EVAL=1)")
+    p.add_argument(
+        "--allow-code-eval",
+        action="store_true",
+        help="allow tasks that run model-written code (also needs HF_ALLOW_CODE_EVAL=1)",
+    )
     p.add_argument("--out", required=True, help="JSON: aggregated results, per-sample outputs, numerical env")
     p.set_defaults(func=cmd_run)
 

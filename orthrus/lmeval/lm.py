@@ -4,6 +4,7 @@ Importing this module registers the model with lm-eval's model registry (`--mode
 the package (`orthrus.lmeval`) imports it, so registration happens once, however the stage
 is started. What the model does is documented in the package docstring.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,8 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
 from orthrus.data.chat import chat_messages
-from orthrus.models.hub import snapshot_commit
 from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.models.hub import snapshot_commit
 
 log = logging.getLogger("orthrus.lmeval")
 
@@ -39,15 +40,32 @@ def load_model(pretrained, options: DecodeOptions, device: str | None = None):
     return model, model.name_or_path
 
 
-def lm_options(options=None, decoding=None, dtype=None, attention=None, block_size=None, eos=None,
-               last_block=None, prefill_logits=None, deterministic=None, message=None) -> DecodeOptions:
+def lm_options(
+    options=None,
+    decoding=None,
+    dtype=None,
+    attention=None,
+    block_size=None,
+    eos=None,
+    last_block=None,
+    prefill_logits=None,
+    deterministic=None,
+    message=None,
+) -> DecodeOptions:
     """The run's `DecodeOptions`: `options` (an object, its JSON or None) with the lm-eval model
     arguments that are given on top (they arrive as strings from `--model_args`)."""
     base = DecodeOptions.from_json(options) if isinstance(options, str) else (options or DecodeOptions())
-    given = {"decoder": decoding, "precision": dtype, "attention": attention,
-             "block_size": int(block_size) if block_size not in (None, "") else None,
-             "eos": eos, "last_block": last_block, "prefill_logits": prefill_logits, "message": message,
-             "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes")}
+    given = {
+        "decoder": decoding,
+        "precision": dtype,
+        "attention": attention,
+        "block_size": int(block_size) if block_size not in (None, "") else None,
+        "eos": eos,
+        "last_block": last_block,
+        "prefill_logits": prefill_logits,
+        "message": message,
+        "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes"),
+    }
     if given["precision"] is not None:  # bf16, bfloat16 or torch.bfloat16 alike
         from orthrus.models.precision import dtype_name, parse_dtype
 
@@ -59,17 +77,43 @@ def lm_options(options=None, decoding=None, dtype=None, attention=None, block_si
 class OrthrusLM(HFLM):
     """lm-eval's `HFLM` whose generation runs `orthrus.generate` (see the `orthrus.lmeval` doc)."""
 
-    def __init__(self, pretrained, options=None, decoding: str | None = None, dtype=None,
-                 attn_implementation: str | None = None, attention: str | None = None, block_size=None,
-                 eos: str | None = None, last_block: str | None = None, prefill_logits: str | None = None,
-                 deterministic=None, message: str | None = None, device: str | None = None, tokenizer=None,
-                 enable_thinking: bool = False, max_gen_toks: int = 256, seed: int = 1234, **kwargs):
+    def __init__(
+        self,
+        pretrained,
+        options=None,
+        decoding: str | None = None,
+        dtype=None,
+        attn_implementation: str | None = None,
+        attention: str | None = None,
+        block_size=None,
+        eos: str | None = None,
+        last_block: str | None = None,
+        prefill_logits: str | None = None,
+        deterministic=None,
+        message: str | None = None,
+        device: str | None = None,
+        tokenizer=None,
+        enable_thinking: bool = False,
+        max_gen_toks: int = 256,
+        seed: int = 1234,
+        **kwargs,
+    ):
         from orthrus.models.precision import configure, dtype_name
 
         if not isinstance(pretrained, str) and dtype is None:
             dtype = dtype_name(pretrained.dtype)  # a ready model (tests, notebooks) keeps its dtype
-        self.options = lm_options(options, decoding, dtype, attn_implementation or attention, block_size, eos,
-                                  last_block, prefill_logits, deterministic, message)
+        self.options = lm_options(
+            options,
+            decoding,
+            dtype,
+            attn_implementation or attention,
+            block_size,
+            eos,
+            last_block,
+            prefill_logits,
+            deterministic,
+            message,
+        )
         o = self.options
         if o.decoder not in DECODINGS:
             raise OptionsError(f"decoding must be one of {DECODINGS}, got {o.decoder!r}")
@@ -86,8 +130,13 @@ class OrthrusLM(HFLM):
             raise OptionsError("decoding=orthrus needs an Orthrus model")
         kwargs.pop("dtype", None)
         kwargs.pop("backend", None)
-        super().__init__(pretrained=model, tokenizer=tokenizer or path, backend="causal",
-                         enable_thinking=bool(enable_thinking), **kwargs)
+        super().__init__(
+            pretrained=model,
+            tokenizer=tokenizer or path,
+            backend="causal",
+            enable_thinking=bool(enable_thinking),
+            **kwargs,
+        )
         self.decoding = o.decoder
         self._default_max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
@@ -108,8 +157,9 @@ class OrthrusLM(HFLM):
             prefix = msgs.pop()["content"]  # the task's gen_prefix: appended verbatim below
         if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.data.chat)
             msgs = chat_messages(msgs[0]["content"], self.options.message) + msgs[1:] if msgs else msgs
-        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
-                                                  **self.chat_template_args)
+        text = self.tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=True, **self.chat_template_args
+        )
         self._chat_rendered = True
         return text + prefix
 
@@ -146,28 +196,50 @@ class OrthrusLM(HFLM):
             ids = self._encode_context(context)
             max_ctx = self.max_length - max_gen_toks
             if max_ctx <= 0:
-                raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room for the prompt (max_length {self.max_length})")
+                raise ValueError(
+                    f"max_gen_toks {max_gen_toks} leaves no room for the prompt (max_length {self.max_length})"
+                )
             ids = ids[-max_ctx:]
             # the decode stage's loop and options; only the budget (and a task's sampling) is the request's
             options, generator = self.options.replace(max_new_tokens=max_gen_toks), None
             if sample:
-                options = options.replace(temperature=float(kwargs["temperature"]), top_k=kwargs.get("top_k"),
-                                          top_p=kwargs.get("top_p"))
-                generator = torch.Generator(device=self.model.device).manual_seed((self.seed + len(self.generation_log)) % 2**64)
-            res = generate(self.model, torch.tensor(ids, dtype=torch.long), options, generator=generator,
-                           trace=self._stop_at(until))
+                options = options.replace(
+                    temperature=float(kwargs["temperature"]), top_k=kwargs.get("top_k"), top_p=kwargs.get("top_p")
+                )
+                generator = torch.Generator(device=self.model.device).manual_seed(
+                    (self.seed + len(self.generation_log)) % 2**64
+                )
+            res = generate(
+                self.model,
+                torch.tensor(ids, dtype=torch.long),
+                options,
+                generator=generator,
+                trace=self._stop_at(until),
+            )
             tokens = res.tokens.tolist()
             text = self.tok_decode(tokens)
-            text = postprocess_generated_text(text, until, self.think_end_token if isinstance(self.think_end_token, str) else None)
+            text = postprocess_generated_text(
+                text, until, self.think_end_token if isinstance(self.think_end_token, str) else None
+            )
             out.append(text)
             st = res.stats
-            self.generation_log.append({
-                "task": getattr(req, "task_name", None), "doc_id": getattr(req, "doc_id", None),
-                "prompt_len": len(ids), "tokens": tokens, "n_tokens": st["n_tokens"],
-                "finish_reason": st["finish_reason"], "n_prefill": st["n_prefill"],
-                "n_diffusion": st["n_diffusion"], "n_verify": st["n_verify"], "accepted": st["accepted"],
-                "seconds": st["seconds"], "tpf_verify": st["tpf_verify"], "tpf_authors": st["tpf_authors"],
-            })
+            self.generation_log.append(
+                {
+                    "task": getattr(req, "task_name", None),
+                    "doc_id": getattr(req, "doc_id", None),
+                    "prompt_len": len(ids),
+                    "tokens": tokens,
+                    "n_tokens": st["n_tokens"],
+                    "finish_reason": st["finish_reason"],
+                    "n_prefill": st["n_prefill"],
+                    "n_diffusion": st["n_diffusion"],
+                    "n_verify": st["n_verify"],
+                    "accepted": st["accepted"],
+                    "seconds": st["seconds"],
+                    "tpf_verify": st["tpf_verify"],
+                    "tpf_authors": st["tpf_authors"],
+                }
+            )
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
         return out
 
@@ -188,9 +260,12 @@ class OrthrusLM(HFLM):
     def get_model_info(self) -> dict:
         # HFLM's asks the hub for the model's commit: a network call, and meaningless for a path
         m = self.model
-        return {"model_num_parameters": sum(p.numel() for p in m.parameters()), "model_dtype": str(m.dtype),
-                "model_path": self.pretrained_path, "model_commit": snapshot_commit(m.name_or_path),
-                "decoding": self.decoding,
-                "block_size": self.options.block_size or getattr(m.config, "block_size", None),
-                "options": self.options.record()}
-
+        return {
+            "model_num_parameters": sum(p.numel() for p in m.parameters()),
+            "model_dtype": str(m.dtype),
+            "model_path": self.pretrained_path,
+            "model_commit": snapshot_commit(m.name_or_path),
+            "decoding": self.decoding,
+            "block_size": self.options.block_size or getattr(m.config, "block_size", None),
+            "options": self.options.record(),
+        }

@@ -1,20 +1,37 @@
 """One lm-eval run (model x decoder x precision x attention) and the JSON record it writes."""
+
 from __future__ import annotations
 
 import math
 
-from orthrus.lmeval.lm import OrthrusLM, lm_options
 from orthrus.decode.options import DecodeOptions
+from orthrus.lmeval.lm import OrthrusLM, lm_options
 from orthrus.lmeval.tasks import BenchmarkError, check_tasks
 
 # The parts of lm-eval's result kept in the record, merged over the run's task groups.
 _RESULT_KEYS = ("results", "n-samples", "higher_is_better", "versions", "configs", "samples")
 
 
-def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, precision=None, attention=None,
-             tasks=(), include_paths=(), limit=None, num_fewshot=0, max_gen_toks=DecodeOptions.max_new_tokens, chat_template=True,
-             device=None, batch_size=1, bootstrap_iters=100000, allow_code_eval=False, seed=0, raw_tasks=(),
-             lm=None) -> dict:
+def evaluate(
+    model_path,
+    options: DecodeOptions | None = None,
+    decoding=None,
+    precision=None,
+    attention=None,
+    tasks=(),
+    include_paths=(),
+    limit=None,
+    num_fewshot=0,
+    max_gen_toks=DecodeOptions.max_new_tokens,
+    chat_template=True,
+    device=None,
+    batch_size=1,
+    bootstrap_iters=100000,
+    allow_code_eval=False,
+    seed=0,
+    raw_tasks=(),
+    lm=None,
+) -> dict:
     """Run lm-eval on one model with `options` (the decode stage's `DecodeOptions`; `decoding`,
     `precision` and `attention` replace its fields when given); return the record `run` writes.
 
@@ -28,8 +45,14 @@ def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, pr
     tm, unsafe = check_tasks(tasks, include_paths, allow_code_eval)
     options = lm_options(options, decoding, precision, attention)
     if lm is None:
-        lm = OrthrusLM(pretrained=str(model_path), options=options, device=device, max_gen_toks=max_gen_toks or 256,
-                       batch_size=batch_size, seed=seed)
+        lm = OrthrusLM(
+            pretrained=str(model_path),
+            options=options,
+            device=device,
+            max_gen_toks=max_gen_toks or 256,
+            batch_size=batch_size,
+            seed=seed,
+        )
     raw = [t for t in tasks if t in set(raw_tasks or ())] if chat_template else list(tasks)
     # lm-eval applies the chat template to a whole run or not at all: one run per group
     groups = [(False, raw), (True, [t for t in tasks if t not in raw])]
@@ -39,22 +62,39 @@ def evaluate(model_path, options: DecodeOptions | None = None, decoding=None, pr
             continue
         lm.reset_chat_rendering()
         part = simple_evaluate(
-            model=lm, tasks=group, task_manager=tm, num_fewshot=num_fewshot, limit=limit,
+            model=lm,
+            tasks=group,
+            task_manager=tm,
+            num_fewshot=num_fewshot,
+            limit=limit,
             gen_kwargs={"max_gen_toks": int(max_gen_toks)} if max_gen_toks else None,
-            apply_chat_template=chat, fewshot_as_multiturn=chat and bool(num_fewshot),
-            log_samples=True, bootstrap_iters=bootstrap_iters, confirm_run_unsafe_code=bool(unsafe),
+            apply_chat_template=chat,
+            fewshot_as_multiturn=chat and bool(num_fewshot),
+            log_samples=True,
+            bootstrap_iters=bootstrap_iters,
+            confirm_run_unsafe_code=bool(unsafe),
             # numpy's legacy seed takes 0 .. 2^32 - 1 only: a larger legal seed of the study is folded into it
-            random_seed=seed, numpy_random_seed=seed % 2**32, torch_random_seed=seed, fewshot_random_seed=seed,
+            random_seed=seed,
+            numpy_random_seed=seed % 2**32,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
         )
         if part is None:
             raise BenchmarkError("lm-eval returned no results")
         for key in _RESULT_KEYS:
             res.setdefault(key, {}).update(part.get(key) or {})
-    settings = {"limit": limit, "num_fewshot": num_fewshot, "max_gen_toks": max_gen_toks,
-                "chat_template": bool(chat_template), "no_chat_template_tasks": raw,
-                "options": lm.options.record(),
-                "batch_size": batch_size, "bootstrap_iters": bootstrap_iters, "seed": seed,
-                "include_paths": [str(p) for p in include_paths or ()]}
+    settings = {
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "max_gen_toks": max_gen_toks,
+        "chat_template": bool(chat_template),
+        "no_chat_template_tasks": raw,
+        "options": lm.options.record(),
+        "batch_size": batch_size,
+        "bootstrap_iters": bootstrap_iters,
+        "seed": seed,
+        "include_paths": [str(p) for p in include_paths or ()],
+    }
     return _record(lm, res, model_path, tasks, settings)
 
 
@@ -66,8 +106,12 @@ def _record(lm, res: dict, model_path, tasks, settings) -> dict:
 
     o = lm.options
     return {
-        "decoder": o.decoder, "precision": o.precision, "attention": o.attention,
-        "model_path": str(model_path), "tasks": tasks, "settings": settings,
+        "decoder": o.decoder,
+        "precision": o.precision,
+        "attention": o.attention,
+        "model_path": str(model_path),
+        "tasks": tasks,
+        "settings": settings,
         "results": _jsonable(res.get("results", {})),
         "n_samples": _jsonable(res.get("n-samples", {})),
         "higher_is_better": _jsonable(res.get("higher_is_better", {})),
@@ -104,7 +148,17 @@ def _sample_rows(samples: list[dict]) -> list[dict]:
             a0 = args[0]
             a0 = a0.get("arg_0") if isinstance(a0, dict) else a0
             prompt = a0[0] if isinstance(a0, (list, tuple)) and a0 else a0
-        rows.append({"doc_id": s.get("doc_id"), "filter": s.get("filter"), "target": s.get("target"),
-                     "prompt": prompt, "resps": s.get("resps"), "filtered_resps": s.get("filtered_resps"),
-                     "metrics": metrics, "doc_hash": s.get("doc_hash"), "prompt_hash": s.get("prompt_hash")})
+        rows.append(
+            {
+                "doc_id": s.get("doc_id"),
+                "filter": s.get("filter"),
+                "target": s.get("target"),
+                "prompt": prompt,
+                "resps": s.get("resps"),
+                "filtered_resps": s.get("filtered_resps"),
+                "metrics": metrics,
+                "doc_hash": s.get("doc_hash"),
+                "prompt_hash": s.get("prompt_hash"),
+            }
+        )
     return _jsonable(rows)

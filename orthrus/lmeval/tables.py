@@ -1,15 +1,16 @@
 """`orthrus lm-eval table`: the benchmark table (Table 7), the agreement of each non-AR run with
 its AR reference, sample by sample, and the benchmark figure (`orthrus.report.figures.fig_benchmarks`)."""
+
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
 
+from orthrus.analysis.stats import combined_stderr, paired_stderr
 from orthrus.contracts import BENCHMARK_AGREEMENT_COLUMNS, BENCHMARK_COLUMNS
 from orthrus.io import save_figure, write_table
 from orthrus.lmeval.tasks import PRIMARY_METRICS, BenchmarkError
-from orthrus.analysis.stats import combined_stderr, paired_stderr
 
 
 def _num(x):
@@ -32,10 +33,20 @@ def result_rows(rec: dict) -> list[dict]:
                 continue
             name, _, filt = key.partition(",")
             stderr = metrics.get(f"{name}_stderr,{filt}")
-            rows.append({"model": rec["model"], "decoder": rec["decoder"], "precision": rec["precision"],
-                         "attention": rec["attention"], "task": task, "metric": key, "value": _num(value),
-                         "stderr": _num(stderr), "n": n,
-                         "primary": key in PRIMARY_METRICS.get(task, [])})
+            rows.append(
+                {
+                    "model": rec["model"],
+                    "decoder": rec["decoder"],
+                    "precision": rec["precision"],
+                    "attention": rec["attention"],
+                    "task": task,
+                    "metric": key,
+                    "value": _num(value),
+                    "stderr": _num(stderr),
+                    "n": n,
+                    "primary": key in PRIMARY_METRICS.get(task, []),
+                }
+            )
     return rows
 
 
@@ -76,8 +87,11 @@ def _per_sample(rec: dict, task: str, metric: str) -> dict:
     for s in (rec.get("samples") or {}).get(task, []):
         if filt and s.get("filter") not in (filt, None):
             continue
-        out[s["doc_id"]] = (_response(s.get("resps")), _answer(s.get("filtered_resps")),
-                            (s.get("metrics") or {}).get(name))
+        out[s["doc_id"]] = (
+            _response(s.get("resps")),
+            _answer(s.get("filtered_resps")),
+            (s.get("metrics") or {}).get(name),
+        )
     return out
 
 
@@ -86,7 +100,9 @@ def _is_ar(rec: dict) -> bool:
 
 
 def _find_reference(rec: dict, records: list[dict], reference_model: str | None):
-    same = [r for r in records if _is_ar(r) and r["precision"] == rec["precision"] and r["attention"] == rec["attention"]]
+    same = [
+        r for r in records if _is_ar(r) and r["precision"] == rec["precision"] and r["attention"] == rec["attention"]
+    ]
     for r in same:
         if r["model"] == rec["model"]:
             return r
@@ -128,14 +144,28 @@ def _agreement_row(rec: dict, ref: dict, row: dict, rr: dict) -> dict:
     combined = combined_stderr(se, rse)
     diff = row["value"] - rr["value"]
     within = None if math.isnan(combined) else bool(abs(diff) <= combined + 1e-12)
-    return {"model": rec["model"], "decoder": rec["decoder"], "reference_model": ref["model"],
-            "reference_decoder": ref["decoder"], "precision": rec["precision"],
-            "attention": rec["attention"], "task": row["task"], "metric": row["metric"],
-            "n": len(common), "n_responses_differ": _n_responses_differ(a, b, common),
-            "n_answers_differ": sum(a[d][1] != b[d][1] for d in common),
-            "value": row["value"], "reference_value": rr["value"], "score_diff": diff,
-            "stderr": se, "reference_stderr": rse, "combined_stderr": combined,
-            "paired_diff": paired_diff, "paired_stderr": paired, "within_stderr": within}
+    return {
+        "model": rec["model"],
+        "decoder": rec["decoder"],
+        "reference_model": ref["model"],
+        "reference_decoder": ref["decoder"],
+        "precision": rec["precision"],
+        "attention": rec["attention"],
+        "task": row["task"],
+        "metric": row["metric"],
+        "n": len(common),
+        "n_responses_differ": _n_responses_differ(a, b, common),
+        "n_answers_differ": sum(a[d][1] != b[d][1] for d in common),
+        "value": row["value"],
+        "reference_value": rr["value"],
+        "score_diff": diff,
+        "stderr": se,
+        "reference_stderr": rse,
+        "combined_stderr": combined,
+        "paired_diff": paired_diff,
+        "paired_stderr": paired,
+        "within_stderr": within,
+    }
 
 
 def load_records(paths) -> list[dict]:
@@ -176,4 +206,3 @@ def make_tables(inputs, out, agreement_out=None, figure=None, reference_model=No
     figs = save_figure(fig, figure)
     plt.close(fig)
     return [out, out.with_suffix(".md"), agreement_out, agreement_out.with_suffix(".md"), *figs]
-

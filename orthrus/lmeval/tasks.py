@@ -1,5 +1,6 @@
 """Which lm-eval tasks a run may start: the task index, the primary metrics, and the checks that
 refuse code-executing tasks without an explicit opt-in and IFEval without its dependencies."""
+
 from __future__ import annotations
 
 import os
@@ -87,8 +88,14 @@ def check_code_eval(unsafe: list[str], allow: bool) -> None:
     if not unsafe:
         return
     if not allow or os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
-        missing = [w for w, ok in (("--allow-code-eval", allow),
-                                    ("HF_ALLOW_CODE_EVAL=1", os.environ.get("HF_ALLOW_CODE_EVAL") == "1")) if not ok]
+        missing = [
+            w
+            for w, ok in (
+                ("--allow-code-eval", allow),
+                ("HF_ALLOW_CODE_EVAL=1", os.environ.get("HF_ALLOW_CODE_EVAL") == "1"),
+            )
+            if not ok
+        ]
         raise BenchmarkError(CODE_EVAL_HELP.format(tasks=", ".join(unsafe)) + f" Missing: {', '.join(missing)}.")
 
 
@@ -107,8 +114,10 @@ def check_ifeval(names) -> None:
         nltk.data.find("tokenizers/punkt_tab")
     except LookupError:
         if os.environ.get("HF_HUB_OFFLINE") == "1":
-            raise BenchmarkError("IFEval needs NLTK's punkt_tab data: run `python -m nltk.downloader punkt_tab` "
-                                 "on a connected machine and point NLTK_DATA at it") from None
+            raise BenchmarkError(
+                "IFEval needs NLTK's punkt_tab data: run `python -m nltk.downloader punkt_tab` "
+                "on a connected machine and point NLTK_DATA at it"
+            ) from None
 
 
 def check_tasks(tasks, include_paths=(), allow_code_eval: bool = False):
@@ -119,8 +128,10 @@ def check_tasks(tasks, include_paths=(), allow_code_eval: bool = False):
     tm = task_manager(include_paths, tasks)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
-        raise BenchmarkError(f"unknown lm-eval tasks {unknown} (include paths: {list(include_paths)}); "
-                             "tiny-world tasks come from `orthrus lm-eval prepare-data --out DIR` + --include-path DIR")
+        raise BenchmarkError(
+            f"unknown lm-eval tasks {unknown} (include paths: {list(include_paths)}); "
+            "tiny-world tasks come from `orthrus lm-eval prepare-data --out DIR` + --include-path DIR"
+        )
     unsafe = unsafe_tasks(tm, tasks)
     check_code_eval(unsafe, allow_code_eval)
     check_ifeval(expand_tasks(tm, tasks))

@@ -2,6 +2,7 @@
 differently: `past_key_values` through 5.23, `cache` from 5.24 on, where the old spelling still
 works but warns (FutureWarning: removed in 5.40). One place knows, so that every forward this
 package calls runs warning-free on the pinned release and on the newest."""
+
 from __future__ import annotations
 
 import functools

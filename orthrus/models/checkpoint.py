@@ -9,6 +9,7 @@ config files and the corpus shards are identified by their SHA-256. A file is ha
 stage that writes it stores `{size, mtime_ns, sha256}` in `FILE.sha256` beside it, and a reader
 trusts that record only while size and mtime still match.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,7 +60,9 @@ def file_digest(path) -> str:
 
 
 def _model_files(model_dir) -> list[Path]:
-    return sorted(p for p in Path(model_dir).iterdir() if p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
+    return sorted(
+        p for p in Path(model_dir).iterdir() if p.name == "config.json" or p.suffix in (".safetensors", ".bin")
+    )
 
 
 def model_digests(model_dir) -> dict:

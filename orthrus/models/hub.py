@@ -1,5 +1,6 @@
 """Hub ids: is a string one, and its pinned revision. Pure Python, so that the model code and
 the loaders import it without importing each other."""
+
 from __future__ import annotations
 
 import os

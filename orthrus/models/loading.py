@@ -4,13 +4,14 @@ trajectory, and loading a model (and an assisted decoder's draft) at a run's opt
 Never runs checkpoint code, never unpickles. Light to import: torch and transformers are
 imported where a model is loaded.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from orthrus.contracts import PLAIN_LM_DECODERS
-from orthrus.errors import InputError
 from orthrus.decode.options import EOS_POLICIES, DecodeOptions, OptionsError
+from orthrus.errors import InputError
 
 
 def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]:
@@ -50,16 +51,20 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     if options.decoder in PLAIN_LM_DECODERS:
         model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
     elif model_type(path) not in (None, *LOOP_MODEL_TYPES):
-        raise InputError(f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
-                         f"which needs a Qwen3 or Orthrus checkpoint (any causal LM works with "
-                         f"{', '.join(PLAIN_LM_DECODERS)})")
+        raise InputError(
+            f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
+            f"which needs a Qwen3 or Orthrus checkpoint (any causal LM works with "
+            f"{', '.join(PLAIN_LM_DECODERS)})"
+        )
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
     elif options.decoder in ("ar", "oracle"):
         model = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **kw)
     else:
-        raise InputError(f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
-                         f"decoder {options.decoder} needs one")
+        raise InputError(
+            f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
+            f"decoder {options.decoder} needs one"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model.to(device).eval(), tokenizer
 
@@ -90,8 +95,13 @@ def load_draft(path: str, model, tokenizer, model_path: str):
 
     path_ = resolve_checkpoint(path)
     check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)
-    draft = load_complete(AutoModelForCausalLM, path_, dtype=model.dtype, use_safetensors=True,
-                          attn_implementation=model.config._attn_implementation)
+    draft = load_complete(
+        AutoModelForCausalLM,
+        path_,
+        dtype=model.dtype,
+        use_safetensors=True,
+        attn_implementation=model.config._attn_implementation,
+    )
     return draft.to(model.device).eval()
 
 
@@ -100,6 +110,8 @@ def check_same_tokenizer(tok, draft_tok, model_path: str, draft_path: str) -> No
         return t.get_vocab(), t.eos_token_id, t.pad_token_id
 
     if spec(tok) != spec(draft_tok):
-        raise InputError(f"the draft model {draft_path} does not share the tokenizer of the model {model_path} "
-                         f"({len(draft_tok)} vs {len(tok)} tokens, eos {draft_tok.eos_token_id} vs {tok.eos_token_id}); "
-                         "assisted decoding needs one token space")
+        raise InputError(
+            f"the draft model {draft_path} does not share the tokenizer of the model {model_path} "
+            f"({len(draft_tok)} vs {len(tok)} tokens, eos {draft_tok.eos_token_id} vs {tok.eos_token_id}); "
+            "assisted decoding needs one token space"
+        )

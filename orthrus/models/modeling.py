@@ -6,6 +6,7 @@ attention layer named as in the released checkpoint `chiennv/Orthrus-Qwen3-1.7B`
 layer norms and the LM head are shared. The diffusion view reads the AR KV cache and never
 writes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,9 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         with torch.no_grad():
             for layer in self.model.layers:
                 for name in DIFF_MODULES:
-                    getattr(layer.self_attn, f"{name}_diff").load_state_dict(getattr(layer.self_attn, name).state_dict())
+                    getattr(layer.self_attn, f"{name}_diff").load_state_dict(
+                        getattr(layer.self_attn, name).state_dict()
+                    )
 
     @property
     def block_size(self) -> int:
@@ -76,8 +79,15 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
     # ---- construction -----------------------------------------------------------------------
 
     @classmethod
-    def from_base(cls, base, block_size: int, mask_token_id: int | None = None, tokenizer=None,
-                  mask_token: str = MASK_TOKEN, **load_kwargs):
+    def from_base(
+        cls,
+        base,
+        block_size: int,
+        mask_token_id: int | None = None,
+        tokenizer=None,
+        mask_token: str = MASK_TOKEN,
+        **load_kwargs,
+    ):
         """Build Orthrus from a Qwen3 causal LM (instance, local directory or hub id).
 
         `mask_token_id=None` adds a dedicated `mask_token` (default `<|mask|>`; the follow-up
@@ -87,7 +97,9 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         and no tokenizer is given, it is loaded from there (then reach it as `model.tokenizer`).
         """
         if not _is_int(block_size) or block_size < 2:
-            raise ModelError(f"block_size must be an integer >= 2 (one anchor plus at least one proposal), got {block_size!r}")
+            raise ModelError(
+                f"block_size must be an integer >= 2 (one anchor plus at least one proposal), got {block_size!r}"
+            )
         if mask_token_id is not None and not _is_int(mask_token_id):
             raise ModelError(f"mask_token_id must be None (add a mask token) or an integer id, got {mask_token_id!r}")
         if not isinstance(base, nn.Module):
@@ -112,8 +124,10 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
                 raise ValueError("mask_token_id=None adds a new mask token, which needs the tokenizer")
             mask_token_id = model._add_mask_token(tokenizer, mask_token)
         elif not 0 <= mask_token_id < model.config.vocab_size:
-            raise ModelError(f"mask_token_id {mask_token_id} outside the vocabulary of {model.config.vocab_size} ids "
-                             "(0..vocab_size-1); use an id of the vocabulary, or None for a new mask token")
+            raise ModelError(
+                f"mask_token_id {mask_token_id} outside the vocabulary of {model.config.vocab_size} ids "
+                "(0..vocab_size-1); use an id of the vocabulary, or None for a new mask token"
+            )
         model.config.mask_token_id = int(mask_token_id)
         model.generation_config = base.generation_config
         model.tokenizer = tokenizer
@@ -135,7 +149,9 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         return mask_id
 
     @classmethod
-    def from_pretrained(cls, path_or_id, *args, dtype=None, attn_implementation: str = "eager", allow_pickle: bool = False, **kwargs):
+    def from_pretrained(
+        cls, path_or_id, *args, dtype=None, attn_implementation: str = "eager", allow_pickle: bool = False, **kwargs
+    ):
         """Load our saves or the released checkpoint format, without running any shipped code.
 
         Missing, unexpected or misshaped weights raise, naming the keys. Pickled `.bin`
@@ -149,19 +165,27 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         config = Qwen3Config.from_pretrained(path)
         for key in ("block_size", "mask_token_id"):
             if getattr(config, key, None) is None:
-                raise ModelError(f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)")
+                raise ModelError(
+                    f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)"
+                )
         check_orthrus_config(path, config)
         config.auto_map = None  # released configs point at remote code; we never use it
         check_weights(path, cls, config)
         bad = _non_float_tensors(path, with_file=True)
         if bad:  # transformers would cast them to the load dtype without a word: a diffusion view of noise
-            raise ModelError(f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}"
-                             + (f" (+{len(bad) - 8})" if len(bad) > 8 else ""))
+            raise ModelError(
+                f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}"
+                + (f" (+{len(bad) - 8})" if len(bad) > 8 else "")
+            )
         if dtype is not None:
             kwargs["dtype"] = parse_dtype(dtype)
         model = super().from_pretrained(
-            path, *args, config=config, attn_implementation=attn_implementation,
-            use_safetensors=None if allow_pickle else True, **kwargs,
+            path,
+            *args,
+            config=config,
+            attn_implementation=attn_implementation,
+            use_safetensors=None if allow_pickle else True,
+            **kwargs,
         )
         check_finite(model, path)
         model.freeze_backbone()
@@ -181,7 +205,9 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
 
     # ---- the diffusion view -----------------------------------------------------------------
 
-    def diffusion_forward(self, input_ids, position_ids, past_key_values, attention_mask=None, output_hidden_states=False):
+    def diffusion_forward(
+        self, input_ids, position_ids, past_key_values, attention_mask=None, output_hidden_states=False
+    ):
         """Logits of the diffusion view for `input_ids` at `position_ids`.
 
         `past_key_values`: the AR cache (a `Cache`), read but never written. `attention_mask`:
@@ -195,7 +221,9 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
             cached = past_key_values.layers[i]
             residual = hidden
             hidden = layer.input_layernorm(hidden)
-            hidden = self._diffusion_attention(layer.self_attn, hidden, position_embeddings, cached.keys, cached.values, attention_mask)
+            hidden = self._diffusion_attention(
+                layer.self_attn, hidden, position_embeddings, cached.keys, cached.values, attention_mask
+            )
             hidden = residual + hidden
             residual = hidden
             hidden = residual + layer.mlp(layer.post_attention_layernorm(hidden))
@@ -227,11 +255,15 @@ def check_orthrus_config(path, config) -> None:
     where = f"{path}/config.json"
     k, m, vocab = config.block_size, config.mask_token_id, getattr(config, "vocab_size", None)
     if not _is_int(k) or k < 2:
-        raise ModelError(f"{where}: key 'block_size' is {k!r}, not an integer >= 2 (one anchor plus at least one "
-                         "proposal): not a usable Orthrus checkpoint")
+        raise ModelError(
+            f"{where}: key 'block_size' is {k!r}, not an integer >= 2 (one anchor plus at least one "
+            "proposal): not a usable Orthrus checkpoint"
+        )
     if not _is_int(m) or not _is_int(vocab) or not 0 <= m < vocab:
-        raise ModelError(f"{where}: key 'mask_token_id' is {m!r}, not an id of the vocabulary (0..{vocab - 1 if _is_int(vocab) else '?'}, "
-                         "vocab_size): the diffusion view would read a token the model has no embedding for")
+        raise ModelError(
+            f"{where}: key 'mask_token_id' is {m!r}, not an id of the vocabulary (0..{vocab - 1 if _is_int(vocab) else '?'}, "
+            "vocab_size): the diffusion view would read a token the model has no embedding for"
+        )
 
 
 def check_weights(path, cls, config) -> None:
@@ -256,7 +288,11 @@ def check_weights(path, cls, config) -> None:
     problems = {
         "missing": sorted(set(expected) - set(found)),
         "unexpected": sorted(set(found) - set(expected)),
-        "misshaped": [f"{k}: checkpoint {found[k]} vs model {expected[k]}" for k in sorted(set(found) & set(expected)) if found[k] != expected[k]],
+        "misshaped": [
+            f"{k}: checkpoint {found[k]} vs model {expected[k]}"
+            for k in sorted(set(found) & set(expected))
+            if found[k] != expected[k]
+        ],
     }
     if any(problems.values()):
         detail = "; ".join(f"{kind} keys: {keys}" for kind, keys in problems.items() if keys)
@@ -295,7 +331,10 @@ def check_model_files(path, allow_pickle: bool = False) -> None:
         raise ModelError(f"{path / 'config.json'}: not valid JSON ({e})") from None
     weights = sorted(path.glob("*.safetensors"))
     if not weights and not (allow_pickle and any(path.glob("*.bin"))):
-        raise MissingInputError(f"{path}: no *.safetensors weights" + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)"))
+        raise MissingInputError(
+            f"{path}: no *.safetensors weights"
+            + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)")
+        )
     for f in weights:
         try:
             with safe_open(f, framework="pt"):
@@ -312,13 +351,24 @@ def load_complete(cls, path, **kwargs):
     if bad:
         raise ModelError(f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}")
     model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
-    problems = {kind: sorted(info.get(key) or []) for kind, key in
-                (("missing", "missing_keys"), ("unexpected", "unexpected_keys"), ("misshaped", "mismatched_keys"))}
+    problems = {
+        kind: sorted(info.get(key) or [])
+        for kind, key in (
+            ("missing", "missing_keys"),
+            ("unexpected", "unexpected_keys"),
+            ("misshaped", "mismatched_keys"),
+        )
+    }
     # an Orthrus checkpoint read as its plain AR view: the diffusion weights are extra, not wrong
-    problems["unexpected"] = [k for k in problems["unexpected"] if not OrthrusForCausalLM.is_diffusion_parameter(str(k))]
+    problems["unexpected"] = [
+        k for k in problems["unexpected"] if not OrthrusForCausalLM.is_diffusion_parameter(str(k))
+    ]
     if any(problems.values()):
-        detail = "; ".join(f"{kind}: {', '.join(map(str, keys[:8]))}" + (f" (+{len(keys) - 8})" if len(keys) > 8 else "")
-                           for kind, keys in problems.items() if keys)
+        detail = "; ".join(
+            f"{kind}: {', '.join(map(str, keys[:8]))}" + (f" (+{len(keys) - 8})" if len(keys) > 8 else "")
+            for kind, keys in problems.items()
+            if keys
+        )
         raise ModelError(f"{path}: the weights do not match {type(model).__name__} ({detail})")
     check_finite(model, path)
     return model

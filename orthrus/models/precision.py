@@ -2,6 +2,7 @@
 
 The numerics are the subject of the study, so every decoding result carries `numerical_env()`.
 """
+
 from __future__ import annotations
 
 import platform
@@ -77,7 +78,9 @@ def numerical_env(model=None, dtype: torch.dtype | None = None, attention: str |
         "dtype": dtype_name(dtype) if dtype is not None else None,
         "attention": attention,
         "device": device,
-        "device_name": torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name()
+        if device.startswith("cuda")
+        else platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.version.cuda,

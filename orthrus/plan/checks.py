@@ -12,6 +12,7 @@ Defaults from the schema are filled in, except inside objects marked `x-fill-def
 (orthrus/distill/settings.py and orthrus/world/teacher.py DEFAULTS, from which the schema's are
 generated), and filling them here would change the rules' params, hence rerun existing results.
 """
+
 from __future__ import annotations
 
 import copy
@@ -88,10 +89,18 @@ def schema_problems(config: dict, schema: dict) -> list[str]:
 def _revision_problems(cfg: dict) -> list[str]:
     """Each key of `revisions` is a hub id the config loads (a pin that applies nowhere is a typo)."""
     teacher = cfg.get("teacher") or {}
-    loaded = {teacher.get("path"), (teacher.get("draft") or {}).get("path"), (cfg.get("corpus") or {}).get("dataset"),
-              *(cfg.get("external_models") or {}).values()}
-    return [f"revisions.{key}: not a hub id this config loads (teacher.path, teacher.draft.path, "
-            "external_models, corpus.dataset)" for key in (cfg.get("revisions") or {}) if key not in loaded]
+    loaded = {
+        teacher.get("path"),
+        (teacher.get("draft") or {}).get("path"),
+        (cfg.get("corpus") or {}).get("dataset"),
+        *(cfg.get("external_models") or {}).values(),
+    }
+    return [
+        f"revisions.{key}: not a hub id this config loads (teacher.path, teacher.draft.path, "
+        "external_models, corpus.dataset)"
+        for key in (cfg.get("revisions") or {})
+        if key not in loaded
+    ]
 
 
 def _kernel_problems(cfg: dict) -> list[str]:
@@ -102,28 +111,41 @@ def _kernel_problems(cfg: dict) -> list[str]:
     if importlib.util.find_spec("flash_attn") is not None:
         return []
     uses = []
+
     def get(section, key):
         return (cfg.get(section) or {}).get(key)
 
-    for key, section in (("decode.attentions", get("decode", "attentions")), ("tpf.attentions", get("tpf", "attentions"))):
+    for key, section in (
+        ("decode.attentions", get("decode", "attentions")),
+        ("tpf.attentions", get("tpf", "attentions")),
+    ):
         if "flash_attention_2" in (section or []):
             uses.append(key)
     for name, grid in (get("decode", "grids") or {}).items():
         if "flash_attention_2" in ((grid or {}).get("attentions") or []):
             uses.append(f"decode.grids.{name}.attentions")
-    for key, value in (("analysis.ppl_attention", get("analysis", "ppl_attention")),
-                       ("benchmarks.attention", get("benchmarks", "attention"))):
+    for key, value in (
+        ("analysis.ppl_attention", get("analysis", "ppl_attention")),
+        ("benchmarks.attention", get("benchmarks", "attention")),
+    ):
         if value == "flash_attention_2":
             uses.append(key)
-    return [f"{k}: flash_attention_2 needs the flash_attn package, which is not installed "
-            "(pip install flash-attn on a CUDA machine, or choose eager / sdpa)" for k in uses]
+    return [
+        f"{k}: flash_attention_2 needs the flash_attn package, which is not installed "
+        "(pip install flash-attn on a CUDA machine, or choose eager / sdpa)"
+        for k in uses
+    ]
 
 
 def _path_problem(key: str, value: str) -> str | None:
     """None when `value` is an existing model directory or looks like a hub id; else the problem."""
     local = Path(os.path.expanduser(value))
     if local.is_dir():
-        return None if (local / "config.json").is_file() else f"{key}: {value!r} has no config.json (not a model directory)"
+        return (
+            None
+            if (local / "config.json").is_file()
+            else f"{key}: {value!r} has no config.json (not a model directory)"
+        )
     if is_hub_id(value):
         return None
     return f"{key}: no such directory: {value!r} (nor a hub id owner/name)"
@@ -165,7 +187,9 @@ def _name_problems(cfg: dict) -> list[str]:
         if name == teacher:
             problems.append(f"external_models.{name}: same name as teacher.name")
         if name in models:
-            problems.append(f"external_models.{name}: also a trained variant models.{name} (its training would leave the DAG)")
+            problems.append(
+                f"external_models.{name}: also a trained variant models.{name} (its training would leave the DAG)"
+            )
         if isinstance(path, str):
             problems.append(_path_problem(f"external_models.{name}", path))
     return problems
@@ -181,8 +205,10 @@ def _teacher_problems(cfg: dict, props: dict) -> list[str]:
             problems.append(_path_problem("teacher.path", teacher["path"]))
     tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
     if tiny["num_heads"] % tiny["num_kv_heads"]:
-        problems.append(f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
-                        f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+        problems.append(
+            f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+            f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})"
+        )
     problems.append(_warmup_problem("teacher.tiny", tiny))
     weights = (teacher.get("tiny") or {}).get("domain_weights")
     domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
@@ -199,21 +225,29 @@ def _benchmark_problems(cfg: dict, props: dict) -> list[str]:
         return []
     if not bench.get("tiny_tasks", True) and not bench.get("tasks"):
         problems.append("benchmarks.tasks: empty, but benchmarks are enabled without tiny_tasks")
-    elif (not bench.get("tiny_tasks", True) and not bench.get("allow_code_eval")
-          and all("humaneval" in t for t in bench["tasks"])):
-        problems.append("benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
-                        "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)")
+    elif (
+        not bench.get("tiny_tasks", True)
+        and not bench.get("allow_code_eval")
+        and all("humaneval" in t for t in bench["tasks"])
+    ):
+        problems.append(
+            "benchmarks.tasks: every task runs model-written code, and benchmarks.allow_code_eval is "
+            "false: opt in, or add tasks that do not (e.g. gsm8k, ifeval)"
+        )
     docs = bench.get("n_docs")
     if isinstance(docs, dict):
         tiny = bench.get("tiny_tasks", True)
         runs = props["benchmarks"]["properties"]["tiny_tasks"]["items"]["enum"] if tiny is True else list(tiny or [])
         missing, idle = [t for t in runs if t not in docs], [t for t in docs if t not in runs]
         if missing:
-            problems.append(f"benchmarks.n_docs: no count for {', '.join(missing)}, which benchmarks.tiny_tasks runs "
-                            "(a mapping names each task that runs)")
+            problems.append(
+                f"benchmarks.n_docs: no count for {', '.join(missing)}, which benchmarks.tiny_tasks runs "
+                "(a mapping names each task that runs)"
+            )
         if idle:
-            problems.append(f"benchmarks.n_docs: {', '.join(idle)} not in benchmarks.tiny_tasks, so its count "
-                            "would prepare nothing")
+            problems.append(
+                f"benchmarks.n_docs: {', '.join(idle)} not in benchmarks.tiny_tasks, so its count would prepare nothing"
+            )
     return problems
 
 
@@ -222,8 +256,10 @@ def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
     each prompt set and the corpus need."""
     prompts, corpus, problems = cfg.get("prompts") or {}, cfg.get("corpus") or {}, []
     if prompts.get("min_chars", 0) > prompts.get("max_chars", float("inf")):
-        problems.append(f"prompts.min_chars: {prompts['min_chars']} exceeds prompts.max_chars "
-                        f"({prompts['max_chars']}): every prompt would be dropped")
+        problems.append(
+            f"prompts.min_chars: {prompts['min_chars']} exceeds prompts.max_chars "
+            f"({prompts['max_chars']}): every prompt would be dropped"
+        )
     eval_file = prompts.get("eval_file")
     if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
         problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
@@ -236,11 +272,15 @@ def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
         if not corpus.get("dataset"):
             problems.append("corpus.dataset: required when corpus.source is hf")
         elif re.search(r"[*?\[\]{}]", corpus["dataset"]) and Path(os.path.expanduser(corpus["dataset"])).exists():
-            problems.append(f"corpus.dataset: the local path {corpus['dataset']!r} has glob characters (* ? [ ] {{ }}), "
-                            "which datasets reads as a pattern; rename or link the directory")
+            problems.append(
+                f"corpus.dataset: the local path {corpus['dataset']!r} has glob characters (* ? [ ] {{ }}), "
+                "which datasets reads as a pattern; rename or link the directory"
+            )
     elif prompts.get("source") == "hf" and not prompts.get("distill"):
-        problems.append("prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
-                        "is hf (the teacher answers the distillation prompts)")
+        problems.append(
+            "prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
+            "is hf (the teacher answers the distillation prompts)"
+        )
     return problems
 
 
@@ -254,24 +294,32 @@ def _grid_problems(cfg: dict) -> list[str]:
     problems = []
     for key, grid in (decode.get("grids") or {}).items():
         if key in decoders and key in models:
-            problems.append(f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders / decode.controls "
-                            "and an Orthrus model; rename the model")
+            problems.append(
+                f"decode.grids.{key}: {key!r} is both a decoder of decode.decoders / decode.controls "
+                "and an Orthrus model; rename the model"
+            )
         elif key not in decoders and key not in models:
-            problems.append(f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders or a "
-                            f"control of decode.controls {decoders} nor an Orthrus model of models / external_models "
-                            f"{models}")
+            problems.append(
+                f"decode.grids.{key}: {key!r} is neither a speculative decoder of decode.decoders or a "
+                f"control of decode.controls {decoders} nor an Orthrus model of models / external_models "
+                f"{models}"
+            )
         for sub in ("precisions", "attentions"):
             extra = [v for v in (grid or {}).get(sub, []) if v not in decode.get(sub, [])]
             if extra:
-                problems.append(f"decode.grids.{key}.{sub}: {extra} not in decode.{sub} {decode.get(sub)} "
-                                "(the ar-ref reference runs only there)")
+                problems.append(
+                    f"decode.grids.{key}.{sub}: {extra} not in decode.{sub} {decode.get(sub)} "
+                    "(the ar-ref reference runs only there)"
+                )
         per = (grid or {}).get("prompts_per_domain")
         if isinstance(per, dict):
             runs = (grid or {}).get("precisions") or decode.get("precisions") or []
             idle = [p for p in per if p not in runs]
             if idle:
-                problems.append(f"decode.grids.{key}.prompts_per_domain: {idle} not among the precisions these cells "
-                                f"run {runs}, so the setting would decode nothing")
+                problems.append(
+                    f"decode.grids.{key}.prompts_per_domain: {idle} not among the precisions these cells "
+                    f"run {runs}, so the setting would decode nothing"
+                )
     return problems
 
 
@@ -283,8 +331,11 @@ def _external_problems(cfg: dict) -> list[str]:
     decode = cfg.get("decode") or {}
     entries = decode.get("external") or {}
     teacher = (cfg.get("teacher") or {}).get("name")
-    others = {teacher: "teacher.name", **{m: f"models.{m}" for m in cfg.get("models") or {}},
-              **{m: f"external_models.{m}" for m in cfg.get("external_models") or {}}}
+    others = {
+        teacher: "teacher.name",
+        **{m: f"models.{m}" for m in cfg.get("models") or {}},
+        **{m: f"external_models.{m}" for m in cfg.get("external_models") or {}},
+    }
     problems = []
     for name, e in entries.items():
         key = f"decode.external.{name}"
@@ -297,17 +348,24 @@ def _external_problems(cfg: dict) -> list[str]:
             elif ref not in entries:
                 problems.append(f"{key}.reference: {ref!r} is not an entry of decode.external {sorted(entries)}")
             elif (entries[ref] or {}).get("reference") is not None:
-                problems.append(f"{key}.reference: {ref!r} has a reference of its own (decode.external.{ref}.reference); "
-                                "a reference is a plain run, compared with the in-process ar-ref")
+                problems.append(
+                    f"{key}.reference: {ref!r} has a reference of its own (decode.external.{ref}.reference); "
+                    "a reference is a plain run, compared with the in-process ar-ref"
+                )
         if e.get("stand_in"):
-            problems += [f"{key}.{k}: required with {key}.stand_in (the stand-in runs at it)"
-                         for k in ("precision", "attention") if not e.get(k)]
+            problems += [
+                f"{key}.{k}: required with {key}.stand_in (the stand-in runs at it)"
+                for k in ("precision", "attention")
+                if not e.get(k)
+            ]
         elif not Path(os.path.expanduser(e["path"])).is_file():
             problems.append(f"{key}.path: no such file: {e['path']!r} (the engine's trajectory file, docs/EXTERNAL.md)")
         for k, grid in (("precision", "precisions"), ("attention", "attentions")):
             if e.get(k) and e[k] not in decode.get(grid, []):
-                problems.append(f"{key}.{k}: {e[k]!r} not in decode.{grid} {decode.get(grid)} (the ar-ref reference "
-                                "it is compared with runs only there)")
+                problems.append(
+                    f"{key}.{k}: {e[k]!r} not in decode.{grid} {decode.get(grid)} (the ar-ref reference "
+                    "it is compared with runs only there)"
+                )
     return problems
 
 
@@ -326,15 +384,22 @@ def _architecture_problems(cfg: dict) -> list[str]:
         return []  # the loader names what is wrong with it
     if kind in (None, "qwen3"):
         return []
-    why = (f"needs a Qwen3 teacher, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
-           "reference of ar-ref, assisted, prompt-lookup, ar-batched and decode.external)")
-    problems = [f"models.{m}: an Orthrus variant is distilled from the teacher's AR view: it {why}" for m in cfg.get("models") or {}]
+    why = (
+        f"needs a Qwen3 teacher, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
+        "reference of ar-ref, assisted, prompt-lookup, ar-batched and decode.external)"
+    )
+    problems = [
+        f"models.{m}: an Orthrus variant is distilled from the teacher's AR view: it {why}"
+        for m in cfg.get("models") or {}
+    ]
     if "oracle" in ((cfg.get("decode") or {}).get("controls") or []):
         problems.append(f"decode.controls: the oracle runs the Orthrus loop on the teacher: it {why}")
     bench = cfg.get("benchmarks") or {}
     if bench.get("enabled", True) and bench.get("ar_baseline") != "hf":
-        problems.append(f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
-                        f"package's AR loop: it {why}; set it to hf")
+        problems.append(
+            f"benchmarks.ar_baseline: {bench.get('ar_baseline')!r} runs the teacher through the Orthrus "
+            f"package's AR loop: it {why}; set it to hf"
+        )
     return problems
 
 
@@ -363,24 +428,32 @@ def _draft_problems(cfg: dict, props: dict) -> list[str]:
         if not draft.get("path"):
             problems.append("teacher.draft.path: required when teacher.draft.source is hf")
         elif teacher.get("source") in ("tiny", "shipped"):
-            problems.append(f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
-                            f"the tokenizer of the tiny teacher teacher.source={teacher['source']!r} (its tokenizer is "
-                            "trained on the tiny world); use teacher.draft.source tiny, or an hf teacher with the "
-                            "draft's tokenizer")
+            problems.append(
+                f"teacher.draft.path: the draft model teacher.draft.path={draft['path']!r} cannot share "
+                f"the tokenizer of the tiny teacher teacher.source={teacher['source']!r} (its tokenizer is "
+                "trained on the tiny world); use teacher.draft.source tiny, or an hf teacher with the "
+                "draft's tokenizer"
+            )
         else:
             problems.append(_path_problem("teacher.draft.path", draft["path"]))
     elif draft["source"] == "shipped" and teacher.get("source") != "shipped":
-        problems.append(f"teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of "
-                        f"teacher.source={teacher.get('source')!r}; use teacher.draft.source tiny")
+        problems.append(
+            f"teacher.draft.source: the shipped draft has the shipped teacher's tokenizer, not that of "
+            f"teacher.source={teacher.get('source')!r}; use teacher.draft.source tiny"
+        )
     else:
         tiny = draft.get("tiny") or {}
         if "vocab_size" in tiny:
-            problems.append("teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
-                            "leave its vocabulary to the teacher")
+            problems.append(
+                "teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
+                "leave its vocabulary to the teacher"
+            )
         tiny = {**_code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
         if tiny["num_heads"] % tiny["num_kv_heads"]:
-            problems.append(f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
-                            f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})")
+            problems.append(
+                f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
+                f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})"
+            )
         problems.append(_warmup_problem("teacher.draft.tiny", tiny))
     return problems
 
@@ -394,8 +467,7 @@ def _local_file_problem(key: str, value: str, path: str) -> str | None:
     p = Path(os.path.expanduser(path))
     real = os.path.realpath(p)
     if any(real == r or real.startswith(r + "/") for r in PSEUDO_ROOTS):
-        return (f"{key}: {value!r} is a device or kernel file ({real}), which may never end; "
-                "give a regular file")
+        return f"{key}: {value!r} is a device or kernel file ({real}), which may never end; give a regular file"
     if p.exists() and not p.is_file():
         return f"{key}: {value!r} is not a regular file (a directory, named pipe or device never gives a prompt file)"
     if not p.is_file():
@@ -416,7 +488,9 @@ def _eval_file_problem(value: str) -> str | None:
 
         url = urlsplit(value)
         if url.netloc not in ("", "localhost"):
-            return f"prompts.eval_file: file URL {value!r} names host {url.netloc!r}; a file URL is local (file:///path)"
+            return (
+                f"prompts.eval_file: file URL {value!r} names host {url.netloc!r}; a file URL is local (file:///path)"
+            )
         return _local_file_problem("prompts.eval_file", value, unquote(url.path))
     return None
 
@@ -427,8 +501,10 @@ SEED_MAX = 2**64 - 1  # torch.manual_seed's largest (numpy's generators take any
 def _warmup_problem(key: str, s: dict) -> str | None:
     """The tiny teacher's (or draft's) warm-up against its steps."""
     if s["warmup_steps"] >= s["steps"] and s["warmup_steps"] > 0:
-        return (f"{key}.warmup_steps: {s['warmup_steps']} is not below {key}.steps ({s['steps']}): the learning "
-                "rate would never leave warm-up; lower it")
+        return (
+            f"{key}.warmup_steps: {s['warmup_steps']} is not below {key}.steps ({s['steps']}): the learning "
+            "rate would never leave warm-up; lower it"
+        )
     return None
 
 
@@ -485,8 +561,10 @@ def _training_problems(cfg: dict, props: dict, scatter: dict) -> list[str]:
     shards = scatter.get("corpus", (cfg.get("corpus") or {}).get("shards", 1))
     where = "--set-scatter corpus" if "corpus" in scatter else "corpus.shards"
     if n_prompts is not None and isinstance(shards, int) and shards > n_prompts:
-        problems.append(f"{where}: {shards} shards for at most {n_prompts} distillation prompts would leave shards "
-                        f"empty; use at most {n_prompts}")
+        problems.append(
+            f"{where}: {shards} shards for at most {n_prompts} distillation prompts would leave shards "
+            f"empty; use at most {n_prompts}"
+        )
     vocab = _vocabulary(cfg, props) if cfg.get("models") else None
     world = max(1, ((cfg.get("resources") or {}).get("train") or {}).get("gpus", 0))
     seed = cfg.get("seed", 0)
@@ -495,45 +573,68 @@ def _training_problems(cfg: dict, props: dict, scatter: dict) -> list[str]:
         s, key = {**defaults, **(s or {})}, f"models.{name}"
         w, k = s["offset_weights"], s["block_size"]
         if w is not None and len(w) not in (k - 1, k):
-            problems.append(f"{key}.offset_weights: needs block_size-1 = {k - 1} or block_size = {k} values, got {len(w)}")
+            problems.append(
+                f"{key}.offset_weights: needs block_size-1 = {k - 1} or block_size = {k} values, got {len(w)}"
+            )
         elif w is not None and not any(x > 0 for x in w[:k]):
-            problems.append(f"{key}.offset_weights: every weight is 0: no block slot has a loss, nothing would be trained")
+            problems.append(
+                f"{key}.offset_weights: every weight is 0: no block slot has a loss, nothing would be trained"
+            )
         if k >= s["max_len"]:
-            problems.append(f"{key}.block_size: {k} is not below {key}.max_len ({s['max_len']}): a training sequence "
-                            "holds a prompt token and a whole block only when block_size < max_len")
+            problems.append(
+                f"{key}.block_size: {k} is not below {key}.max_len ({s['max_len']}): a training sequence "
+                "holds a prompt token and a whole block only when block_size < max_len"
+            )
         if s["mask_token_id"] is not None and vocab is not None and s["mask_token_id"] >= vocab[0]:
-            problems.append(f"{key}.mask_token_id: {s['mask_token_id']} is outside the teacher's vocabulary (below "
-                            f"{vocab[0]}, {vocab[1]}); use an id of the vocabulary, or null for a new mask token")
+            problems.append(
+                f"{key}.mask_token_id: {s['mask_token_id']} is outside the teacher's vocabulary (below "
+                f"{vocab[0]}, {vocab[1]}); use an id of the vocabulary, or null for a new mask token"
+            )
         if seed + s["seed"] > SEED_MAX:
-            problems.append(f"{key}.seed: {s['seed']} plus the global seed {seed} exceeds 2^64 - 1, the largest seed "
-                            "torch takes; lower either")
+            problems.append(
+                f"{key}.seed: {s['seed']} plus the global seed {seed} exceeds 2^64 - 1, the largest seed "
+                "torch takes; lower either"
+            )
         warm, G = s["warmup_steps"], s["batch_size"] * s["grad_accum"] * world
         if s["max_steps"] is not None:
             if warm and warm >= s["max_steps"]:
-                problems.append(f"{key}.warmup_steps: {warm} is not below {key}.max_steps ({s['max_steps']}): the "
-                                "learning rate would never leave warm-up; lower it")
+                problems.append(
+                    f"{key}.warmup_steps: {warm} is not below {key}.max_steps ({s['max_steps']}): the "
+                    "learning rate would never leave warm-up; lower it"
+                )
         elif n_prompts is not None:
             per_epoch = n_prompts // G
             if per_epoch == 0:
-                problems.append(f"{key}.batch_size: a global batch of {G} sequences (batch_size {s['batch_size']} x "
-                                f"grad_accum {s['grad_accum']} x {world} GPU(s)) exceeds the at most {n_prompts} "
-                                "corpus sequences: not one optimizer step; lower it")
+                problems.append(
+                    f"{key}.batch_size: a global batch of {G} sequences (batch_size {s['batch_size']} x "
+                    f"grad_accum {s['grad_accum']} x {world} GPU(s)) exceeds the at most {n_prompts} "
+                    "corpus sequences: not one optimizer step; lower it"
+                )
             elif warm and warm >= per_epoch * s["epochs"]:
-                problems.append(f"{key}.warmup_steps: {warm} is not below the at most {per_epoch * s['epochs']} optimizer "
-                                f"steps of the run ({s['epochs']} epoch(s) x {n_prompts} distillation prompts // global "
-                                f"batch {G}): the learning rate would never leave warm-up; lower it or set max_steps")
+                problems.append(
+                    f"{key}.warmup_steps: {warm} is not below the at most {per_epoch * s['epochs']} optimizer "
+                    f"steps of the run ({s['epochs']} epoch(s) x {n_prompts} distillation prompts // global "
+                    f"batch {G}): the learning rate would never leave warm-up; lower it or set max_steps"
+                )
     return problems
 
 
 def name_key_problems(config: dict) -> list[str]:
     """Names of models, external models and files, and grids become paths and wildcards: strings only (YAML
     reads `1:` or `~:` as a number or null, which the schema's name pattern does not see)."""
-    sections = {"models": config.get("models"), "external_models": config.get("external_models"),
-                "decode.grids": (config.get("decode") or {}).get("grids"),
-                "decode.external": (config.get("decode") or {}).get("external")}
-    return [f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
-            for where, section in sections.items() if isinstance(section, dict)
-            for key in section if not isinstance(key, str)]
+    sections = {
+        "models": config.get("models"),
+        "external_models": config.get("external_models"),
+        "decode.grids": (config.get("decode") or {}).get("grids"),
+        "decode.external": (config.get("decode") or {}).get("external"),
+    }
+    return [
+        f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
+        for where, section in sections.items()
+        if isinstance(section, dict)
+        for key in section
+        if not isinstance(key, str)
+    ]
 
 
 def nonfinite_problems(node, path="") -> list[str]:

@@ -10,6 +10,7 @@ descriptions are written by hand there, and docs/CONFIG.md is generated from it.
     python -m orthrus.plan.schema            # rewrite the schema's generated defaults
     python -m orthrus.plan.schema --check    # exit 1 if they are out of date (tests/test_plan.py)
 """
+
 from __future__ import annotations
 
 import argparse

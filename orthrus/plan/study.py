@@ -5,6 +5,7 @@ The workflow (workflow/rules/*.smk) only runs it: each rule reads a `Study` for 
 params, so what the study is can be tested without Snakemake (tests/test_plan.py). Pure Python
 (no torch): the workflow builds it while it is parsed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -100,8 +101,15 @@ def weights_fingerprint(*paths) -> str:
     parts = []
     for path in paths:
         d = os.path.expanduser(path)
-        files = [os.path.join(d, f) for f in sorted(os.listdir(d)) if f == "config.json"
-                 or f.endswith((".safetensors", ".bin"))] if os.path.isdir(d) else []
+        files = (
+            [
+                os.path.join(d, f)
+                for f in sorted(os.listdir(d))
+                if f == "config.json" or f.endswith((".safetensors", ".bin"))
+            ]
+            if os.path.isdir(d)
+            else []
+        )
         parts.append(fingerprint(files, d))
     return ",".join(parts)
 
@@ -142,13 +150,19 @@ class Study:
         self.external_models = c["external_models"]
         self.orthrus_models = self.trained + list(self.external_models)
         # decoders that run on an Orthrus model: its loop, (own_ar_view) its AR view, the lossy control
-        self.model_decoders = (["orthrus"] + (["ar"] if d["own_ar_view"] else [])
-                               + (["orthrus-lossy"] if "orthrus-lossy" in self.controls else []))
+        self.model_decoders = (
+            ["orthrus"]
+            + (["ar"] if d["own_ar_view"] else [])
+            + (["orthrus-lossy"] if "orthrus-lossy" in self.controls else [])
+        )
         # decode.grids: a narrower grid for a decoder on the teacher or for an Orthrus model's loops;
         # the ar-ref reference keeps the full grid
         grids = d["grids"]
-        self.grids = {k: g for k, g in grids.items()
-                      if k in self.teacher_decoders + self.controls and k not in self.orthrus_models}
+        self.grids = {
+            k: g
+            for k, g in grids.items()
+            if k in self.teacher_decoders + self.controls and k not in self.orthrus_models
+        }
         self.model_grids = {m: g for m, g in grids.items() if m in self.orthrus_models}
         self.tpf, self.frontier, self.bench, self.sampling = c["tpf"], c["frontier"], c["benchmarks"], c["sampling"]
         # engines' trajectory files (decode.external), and the runs the workflow makes itself
@@ -252,8 +266,12 @@ class Study:
         files = [f for group in files for f in group if os.path.isfile(f)]
         d = os.path.expanduser(c["dataset"] or "")
         if os.path.isdir(d):
-            files += [os.path.join(r, f) for r, dirs, names in os.walk(d) for f in names
-                      if not f.startswith(".") and not _hidden(os.path.relpath(r, d))]
+            files += [
+                os.path.join(r, f)
+                for r, dirs, names in os.walk(d)
+                for f in names
+                if not f.startswith(".") and not _hidden(os.path.relpath(r, d))
+            ]
         return fingerprint(files)
 
     def corpus_source_args(self, wildcards, input) -> list:
@@ -264,10 +282,12 @@ class Study:
         if c["source"] == "generate":
             return ["--prompts", input.prompts]
         files = [str(f) for f in c["data_files"] or []]
-        return (["--dataset", self.pinned(c["dataset"]), "--dataset-split", c["split"]]
-                + (["--data-files", *files] if files else [])
-                + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else [])
-                + ["--datasets-cache", f"{R}/cache/datasets"])  # under results/, not the user's home cache
+        return (
+            ["--dataset", self.pinned(c["dataset"]), "--dataset-split", c["split"]]
+            + (["--data-files", *files] if files else [])
+            + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else [])
+            + ["--datasets-cache", f"{R}/cache/datasets"]
+        )  # under results/, not the user's home cache
 
     # ------------------------------------------------------------------ decoding cells
 
@@ -276,7 +296,9 @@ class Study:
         decoders), in the grid's order: a narrowed decoder's or control's grid, a narrowed model's
         grid for its Orthrus loop, AR view and lossy control, otherwise the full decode grid."""
         grid = self._grid_of(decoder, model)
-        return [(p, a) for p in grid.get("precisions", self.precisions) for a in grid.get("attentions", self.attentions)]
+        return [
+            (p, a) for p in grid.get("precisions", self.precisions) for a in grid.get("attentions", self.attentions)
+        ]
 
     def _grid_of(self, decoder: str, model: str | None) -> dict:
         if decoder in self.grids:
@@ -303,16 +325,24 @@ class Study:
         """Every decoding result of the study: the reference and transformers' speculative decoders on
         the teacher, each model's Orthrus loop and AR view, each engine's ingested file."""
         files = [self.decode_file(self.teacher, d, p, a) for d in self.hf_decoders for p, a in self.cells(d)]
-        files += [self.decode_file(m, d, p, a) for m in self.orthrus_models for d in self.model_decoders
-                  for p, a in self.cells(d, m)]
+        files += [
+            self.decode_file(m, d, p, a)
+            for m in self.orthrus_models
+            for d in self.model_decoders
+            for p, a in self.cells(d, m)
+        ]
         return files + [self.external_file(n) for n in self.external]
 
     def tpf_files(self) -> list[str]:
         """The separate Table 2 run (tpf.enabled): every Orthrus model at the TPF settings."""
         if not self.tpf["enabled"]:
             return []
-        return [f"{R}/tpf/{m}/orthrus-{p}-{a}.parquet" for m in self.orthrus_models
-                for p in self.tpf["precisions"] for a in self.tpf["attentions"]]
+        return [
+            f"{R}/tpf/{m}/orthrus-{p}-{a}.parquet"
+            for m in self.orthrus_models
+            for p in self.tpf["precisions"]
+            for a in self.tpf["attentions"]
+        ]
 
     def frontier_files(self) -> list[str]:
         """The price-of-exactness measurement (frontier.enabled): its model, or the first Orthrus model."""
@@ -339,7 +369,9 @@ class Study:
     def forensics_files(self) -> list[str]:
         """One file per Orthrus model, one for the teacher's speculative decoders, one per engine's file."""
         models = self.orthrus_models + ([self.teacher] if self.teacher_decoders else [])
-        return [f"{R}/forensics/{m}.parquet" for m in models] + [f"{R}/forensics/external/{n}.parquet" for n in self.external]
+        return [f"{R}/forensics/{m}.parquet" for m in models] + [
+            f"{R}/forensics/external/{n}.parquet" for n in self.external
+        ]
 
     def _explained(self, model: str) -> list[str]:
         """The decoders whose divergences a forensics job on `model` explains."""
@@ -374,8 +406,12 @@ class Study:
                 raise PlanError([str(e)]) from None
             for key, value, grid in (("precision", p, self.precisions), ("attention", a, self.attentions)):
                 if value not in grid:
-                    raise PlanError([f"decode.external.{name}.{key}: {value!r} (from {entry['path']}) not in the decode "
-                                     f"grid {grid} (the ar-ref reference runs only there): set it, or add it there"])
+                    raise PlanError(
+                        [
+                            f"decode.external.{name}.{key}: {value!r} (from {entry['path']}) not in the decode "
+                            f"grid {grid} (the ar-ref reference runs only there): set it, or add it there"
+                        ]
+                    )
             out[name] = (p, a)
         return out
 
@@ -422,8 +458,11 @@ class Study:
         Orthrus model through its consensus loop."""
         baseline = "ar-ref" if self.bench["ar_baseline"] == "hf" else "ar"
         runs = [(self.teacher, baseline)] + [(m, "orthrus") for m in self.orthrus_models]
-        return [f"{R}/benchmarks/{m}/{d}-{p}-{self.bench['attention']}.json" for m, d in runs
-                for p in self.bench["precisions"]]
+        return [
+            f"{R}/benchmarks/{m}/{d}-{p}-{self.bench['attention']}.json"
+            for m, d in runs
+            for p in self.bench["precisions"]
+        ]
 
     def bench_model_input(self, wildcards):
         return self.teacher_input() if wildcards.model == self.teacher else self.orthrus_input(wildcards)
@@ -435,8 +474,9 @@ class Study:
 
     def study_outputs(self) -> list[str]:
         tables = list(contracts.TABLES) + list(contracts.CLAIMS_TABLES)
-        return ([f"{R}/tables/{t}" for t in tables]
-                + [f"{R}/figures/{f}.{e}" for f in contracts.FIGURES for e in contracts.FIGURE_FORMATS])
+        return [f"{R}/tables/{t}" for t in tables] + [
+            f"{R}/figures/{f}.{e}" for f in contracts.FIGURES for e in contracts.FIGURE_FORMATS
+        ]
 
     def final_outputs(self, corpus_shards: list[str]) -> list[str]:
         """What `snakemake` builds: the study's tables wherever something is compared with the

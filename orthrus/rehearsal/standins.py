@@ -27,6 +27,7 @@ these paths, relative to the rehearsal's working directory, `workflow/scripts/re
 - `nltk_data/`: an empty Punkt model in NLTK's `punkt_tab` layout (IFEval tokenizes sentences with
   it; the real data is a download), for `NLTK_DATA`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,24 @@ from pathlib import Path
 
 from orthrus.errors import MissingInputError
 
-SHARED_EVAL_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "zarya-orthrus" / "speed_evaluation_dataset.json"
+SHARED_EVAL_FILE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "zarya-orthrus" / "speed_evaluation_dataset.json"
+)
 # the authors' twelve domains, for prompts written here when their file is not at hand
-DOMAINS = ("code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru", "poetry-en", "poetry-ru", "qa",
-           "qa-ru", "wmt ru-en")
+DOMAINS = (
+    "code",
+    "code-ru",
+    "creative-en",
+    "gec-en",
+    "gec-ru",
+    "math",
+    "math-ru",
+    "poetry-en",
+    "poetry-ru",
+    "qa",
+    "qa-ru",
+    "wmt ru-en",
+)
 
 GSM8K = [
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "answer": "3 + 4 = 7\n#### 7"},
@@ -47,18 +62,40 @@ GSM8K = [
     {"question": "Ann had 10 pens and gave away 6. How many are left?", "answer": "10 - 6 = 4\n#### 4"},
 ]
 IFEVAL = [
-    {"key": 1, "prompt": "Write two sentences about the sea. Do not use any commas.",
-     "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
-    {"key": 2, "prompt": "Describe a cat in fewer than 40 words.",
-     "instruction_id_list": ["length_constraints:number_words"], "kwargs": [{"relation": "less than", "num_words": 40}]},
-    {"key": 3, "prompt": "Answer in lowercase letters only: what is the capital of France?",
-     "instruction_id_list": ["change_case:english_lowercase"], "kwargs": [{}]},
+    {
+        "key": 1,
+        "prompt": "Write two sentences about the sea. Do not use any commas.",
+        "instruction_id_list": ["punctuation:no_comma"],
+        "kwargs": [{}],
+    },
+    {
+        "key": 2,
+        "prompt": "Describe a cat in fewer than 40 words.",
+        "instruction_id_list": ["length_constraints:number_words"],
+        "kwargs": [{"relation": "less than", "num_words": 40}],
+    },
+    {
+        "key": 3,
+        "prompt": "Answer in lowercase letters only: what is the capital of France?",
+        "instruction_id_list": ["change_case:english_lowercase"],
+        "kwargs": [{}],
+    },
 ]
 HUMANEVAL = [
-    {"task_id": "HumanEval/0", "prompt": 'def add(a, b):\n    """Return a + b."""\n', "canonical_solution": "    return a + b\n",
-     "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"},
-    {"task_id": "HumanEval/1", "prompt": 'def double(x):\n    """Return 2 * x."""\n', "canonical_solution": "    return 2 * x\n",
-     "test": "def check(candidate):\n    assert candidate(4) == 8\n", "entry_point": "double"},
+    {
+        "task_id": "HumanEval/0",
+        "prompt": 'def add(a, b):\n    """Return a + b."""\n',
+        "canonical_solution": "    return a + b\n",
+        "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+        "entry_point": "add",
+    },
+    {
+        "task_id": "HumanEval/1",
+        "prompt": 'def double(x):\n    """Return 2 * x."""\n',
+        "canonical_solution": "    return 2 * x\n",
+        "test": "def check(candidate):\n    assert candidate(4) == 8\n",
+        "entry_point": "double",
+    },
 ]
 
 
@@ -75,8 +112,13 @@ def eval_prompts(eval_file, per_domain: int) -> tuple[dict, str]:
         return {d: list(p)[:per_domain] for d, p in data.items()}, str(path)
     if eval_file:
         raise MissingInputError(f"--eval-file {eval_file}: no such file")
-    return ({d: [f"({d}) Prompt {i + 1}: write a short answer about the number {i + 3}." for i in range(per_domain)]
-             for d in DOMAINS}, "written here (the authors' file is not beside the checkout)")
+    return (
+        {
+            d: [f"({d}) Prompt {i + 1}: write a short answer about the number {i + 3}." for i in range(per_domain)]
+            for d in DOMAINS
+        },
+        "written here (the authors' file is not beside the checkout)",
+    )
 
 
 def _model(tok, layers: int, hidden: int, seed: int):
@@ -85,20 +127,33 @@ def _model(tok, layers: int, hidden: int, seed: int):
 
     im_end, endoftext = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     vocab = -(-(len(tok) + 1) // 64) * 64  # rows past the tokenizer, as Qwen3's embedding has
-    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=4096,
-                      tie_word_embeddings=True, initializer_range=0.2, eos_token_id=im_end, bos_token_id=endoftext,
-                      pad_token_id=endoftext)
+    cfg = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        eos_token_id=im_end,
+        bos_token_id=endoftext,
+        pad_token_id=endoftext,
+    )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg).eval()
-    model.generation_config = GenerationConfig(eos_token_id=[im_end, endoftext], pad_token_id=endoftext,
-                                               bos_token_id=endoftext)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[im_end, endoftext], pad_token_id=endoftext, bos_token_id=endoftext
+    )
     return model
 
 
 def build(out, eval_file=None, per_domain: int = 2, seed: int = 0) -> dict:
     """Write every stand-in under `out` (see the module docstring); returns what came from where."""
     import lm_eval
+
     from orthrus.models.modeling import OrthrusForCausalLM
     from orthrus.world.tokenizer import train_tokenizer
 
@@ -119,7 +174,9 @@ def build(out, eval_file=None, per_domain: int = 2, seed: int = 0) -> dict:
         cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
     prompts, source = eval_prompts(eval_file, per_domain)
-    (out / "speed_evaluation_dataset.json").write_text(json.dumps(prompts, ensure_ascii=False, indent=1), encoding="utf-8")
+    (out / "speed_evaluation_dataset.json").write_text(
+        json.dumps(prompts, ensure_ascii=False, indent=1), encoding="utf-8"
+    )
     records = [{"prompt": p, "response": f"A short answer to: {p[:60]}"} for ps in prompts.values() for p in ps]
     corpus = out / "ZaryaOrthrusDataset-1.7B" / "data"
     _write_jsonl(corpus / "train.jsonl", records)
@@ -135,7 +192,9 @@ def build(out, eval_file=None, per_domain: int = 2, seed: int = 0) -> dict:
             f"# lm-eval's own {task} task over local documents in its dataset's fields (the hub is out of reach)\n"
             f"include: {builtin / task / (task + '.yaml')}\n"
             f"task: {task}\ndataset_path: json\ndataset_name: null\n"
-            f"dataset_kwargs:\n  data_files: {json.dumps(files)}\n", encoding="utf-8")
+            f"dataset_kwargs:\n  data_files: {json.dumps(files)}\n",
+            encoding="utf-8",
+        )
     punkt = out / "nltk_data" / "tokenizers" / "punkt_tab" / "english"
     punkt.mkdir(parents=True, exist_ok=True)
     for f in ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab"):
@@ -151,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     info = build(args.out, args.eval_file, args.per_domain, args.seed)
-    print(f"[rehearsal] stand-ins in {info['out']}; evaluation prompts ({info['per_domain']} per domain): "
-          f"{info['eval_prompts']}", file=sys.stderr)
+    print(
+        f"[rehearsal] stand-ins in {info['out']}; evaluation prompts ({info['per_domain']} per domain): "
+        f"{info['eval_prompts']}",
+        file=sys.stderr,
+    )
     return 0

@@ -46,21 +46,23 @@ A claim is a function of the tables directory in `CLAIMS` (id -> description, so
 function). `load_or_compute` reads a run's `claims.csv`, or computes it from the tables of
 a run that predates it (`orthrus compare-runs`, `orthrus summary`).
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import pandas as pd
 
+from orthrus.analysis.stats import tost, welch, wilson_ci
 from orthrus.contracts import CLAIM_VERDICTS, CLAIMS_COLUMNS, CONFIG, ERRORS, SPECULATIVE
 from orthrus.errors import InputError
 from orthrus.io import write_table
-from orthrus.analysis.stats import tost, welch, wilson_ci
 
 HOLDS, FAILS, UNTESTABLE = VERDICTS = CLAIM_VERDICTS
 # The decoders that are lossless in exact arithmetic, whose tokens the claims say something about.
@@ -104,14 +106,38 @@ def _errors(df: pd.DataFrame) -> int:
     return int(df[ERRORS].sum()) if ERRORS in df.columns and len(df) else 0
 
 
-def _row(claim: str, subject: str, statistic_name: str = "", statistic=math.nan, ci=(math.nan, math.nan), n=None,
-         test: str = "", threshold: str = "", p_value=math.nan, verdict: str = UNTESTABLE, reason: str = "",
-         errors: int = 0) -> dict:
+def _row(
+    claim: str,
+    subject: str,
+    statistic_name: str = "",
+    statistic=math.nan,
+    ci=(math.nan, math.nan),
+    n=None,
+    test: str = "",
+    threshold: str = "",
+    p_value=math.nan,
+    verdict: str = UNTESTABLE,
+    reason: str = "",
+    errors: int = 0,
+) -> dict:
     c = CLAIMS[claim]
-    return {"claim": claim, "subject": subject, "description": c.description, "source": c.source,
-            "statistic_name": statistic_name, "statistic": float(statistic), "ci_low": float(ci[0]),
-            "ci_high": float(ci[1]), "n": n, "test": test, "threshold": threshold, "p_value": float(p_value),
-            "verdict": verdict, "reason": reason, ERRORS: int(errors)}
+    return {
+        "claim": claim,
+        "subject": subject,
+        "description": c.description,
+        "source": c.source,
+        "statistic_name": statistic_name,
+        "statistic": float(statistic),
+        "ci_low": float(ci[0]),
+        "ci_high": float(ci[1]),
+        "n": n,
+        "test": test,
+        "threshold": threshold,
+        "p_value": float(p_value),
+        "verdict": verdict,
+        "reason": reason,
+        ERRORS: int(errors),
+    }
 
 
 def _missing(claim: str, subject: str, why: str) -> list[dict]:
@@ -132,18 +158,31 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
         return _missing("fp32-exact", "every fp32 cell", "no fp32 decoding results")
     worst = d.iloc[0]
     below = d[d["match_rate"] < 1.0]
-    reason = (f"below 1: {', '.join(f'{_cell(r)} {r.match_rate:.3f}' for _, r in below.iterrows())}" if len(below)
-              else f"{len(d)} cells, lowest: {_cell(worst)}")
+    reason = (
+        f"below 1: {', '.join(f'{_cell(r)} {r.match_rate:.3f}' for _, r in below.iterrows())}"
+        if len(below)
+        else f"{len(d)} cells, lowest: {_cell(worst)}"
+    )
     rounding = _fp32_roundings(tables, below)
     if len(below):
         reason += f"; {rounding[1]}"
-    return [_row("fp32-exact", "every fp32 cell", "lowest match rate", worst["match_rate"],
-                 (worst["ci_low"], worst["ci_high"]), int(worst["n"]),
-                 "exact trajectory match with the AR reference in every cell, up to fp32's own rounding: a cell "
-                 f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each a rounding within "
-                 "analysis.rounding_ulps.fp32 ulps",
-                 f"= 1, or >= {FP32_FLOOR:g} with every divergence within rounding",
-                 verdict=HOLDS if rounding[0] else FAILS, reason=reason, errors=_errors(d))]
+    return [
+        _row(
+            "fp32-exact",
+            "every fp32 cell",
+            "lowest match rate",
+            worst["match_rate"],
+            (worst["ci_low"], worst["ci_high"]),
+            int(worst["n"]),
+            "exact trajectory match with the AR reference in every cell, up to fp32's own rounding: a cell "
+            f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each a rounding within "
+            "analysis.rounding_ulps.fp32 ulps",
+            f"= 1, or >= {FP32_FLOOR:g} with every divergence within rounding",
+            verdict=HOLDS if rounding[0] else FAILS,
+            reason=reason,
+            errors=_errors(d),
+        )
+    ]
 
 
 def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
@@ -156,7 +195,10 @@ def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
         return True, ""
     rare = below["ci_low"] >= FP32_FLOOR
     if not rare.all():
-        return False, f"{', '.join(_cell(r) for _, r in below[~rare].iterrows())}: Wilson lower bound below {FP32_FLOOR:g}"
+        return (
+            False,
+            f"{', '.join(_cell(r) for _, r in below[~rare].iterrows())}: Wilson lower bound below {FP32_FLOOR:g}",
+        )
     fx = _read(tables, "forensics.csv")
     if fx is None or "frac_within_ulps" not in fx.columns:
         return False, "no forensics.csv with margins in ulps to tell rounding from a loss"
@@ -170,7 +212,9 @@ def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
         n, k = int(f["n_divergences"]), float(f["rounding_ulps"])
         if not (f["frac_within_ulps"] == 1 and f["n_structural"] == 0 and f["n_no_verdict"] == 0):
             return False, f"{_cell(r)}: not every one of its {n} divergences is a rounding within {k:g} fp32 ulps"
-        parts.append(f"{_cell(r)}: {n} divergence(s), each within {k:g} fp32 ulps (largest {float(f['max_gap_ulps']):g})")
+        parts.append(
+            f"{_cell(r)}: {n} divergence(s), each within {k:g} fp32 ulps (largest {float(f['max_gap_ulps']):g})"
+        )
     return True, "; ".join(parts)
 
 
@@ -188,14 +232,27 @@ def bf16_inexact(tables: Path, s: Settings) -> list[dict]:
     for (model, decoder), g in d.groupby(["model", "decoder"], sort=True):
         r = g.sort_values(["ci_high", "attention"]).iloc[0]  # the kernel that parts the most surely
         below = r["match_rate"] < 1.0 and r["ci_high"] < 1.0
-        exact = [f"{a} ({int(n)} of {int(n)} matched)" for a, n, m in zip(g["attention"], g["n"], g["match_rate"]) if m == 1]
-        out.append(_row("bf16-inexact", f"{model}/{decoder}/{REDUCED}", f"match rate ({r['attention']})", r["match_rate"],
-                        (r["ci_low"], r["ci_high"]), int(r["n"]),
-                        "Wilson 95% upper bound of the exact-match rate, on the kernel where it is lowest", "< 1",
-                        verdict=HOLDS if below else FAILS,
-                        reason="; ".join(([] if below else ["no kernel shows a rate below 1"])
-                                         + ([f"exact on {', '.join(exact)}"] if exact else [])),
-                        errors=int(g[ERRORS].sum()) if ERRORS in g.columns else 0))
+        exact = [
+            f"{a} ({int(n)} of {int(n)} matched)" for a, n, m in zip(g["attention"], g["n"], g["match_rate"]) if m == 1
+        ]
+        out.append(
+            _row(
+                "bf16-inexact",
+                f"{model}/{decoder}/{REDUCED}",
+                f"match rate ({r['attention']})",
+                r["match_rate"],
+                (r["ci_low"], r["ci_high"]),
+                int(r["n"]),
+                "Wilson 95% upper bound of the exact-match rate, on the kernel where it is lowest",
+                "< 1",
+                verdict=HOLDS if below else FAILS,
+                reason="; ".join(
+                    ([] if below else ["no kernel shows a rate below 1"])
+                    + ([f"exact on {', '.join(exact)}"] if exact else [])
+                ),
+                errors=int(g[ERRORS].sum()) if ERRORS in g.columns else 0,
+            )
+        )
     return out
 
 
@@ -221,17 +278,44 @@ def ppl_higher(tables: Path, s: Settings) -> list[dict]:
         n_div, n_mat = (int(x.n) if x is not None else 0 for x in (div, mat))
         test = "Welch's t-test, mean reference PPL of diverging minus matching prompts (95% CI)"
         if min(n_div, n_mat) < 2:
-            out.append(_row("ppl-higher-when-diverging", subject, n=n_div + n_mat, test=test, threshold="CI > 0",
-                            reason=f"too few {'diverging' if n_div < 2 else 'matching'} prompts "
-                                   f"({min(n_div, n_mat)})", errors=_errors(g)))
+            out.append(
+                _row(
+                    "ppl-higher-when-diverging",
+                    subject,
+                    n=n_div + n_mat,
+                    test=test,
+                    threshold="CI > 0",
+                    reason=f"too few {'diverging' if n_div < 2 else 'matching'} prompts ({min(n_div, n_mat)})",
+                    errors=_errors(g),
+                )
+            )
             continue
-        diff, low, high, p = welch(div.mean_ppl, _t_stderr(div.mean_ppl, div.ci_high, n_div), n_div,
-                                   mat.mean_ppl, _t_stderr(mat.mean_ppl, mat.ci_high, n_mat), n_mat, s.alpha)
+        diff, low, high, p = welch(
+            div.mean_ppl,
+            _t_stderr(div.mean_ppl, div.ci_high, n_div),
+            n_div,
+            mat.mean_ppl,
+            _t_stderr(mat.mean_ppl, mat.ci_high, n_mat),
+            n_mat,
+            s.alpha,
+        )
         ok = low > 0
-        out.append(_row("ppl-higher-when-diverging", subject, "mean PPL difference", diff, (low, high), n_div + n_mat,
-                        test, "CI > 0", p, HOLDS if ok else FAILS,
-                        f"diverging {div.mean_ppl:.3f} (n={n_div}) vs matching {mat.mean_ppl:.3f} (n={n_mat})",
-                        _errors(g)))
+        out.append(
+            _row(
+                "ppl-higher-when-diverging",
+                subject,
+                "mean PPL difference",
+                diff,
+                (low, high),
+                n_div + n_mat,
+                test,
+                "CI > 0",
+                p,
+                HOLDS if ok else FAILS,
+                f"diverging {div.mean_ppl:.3f} (n={n_div}) vs matching {mat.mean_ppl:.3f} (n={n_mat})",
+                _errors(g),
+            )
+        )
     return out
 
 
@@ -245,15 +329,37 @@ def beta1_negative(tables: Path, s: Settings) -> list[dict]:
         beta, p = float(r["beta1"]), float(r["p_value"])
         if math.isnan(beta) or math.isnan(p):
             note = r.get("note")
-            out.append(_row("beta1-negative", _cell(r), "beta1", n=int(r["n"]), test=test,
-                            threshold=f"b1 < 0, p < {s.alpha:g}",
-                            reason=note if isinstance(note, str) and note else "not estimable",
-                            errors=int(r.get(ERRORS, 0))))
+            out.append(
+                _row(
+                    "beta1-negative",
+                    _cell(r),
+                    "beta1",
+                    n=int(r["n"]),
+                    test=test,
+                    threshold=f"b1 < 0, p < {s.alpha:g}",
+                    reason=note if isinstance(note, str) and note else "not estimable",
+                    errors=int(r.get(ERRORS, 0)),
+                )
+            )
             continue
         ok = beta < 0 and p < s.alpha
         reason = "" if ok else ("b1 >= 0" if beta >= 0 else f"p = {p:.3g} >= {s.alpha:g}")
-        out.append(_row("beta1-negative", _cell(r), "beta1", beta, (r["ci_low"], r["ci_high"]), int(r["n"]), test,
-                        f"b1 < 0, p < {s.alpha:g}", p, HOLDS if ok else FAILS, reason, int(r.get(ERRORS, 0))))
+        out.append(
+            _row(
+                "beta1-negative",
+                _cell(r),
+                "beta1",
+                beta,
+                (r["ci_low"], r["ci_high"]),
+                int(r["n"]),
+                test,
+                f"b1 < 0, p < {s.alpha:g}",
+                p,
+                HOLDS if ok else FAILS,
+                reason,
+                int(r.get(ERRORS, 0)),
+            )
+        )
     return out
 
 
@@ -281,26 +387,60 @@ def benchmarks_equivalent(tables: Path, s: Settings) -> list[dict]:
     out = []
     m, alpha = s.equivalence_margin, s.alpha
     for _, r in ag[_primary(tables, ag)].iterrows():
-        subject = (f"{r['model']}/{r['decoder']}/{r['precision']}/{r['attention']} vs "
-                   f"{r['reference_model']}/{r['reference_decoder']}: {r['task']} {r['metric']}")
+        subject = (
+            f"{r['model']}/{r['decoder']}/{r['precision']}/{r['attention']} vs "
+            f"{r['reference_model']}/{r['reference_decoder']}: {r['task']} {r['metric']}"
+        )
         scale, n = points(str(r["metric"])), int(r["n"])
         test = f"paired TOST on the same {n} documents, H0: |difference| >= {m:g} points ({1 - 2 * alpha:.0%} CI)"
         mean = r["paired_diff"] if "paired_diff" in r.index else r["score_diff"]
         se = r["paired_stderr"]
         if pd.isna(se) or pd.isna(mean):
-            out.append(_row("benchmarks-equivalent", subject, n=n, test=test, threshold=f"+-{m:g} points",
-                            reason=f"no per-document score for {r['metric']} (a corpus-level metric)"))
+            out.append(
+                _row(
+                    "benchmarks-equivalent",
+                    subject,
+                    n=n,
+                    test=test,
+                    threshold=f"+-{m:g} points",
+                    reason=f"no per-document score for {r['metric']} (a corpus-level metric)",
+                )
+            )
             continue
         t = tost(float(mean) * scale, float(se) * scale, n, -m, m, alpha)
         if math.isnan(t.p_value):
-            out.append(_row("benchmarks-equivalent", subject, n=n, test=test, threshold=f"+-{m:g} points",
-                            reason=f"too few documents ({n})"))
+            out.append(
+                _row(
+                    "benchmarks-equivalent",
+                    subject,
+                    n=n,
+                    test=test,
+                    threshold=f"+-{m:g} points",
+                    reason=f"too few documents ({n})",
+                )
+            )
             continue
         ok = t.p_value < alpha
-        reason = "" if ok else (f"equivalence not shown: the interval [{t.ci_low:.2f}, {t.ci_high:.2f}] is not "
-                                f"inside +-{m:g} points")
-        out.append(_row("benchmarks-equivalent", subject, "mean paired score difference (points)", t.diff,
-                        (t.ci_low, t.ci_high), n, test, f"+-{m:g} points", t.p_value, HOLDS if ok else FAILS, reason))
+        reason = (
+            ""
+            if ok
+            else (f"equivalence not shown: the interval [{t.ci_low:.2f}, {t.ci_high:.2f}] is not inside +-{m:g} points")
+        )
+        out.append(
+            _row(
+                "benchmarks-equivalent",
+                subject,
+                "mean paired score difference (points)",
+                t.diff,
+                (t.ci_low, t.ci_high),
+                n,
+                test,
+                f"+-{m:g} points",
+                t.p_value,
+                HOLDS if ok else FAILS,
+                reason,
+            )
+        )
     return out
 
 
@@ -312,23 +452,52 @@ def divergence_at_near_tie(tables: Path, s: Settings) -> list[dict]:
     if fx.empty:
         return _missing("divergence-at-near-tie", "every configuration", "no divergences")
     if "frac_within_ulps" not in fx.columns:
-        return _missing("divergence-at-near-tie", "every configuration",
-                        "forensics.csv predates its margins in ulps (rerun orthrus analyze)")
+        return _missing(
+            "divergence-at-near-tie",
+            "every configuration",
+            "forensics.csv predates its margins in ulps (rerun orthrus analyze)",
+        )
     out = []
     for _, r in fx.iterrows():
         n, k_ulps = int(r["n_divergences"]), float(r["rounding_ulps"])
-        test = (f"reference margin at the first divergence within {k_ulps:g} ulps of the logits' magnitude in the "
-                "decoding precision (Wilson 95% CI)")
+        test = (
+            f"reference margin at the first divergence within {k_ulps:g} ulps of the logits' magnitude in the "
+            "decoding precision (Wilson 95% CI)"
+        )
         if n == 0 or pd.isna(r["frac_within_ulps"]):
-            out.append(_row("divergence-at-near-tie", _cell(r), n=n, test=test, threshold="every divergence",
-                            reason="no divergences", errors=int(r.get(ERRORS, 0))))
+            out.append(
+                _row(
+                    "divergence-at-near-tie",
+                    _cell(r),
+                    n=n,
+                    test=test,
+                    threshold="every divergence",
+                    reason="no divergences",
+                    errors=int(r.get(ERRORS, 0)),
+                )
+            )
             continue
         k = int(round(float(r["frac_within_ulps"]) * n))
-        out.append(_row("divergence-at-near-tie", _cell(r), "share within rounding", r["frac_within_ulps"],
-                        wilson_ci(k, n), n, test, "every divergence", verdict=HOLDS if k == n else FAILS,
-                        reason="" if k == n else (f"{n - k} of {n} divergences at a margin of more than {k_ulps:g} "
-                                                  f"ulps (largest {float(r['max_gap_ulps']):g})"),
-                        errors=int(r.get(ERRORS, 0))))
+        out.append(
+            _row(
+                "divergence-at-near-tie",
+                _cell(r),
+                "share within rounding",
+                r["frac_within_ulps"],
+                wilson_ci(k, n),
+                n,
+                test,
+                "every divergence",
+                verdict=HOLDS if k == n else FAILS,
+                reason=""
+                if k == n
+                else (
+                    f"{n - k} of {n} divergences at a margin of more than {k_ulps:g} "
+                    f"ulps (largest {float(r['max_gap_ulps']):g})"
+                ),
+                errors=int(r.get(ERRORS, 0)),
+            )
+        )
     return out
 
 
@@ -350,13 +519,21 @@ def divergences_are_numerics(tables: Path, s: Settings) -> list[dict]:
     for _, r in d.iterrows():
         n = int(r["n_tie"] + r["n_rounding"] + r["n_structural"] + r["n_no_verdict"])
         ok = r["n_structural"] == 0 and r["n_no_verdict"] == 0
-        out.append(_row("divergences-are-numerics", _cell(r), "structural or unexplained divergences",
-                        r["n_structural"] + r["n_no_verdict"], n=n,
-                        test="verdict of each first divergence (tie / rounding / structural)", threshold="= 0",
-                        verdict=HOLDS if ok else FAILS,
-                        reason=f"{int(r['n_tie'])} tie, {int(r['n_rounding'])} rounding, {int(r['n_structural'])} "
-                               f"structural, {int(r['n_no_verdict'])} without a verdict",
-                        errors=int(r.get(ERRORS, 0))))
+        out.append(
+            _row(
+                "divergences-are-numerics",
+                _cell(r),
+                "structural or unexplained divergences",
+                r["n_structural"] + r["n_no_verdict"],
+                n=n,
+                test="verdict of each first divergence (tie / rounding / structural)",
+                threshold="= 0",
+                verdict=HOLDS if ok else FAILS,
+                reason=f"{int(r['n_tie'])} tie, {int(r['n_rounding'])} rounding, {int(r['n_structural'])} "
+                f"structural, {int(r['n_no_verdict'])} without a verdict",
+                errors=int(r.get(ERRORS, 0)),
+            )
+        )
     return out
 
 
@@ -371,11 +548,20 @@ def planted_bug_caught(tables: Path, s: Settings) -> list[dict]:
     for _, r in d.iterrows():
         diverged = r["match_rate"] < 1
         caught = r["audit"] == "not lossless"
-        out.append(_row("planted-bug-caught", _cell(r), "structural divergences", r["n_structural"], n=int(r["n"]),
-                        test="the audit's word on the planted lossy decoder", threshold="not lossless",
-                        verdict=(HOLDS if caught else FAILS) if diverged else UNTESTABLE,
-                        reason=f"audit: {r['audit']}" if diverged else "the planted bug did not diverge here",
-                        errors=int(r.get(ERRORS, 0))))
+        out.append(
+            _row(
+                "planted-bug-caught",
+                _cell(r),
+                "structural divergences",
+                r["n_structural"],
+                n=int(r["n"]),
+                test="the audit's word on the planted lossy decoder",
+                threshold="not lossless",
+                verdict=(HOLDS if caught else FAILS) if diverged else UNTESTABLE,
+                reason=f"audit: {r['audit']}" if diverged else "the planted bug did not diverge here",
+                errors=int(r.get(ERRORS, 0)),
+            )
+        )
     return out
 
 
@@ -404,16 +590,31 @@ def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
     if cells.empty:
         return _missing("sampling-lossless-fp32", "orthrus fp32", "no fp32 cell in sampling_tv.csv")
     worst = float(cells["tv_max"].max())
-    honest = test[(test["decoder"] == "orthrus") & (test["precision"] == "fp32")] if test is not None else pd.DataFrame()
+    honest = (
+        test[(test["decoder"] == "orthrus") & (test["precision"] == "fp32")] if test is not None else pd.DataFrame()
+    )
     rejected = int(honest["rejected"].sum()) if len(honest) else 0
-    reason = (f"largest per-position TV {worst:.2g} over {int(cells['n_positions'].sum())} positions; "
-              + (f"{rejected} of {len(honest)} prompts rejected by the two-sample test (Holm, family-wise "
-                 f"{honest['alpha'].iloc[0]:g}), {int((honest['p_value'] < honest['alpha']).sum())} below alpha "
-                 "uncorrected" if len(honest) else "no two-sample test ran (sampling.two_sample)"))
+    reason = f"largest per-position TV {worst:.2g} over {int(cells['n_positions'].sum())} positions; " + (
+        f"{rejected} of {len(honest)} prompts rejected by the two-sample test (Holm, family-wise "
+        f"{honest['alpha'].iloc[0]:g}), {int((honest['p_value'] < honest['alpha']).sum())} below alpha "
+        "uncorrected"
+        if len(honest)
+        else "no two-sample test ran (sampling.two_sample)"
+    )
     verdict = HOLDS if worst < FP32_TV_CEILING and rejected == 0 else FAILS
-    return [_row("sampling-lossless-fp32", "orthrus fp32", "largest per-position TV", worst,
-                 n=int(cells["n_positions"].sum()), test="analytic TV vs single-step sampling; two-sample chi-square",
-                 threshold=f"TV < {FP32_TV_CEILING:g} and no Holm rejection", verdict=verdict, reason=reason)]
+    return [
+        _row(
+            "sampling-lossless-fp32",
+            "orthrus fp32",
+            "largest per-position TV",
+            worst,
+            n=int(cells["n_positions"].sum()),
+            test="analytic TV vs single-step sampling; two-sample chi-square",
+            threshold=f"TV < {FP32_TV_CEILING:g} and no Holm rejection",
+            verdict=verdict,
+            reason=reason,
+        )
+    ]
 
 
 def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
@@ -431,16 +632,27 @@ def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
         subject = f"{r['model']}/orthrus/{REDUCED}/{r['attention']} T={r['temperature']:g} top_p={r['top_p']:g}"
         base = fp32.get(tuple(r[k] for k in key))
         bound = float(r["bound_at_length"])
-        meaning = (f"a {int(r['length'])}-token response's distribution is within TV {bound:.3g} of the AR model's "
-                   f"(mean per-position TV {r['tv_mean']:.2g} x {int(r['length'])}; the sum along the "
-                   f"{int(r['n_trajectories'])} reference trajectories averages {r['seq_bound']:.3g}); n sampled responses "
-                   f"are within n x TV, so a test needs at least 0.5 / TV = {0.5 / max(bound, 1e-300):.3g} of them to "
-                   f"gain a power of 0.5 over its level (this is a bound: the real TV may be smaller)")
+        meaning = (
+            f"a {int(r['length'])}-token response's distribution is within TV {bound:.3g} of the AR model's "
+            f"(mean per-position TV {r['tv_mean']:.2g} x {int(r['length'])}; the sum along the "
+            f"{int(r['n_trajectories'])} reference trajectories averages {r['seq_bound']:.3g}); n sampled responses "
+            f"are within n x TV, so a test needs at least 0.5 / TV = {0.5 / max(bound, 1e-300):.3g} of them to "
+            f"gain a power of 0.5 over its level (this is a bound: the real TV may be smaller)"
+        )
         verdict = UNTESTABLE if base is None else (HOLDS if r["tv_mean"] > 10 * base else FAILS)
-        out.append(_row("sampling-tv-bf16", subject, "TV bound at the study's length", bound,
-                        n=int(r["n_positions"]), test="mean per-position TV x length (chain rule)",
-                        threshold="bf16 mean TV > 10 x fp32's", verdict=verdict,
-                        reason=meaning if base is not None else "no fp32 cell to compare with"))
+        out.append(
+            _row(
+                "sampling-tv-bf16",
+                subject,
+                "TV bound at the study's length",
+                bound,
+                n=int(r["n_positions"]),
+                test="mean per-position TV x length (chain rule)",
+                threshold="bf16 mean TV > 10 x fp32's",
+                verdict=verdict,
+                reason=meaning if base is not None else "no fp32 cell to compare with",
+            )
+        )
     return out or _missing("sampling-tv-bf16", "orthrus bf16", "no bf16 cell in sampling_tv.csv")
 
 
@@ -454,50 +666,94 @@ def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
     planted = test[test["decoder"] == PLANTED]
     key = ["precision", "attention", "temperature", "top_p"]
     acts = tv[(tv["temperature"] != 1.0) & (tv["precision"] == "fp32")]
-    ratio = (acts[acts["decoder"] == PLANTED].set_index(key)["tv_mean"]
-             / acts[acts["decoder"] == "orthrus"].set_index(key)["tv_mean"].clip(lower=1e-300))
+    ratio = acts[acts["decoder"] == PLANTED].set_index(key)["tv_mean"] / acts[acts["decoder"] == "orthrus"].set_index(
+        key
+    )["tv_mean"].clip(lower=1e-300)
     if planted.empty or ratio.empty:
         return _missing("planted-sampler-bias-caught", PLANTED, "no planted two-sample test or fp32 cell at T != 1")
     rejected, n = int(planted["rejected"].sum()), len(planted)
     low = float(ratio.min())
     verdict = HOLDS if rejected > n / 2 and low >= PLANTED_TV_FACTOR else FAILS
-    return [_row("planted-sampler-bias-caught", PLANTED, "prompts rejected", rejected, n=n,
-                 test="two-sample chi-square per prompt, Holm; analytic TV ratio planted / honest",
-                 threshold=f"most prompts rejected and TV ratio >= {PLANTED_TV_FACTOR:g}", verdict=verdict,
-                 reason=f"{rejected} of {n} prompts rejected; the planted mean TV is {low:.3g} times the honest "
-                        f"loop's or more ({len(ratio)} fp32 cells at T != 1)")]
+    return [
+        _row(
+            "planted-sampler-bias-caught",
+            PLANTED,
+            "prompts rejected",
+            rejected,
+            n=n,
+            test="two-sample chi-square per prompt, Holm; analytic TV ratio planted / honest",
+            threshold=f"most prompts rejected and TV ratio >= {PLANTED_TV_FACTOR:g}",
+            verdict=verdict,
+            reason=f"{rejected} of {n} prompts rejected; the planted mean TV is {low:.3g} times the honest "
+            f"loop's or more ({len(ratio)} fp32 cells at T != 1)",
+        )
+    ]
 
 
 CLAIMS: dict[str, Claim] = {
-    "fp32-exact": Claim("fp32: every lossless decoder on every kernel emits the AR reference's tokens, up to "
-                        "fp32's own rounding at ties (Table 8)",
-                        "match_overall.csv", fp32_exact),
-    "bf16-inexact": Claim("bf16: the speculative decoder does not always emit the AR reference's tokens (Tables 3-4)",
-                          "match_overall.csv", bf16_inexact),
-    "ppl-higher-when-diverging": Claim("bf16: diverging prompts had a less certain reference, a higher mean "
-                                       "perplexity of its response (Table 5)", "ppl_by_match.csv", ppl_higher),
-    "beta1-negative": Claim("bf16: the match probability falls with the reference's log perplexity, beta1 < 0 "
-                            "(Table 6)", "ppl_logit.csv", beta1_negative),
-    "benchmarks-equivalent": Claim("no systematic loss on the benchmarks: the score equals the AR reference's "
-                                   "within the equivalence margin (Table 7)", "benchmarks_agreement.csv",
-                                   benchmarks_equivalent),
-    "divergence-at-near-tie": Claim("every divergence happens where the reference's two logits tie within rounding: "
-                                    "at most analysis.rounding_ulps ulps apart in the decoding precision (forensics)",
-                                    "forensics.csv", divergence_at_near_tie),
-    "divergences-are-numerics": Claim("every divergence of a lossless decoder is a tie or a rounding of its own "
-                                      "verify pass, none structural (this project's verdicts)", "decoders.csv",
-                                      divergences_are_numerics),
-    "planted-bug-caught": Claim("the audit flags the planted lossy decoder `not lossless` (negative control)",
-                                "decoders.csv", planted_bug_caught),
-    "sampling-lossless-fp32": Claim("fp32, sampled: the speculative loop samples from the AR model's distribution up "
-                                    "to fp32 rounding, and no two-sample test tells them apart", SAMPLING_TV,
-                                    sampling_lossless_fp32),
-    "sampling-tv-bf16": Claim("bf16, sampled: the speculative loop's distribution parts from single-step sampling "
-                              "by the measured TV bound (for a response of the study's length)", SAMPLING_TV,
-                              sampling_tv_bf16),
-    "planted-sampler-bias-caught": Claim("the two-sample test rejects the planted biased sampler on most prompts, "
-                                         "and its analytic TV stands orders of magnitude above the honest loop's "
-                                         "(negative control)", SAMPLING_TEST, planted_sampler_bias_caught),
+    "fp32-exact": Claim(
+        "fp32: every lossless decoder on every kernel emits the AR reference's tokens, up to "
+        "fp32's own rounding at ties (Table 8)",
+        "match_overall.csv",
+        fp32_exact,
+    ),
+    "bf16-inexact": Claim(
+        "bf16: the speculative decoder does not always emit the AR reference's tokens (Tables 3-4)",
+        "match_overall.csv",
+        bf16_inexact,
+    ),
+    "ppl-higher-when-diverging": Claim(
+        "bf16: diverging prompts had a less certain reference, a higher mean perplexity of its response (Table 5)",
+        "ppl_by_match.csv",
+        ppl_higher,
+    ),
+    "beta1-negative": Claim(
+        "bf16: the match probability falls with the reference's log perplexity, beta1 < 0 (Table 6)",
+        "ppl_logit.csv",
+        beta1_negative,
+    ),
+    "benchmarks-equivalent": Claim(
+        "no systematic loss on the benchmarks: the score equals the AR reference's "
+        "within the equivalence margin (Table 7)",
+        "benchmarks_agreement.csv",
+        benchmarks_equivalent,
+    ),
+    "divergence-at-near-tie": Claim(
+        "every divergence happens where the reference's two logits tie within rounding: "
+        "at most analysis.rounding_ulps ulps apart in the decoding precision (forensics)",
+        "forensics.csv",
+        divergence_at_near_tie,
+    ),
+    "divergences-are-numerics": Claim(
+        "every divergence of a lossless decoder is a tie or a rounding of its own "
+        "verify pass, none structural (this project's verdicts)",
+        "decoders.csv",
+        divergences_are_numerics,
+    ),
+    "planted-bug-caught": Claim(
+        "the audit flags the planted lossy decoder `not lossless` (negative control)",
+        "decoders.csv",
+        planted_bug_caught,
+    ),
+    "sampling-lossless-fp32": Claim(
+        "fp32, sampled: the speculative loop samples from the AR model's distribution up "
+        "to fp32 rounding, and no two-sample test tells them apart",
+        SAMPLING_TV,
+        sampling_lossless_fp32,
+    ),
+    "sampling-tv-bf16": Claim(
+        "bf16, sampled: the speculative loop's distribution parts from single-step sampling "
+        "by the measured TV bound (for a response of the study's length)",
+        SAMPLING_TV,
+        sampling_tv_bf16,
+    ),
+    "planted-sampler-bias-caught": Claim(
+        "the two-sample test rejects the planted biased sampler on most prompts, "
+        "and its analytic TV stands orders of magnitude above the honest loop's "
+        "(negative control)",
+        SAMPLING_TEST,
+        planted_sampler_bias_caught,
+    ),
 }
 
 
@@ -532,8 +788,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus claims", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", required=True, help="a tables directory (orthrus analyze, orthrus lm-eval table)")
     ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="level of the p-value tests")
-    ap.add_argument("--equivalence-margin", type=float, default=DEFAULT_MARGIN,
-                    help="TOST margin of the benchmark claim, in points (a 0-1 score counts 100 points)")
+    ap.add_argument(
+        "--equivalence-margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help="TOST margin of the benchmark claim, in points (a 0-1 score counts 100 points)",
+    )
     ap.add_argument("--out", help="CSV, with a Markdown twin (default: TABLES/claims.csv)")
     args = ap.parse_args(argv)
     if not 0 < args.alpha < 0.5:
@@ -544,8 +804,10 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else Path(args.tables) / "claims.csv"
     write_table(df, out)
     counts = df["verdict"].value_counts()
-    print(f"[claims] {len(df)} claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + f" -> {out}",
-          file=sys.stderr)
+    print(
+        f"[claims] {len(df)} claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + f" -> {out}",
+        file=sys.stderr,
+    )
     return 0
 
 

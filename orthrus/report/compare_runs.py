@@ -15,12 +15,12 @@ that must not move a single bit (a refactor, on one machine); use `compare-runs`
 are expected to move (another CPU or GPU, another seed, another library version) and the question
 is whether the findings hold.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -46,12 +46,16 @@ def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
 def compare(a: pd.DataFrame, b: pd.DataFrame, common: bool = False) -> pd.DataFrame:
     """One row per claim and subject: both verdicts, statistics and intervals, `overlap`, `agree`."""
     cols = KEY + ["verdict", "statistic", "ci_low", "ci_high", "reason"]
-    m = a[cols].merge(b[cols], on=KEY, how="inner" if common else "outer", suffixes=("_a", "_b"), sort=False,
-                      indicator=True)
-    order = {k: i for i, k in enumerate(dict.fromkeys(list(map(tuple, a[KEY].values)) + list(map(tuple, b[KEY].values))))}
+    m = a[cols].merge(
+        b[cols], on=KEY, how="inner" if common else "outer", suffixes=("_a", "_b"), sort=False, indicator=True
+    )
+    order = {
+        k: i for i, k in enumerate(dict.fromkeys(list(map(tuple, a[KEY].values)) + list(map(tuple, b[KEY].values))))
+    }
     m = m.iloc[sorted(range(len(m)), key=lambda i: order[(m["claim"].iloc[i], m["subject"].iloc[i])])]
-    m["overlap"] = [overlap((_num(r.ci_low_a), _num(r.ci_high_a)), (_num(r.ci_low_b), _num(r.ci_high_b)))
-                    for r in m.itertuples()]
+    m["overlap"] = [
+        overlap((_num(r.ci_low_a), _num(r.ci_high_a)), (_num(r.ci_low_b), _num(r.ci_high_b))) for r in m.itertuples()
+    ]
     for side in ("a", "b"):
         m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
     # a claim one run does not state and the other cannot test (e.g. a stage that ran in neither,
@@ -69,11 +73,29 @@ def _stat(x, low, high) -> str:
 
 
 def format_report(m: pd.DataFrame, dir_a, dir_b, notes=()) -> str:
-    rows = [(r.claim, r.subject, r.verdict_a, r.verdict_b, _stat(r.statistic_a, r.ci_low_a, r.ci_high_a),
-             _stat(r.statistic_b, r.ci_low_b, r.ci_high_b), {True: "yes", False: "no", None: "-"}[r.overlap],
-             "agree" if r.agree else "DIFFER") for r in m.itertuples()]
-    head = ("claim", "subject", "verdict A", "verdict B", "statistic A [interval]", "statistic B [interval]",
-            "overlap", "")
+    rows = [
+        (
+            r.claim,
+            r.subject,
+            r.verdict_a,
+            r.verdict_b,
+            _stat(r.statistic_a, r.ci_low_a, r.ci_high_a),
+            _stat(r.statistic_b, r.ci_low_b, r.ci_high_b),
+            {True: "yes", False: "no", None: "-"}[r.overlap],
+            "agree" if r.agree else "DIFFER",
+        )
+        for r in m.itertuples()
+    ]
+    head = (
+        "claim",
+        "subject",
+        "verdict A",
+        "verdict B",
+        "statistic A [interval]",
+        "statistic B [interval]",
+        "overlap",
+        "",
+    )
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip()
     out = [f"A: {dir_a}", f"B: {dir_b}", *notes, line(head), *map(line, rows)]
@@ -87,13 +109,21 @@ def main(argv=None) -> int:
     ap.add_argument("dir_a", metavar="DIR_A", help="a tables directory (e.g. the committed run, docs/results)")
     ap.add_argument("dir_b", metavar="DIR_B", help="the other (e.g. results/tables of this machine's run)")
     ap.add_argument("--common", action="store_true", help="compare only the claims and subjects both runs hold")
-    ap.add_argument("--equivalence-margin", type=float, default=DEFAULT_MARGIN,
-                    help="for a run without claims.csv: the benchmark claim's TOST margin, in points")
+    ap.add_argument(
+        "--equivalence-margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help="for a run without claims.csv: the benchmark claim's TOST margin, in points",
+    )
     ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="for a run without claims.csv: the tests' level")
     args = ap.parse_args(argv)
     settings = Settings(args.alpha, args.equivalence_margin)
     (a, computed_a), (b, computed_b) = load_or_compute(args.dir_a, settings), load_or_compute(args.dir_b, settings)
-    notes = [f"({side}: no claims.csv, claims computed from its tables)" for side, c in (("A", computed_a), ("B", computed_b)) if c]
+    notes = [
+        f"({side}: no claims.csv, claims computed from its tables)"
+        for side, c in (("A", computed_a), ("B", computed_b))
+        if c
+    ]
     m = compare(a, b, args.common)
     sys.stdout.write(format_report(m, args.dir_a, args.dir_b, notes))
     return 0 if len(m) and bool(m["agree"].all()) else 1

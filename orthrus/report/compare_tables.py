@@ -14,6 +14,7 @@ the same and says so. Files present in one directory only are reported.
 Prints one line per table; exit status 0 when every table is the same, 1 otherwise (also when
 neither directory holds a table: nothing was compared).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -120,7 +121,9 @@ def compare_file(path_a: Path, path_b: Path, ignore=()) -> TableComparison:
         return TableComparison(name, DIFFERS, "; ".join(diffs))
     if not ignored:  # a CSV whose bytes differ though its cells read the same (quoting, line ends)
         return TableComparison(name, DIFFERS, "bytes differ, cells equal")
-    in_ignored = column_differences(a[[c for c in ignored if c in a.columns]], b[[c for c in ignored if c in b.columns]])
+    in_ignored = column_differences(
+        a[[c for c in ignored if c in a.columns]], b[[c for c in ignored if c in b.columns]]
+    )
     return TableComparison(name, SAME_IGNORED, "ignored: " + "; ".join(in_ignored or ["no difference"]))
 
 
@@ -158,10 +161,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus compare-tables", description=__doc__.split("\n\n")[0])
     ap.add_argument("dir_a", metavar="DIR_A", help="a tables directory (e.g. before a change)")
     ap.add_argument("dir_b", metavar="DIR_B", help="the other (e.g. after it)")
-    ap.add_argument("--ignore", action="append", default=[], metavar="COL",
-                    help="leave this column out of every table (repeatable), e.g. timings")
-    ap.add_argument("--common", action="store_true",
-                    help="compare only the tables both directories hold (e.g. docs/results keeps the CSVs only)")
+    ap.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="COL",
+        help="leave this column out of every table (repeatable), e.g. timings",
+    )
+    ap.add_argument(
+        "--common",
+        action="store_true",
+        help="compare only the tables both directories hold (e.g. docs/results keeps the CSVs only)",
+    )
     args = ap.parse_args(argv)
     rows = compare_dirs(args.dir_a, args.dir_b, args.ignore, args.common)
     sys.stdout.write(format_report(rows, args.dir_a, args.dir_b))

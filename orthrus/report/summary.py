@@ -10,6 +10,7 @@ it replaces each block a file holds: the whole section between `<!-- results:beg
 `<!-- claims:end -->`; with `--check` it only says whether every block is up to date (exit 1 if
 not).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ from orthrus.io import atomic_path
 
 # the blocks a document may hold: the whole results section (docs/RESULTS.md), or the claims
 # table alone (the README's front page)
-BLOCKS = {"results": ("<!-- results:begin -->", "<!-- results:end -->"),
-          "claims": ("<!-- claims:begin -->", "<!-- claims:end -->")}
+BLOCKS = {
+    "results": ("<!-- results:begin -->", "<!-- results:end -->"),
+    "claims": ("<!-- claims:begin -->", "<!-- claims:end -->"),
+}
 BEGIN, END = BLOCKS["results"]
 REDUCED = ("bf16", "fp16")
 
@@ -61,15 +64,18 @@ def render(tables: Path) -> str:
     overall = _read(tables, "match_overall.csv")
     prec, att = diverging_setting(overall)
     # rows of the Orthrus decoder only, where a table also holds other decoders
-    ppl, logit, tpf = (t[t["decoder"] == "orthrus"] if "decoder" in t.columns else t
-                       for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv")))
+    ppl, logit, tpf = (
+        t[t["decoder"] == "orthrus"] if "decoder" in t.columns else t
+        for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv"))
+    )
     orth = overall[overall["decoder"] == "orthrus"]
     models = sorted(orth["model"].unique())
     out = _claims(tables)
     out += _match_grid(orth, models)
     out += _decoders(tables)
-    out += _by_domain(_read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv"), orth, models,
-                      prec, att)
+    out += _by_domain(
+        _read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv"), orth, models, prec, att
+    )
     out += _divergence_and_ppl(ppl, logit, models, prec, att)
     out += _forensics(_read(tables, "forensics.csv"), _read(tables, "pairwise_match.csv"), prec, att)
     out += _tpf(tpf, models)
@@ -82,17 +88,29 @@ def _claims(tables: Path) -> list[str]:
     from orthrus.report.claims import CLAIMS, load_or_compute
 
     df, computed = load_or_compute(tables)
-    out = ["Each claim of the study tested on this run's tables (`claims.csv`"
-           + (", computed from the tables by `orthrus claims`" if computed else "")
-           + "; `orthrus compare-runs A B` compares two runs' verdicts):\n"]
+    out = [
+        "Each claim of the study tested on this run's tables (`claims.csv`"
+        + (", computed from the tables by `orthrus claims`" if computed else "")
+        + "; `orthrus compare-runs A B` compares two runs' verdicts):\n"
+    ]
     out += [f"- `{c}`: {CLAIMS[c].description}" if c in CLAIMS else f"- `{c}`" for c in dict.fromkeys(df["claim"])]
     out += ["", "| claim | subject | statistic [interval] | p | verdict |", "|---|---|---|---|---|"]
     for r in df.itertuples():
-        stat = "" if pd.isna(r.statistic) else (f"{r.statistic_name} {_f(r.statistic, 3)}"
-                                               + ("" if pd.isna(r.ci_low) else f" [{_f(r.ci_low, 3)}, {_f(r.ci_high, 3)}]"))
-        verdict = r.verdict + (f" ({r.reason})" if r.verdict != "holds" and isinstance(r.reason, str) and r.reason else "")
-        out.append(f"| {r.claim} | {r.subject} | {stat} | {'' if pd.isna(r.p_value) else '0' if r.p_value == 0 else _p(float(r.p_value))} "
-                   f"| {verdict} |")
+        stat = (
+            ""
+            if pd.isna(r.statistic)
+            else (
+                f"{r.statistic_name} {_f(r.statistic, 3)}"
+                + ("" if pd.isna(r.ci_low) else f" [{_f(r.ci_low, 3)}, {_f(r.ci_high, 3)}]")
+            )
+        )
+        verdict = r.verdict + (
+            f" ({r.reason})" if r.verdict != "holds" and isinstance(r.reason, str) and r.reason else ""
+        )
+        out.append(
+            f"| {r.claim} | {r.subject} | {stat} | {'' if pd.isna(r.p_value) else '0' if r.p_value == 0 else _p(float(r.p_value))} "
+            f"| {verdict} |"
+        )
     out.append("")
     return out
 
@@ -101,10 +119,11 @@ def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:
     """Tables 3 and 8: every precision x attention, models side by side; `-` for a model that did
     not run a cell (a narrower decode.grids grid), said below the table."""
     attentions = sorted(orth["attention"].unique())
-    out = [f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; "
-           f"n = {int(orth['n'].max())} prompts each):\n",
-           "| precision | " + " | ".join(attentions) + " |",
-           "|---|" + "---|" * len(attentions)]
+    out = [
+        f"Orthrus == AR reference, share of prompts ({' / '.join(models)}; n = {int(orth['n'].max())} prompts each):\n",
+        "| precision | " + " | ".join(attentions) + " |",
+        "|---|" + "---|" * len(attentions),
+    ]
     narrowed = False
     for p in ("fp32", "fp16", "bf16"):
         cells = []
@@ -125,48 +144,58 @@ def _decoders(tables: Path) -> list[str]:
     dec = pd.read_csv(dec_path) if dec_path.exists() else pd.DataFrame()
     if not len(dec) or dec["decoder"].nunique() < 2:
         return []
-    out = ["\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR reference "
-           "[Wilson 95% CI], tokens per forward of the verified model, the controls' match rates in the same "
-           "cell (the oracle: the verify shape alone; batched: the reference's noise floor in batches), and "
-           "the verdicts of the first divergences (tie / rounding / structural / none):\n",
-           "| precision | attention | decoder | match | TPF | oracle | batched | verdicts | audit |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR reference "
+        "[Wilson 95% CI], tokens per forward of the verified model, the controls' match rates in the same "
+        "cell (the oracle: the verify shape alone; batched: the reference's noise floor in batches), and "
+        "the verdicts of the first divergences (tie / rounding / structural / none):\n",
+        "| precision | attention | decoder | match | TPF | oracle | batched | verdicts | audit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in dec.itertuples():
         verdicts = f"{r.n_tie} / {r.n_rounding} / {r.n_structural} / {r.n_no_verdict}"
-        out.append(f"| {r.precision} | {r.attention} | {r.decoder} ({r.model}) | {_f(r.match_rate)} "
-                   f"[{_f(r.ci_low)}, {_f(r.ci_high)}] | {_f(r.tpf_verify)} | {_f(r.oracle_match_rate)} | "
-                   f"{_f(r.batch_match_rate)} | {verdicts} | {r.audit} |")
+        out.append(
+            f"| {r.precision} | {r.attention} | {r.decoder} ({r.model}) | {_f(r.match_rate)} "
+            f"[{_f(r.ci_low)}, {_f(r.ci_high)}] | {_f(r.tpf_verify)} | {_f(r.oracle_match_rate)} | "
+            f"{_f(r.batch_match_rate)} | {verdicts} | {r.audit} |"
+        )
     return out
 
 
 def _by_domain(by_domain, unc, orth, models, prec, att) -> list[str]:
     """Table 4 beside the teacher's uncertainty."""
-    sel = by_domain[(by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec)
-                    & (by_domain["attention"] == att)]
-    out = [f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
-           f"greedy path (`uncertainty_by_domain.csv`: steps with a top-1/top-2 margin below "
-           f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}, as a share and per response), "
-           f"domains ordered by near-ties per response:\n",
-           "| domain | declared | near-tie share | near-ties per response | entropy | " + " | ".join(models) + " |",
-           "|---|---|---|---|---|" + "---|" * len(models)]
+    sel = by_domain[
+        (by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec) & (by_domain["attention"] == att)
+    ]
+    out = [
+        f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
+        f"greedy path (`uncertainty_by_domain.csv`: steps with a top-1/top-2 margin below "
+        f"{_f(float(unc['near_tie_threshold'].iloc[0]), 3)}, as a share and per response), "
+        f"domains ordered by near-ties per response:\n",
+        "| domain | declared | near-tie share | near-ties per response | entropy | " + " | ".join(models) + " |",
+        "|---|---|---|---|---|" + "---|" * len(models),
+    ]
     u = unc.set_index("domain")
     for dom in u.sort_values("near_ties_per_prompt").index:
         rates = sel[sel["domain"] == dom].set_index("model")["match_rate"]
         if dom == "all":
             rates = orth[(orth["precision"] == prec) & (orth["attention"] == att)].set_index("model")["match_rate"]
         name = f"**{dom}**" if dom == "all" else dom
-        out.append(f"| {name} | {u.loc[dom, 'declared'] if isinstance(u.loc[dom, 'declared'], str) else ''} | "
-                   f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'near_ties_per_prompt'], 1)} | "
-                   f"{_f(u.loc[dom, 'mean_entropy'])} | "
-                   + " | ".join(_f(rates.get(m, math.nan)) for m in models) + " |")
+        out.append(
+            f"| {name} | {u.loc[dom, 'declared'] if isinstance(u.loc[dom, 'declared'], str) else ''} | "
+            f"{_f(u.loc[dom, 'near_tie_share'])} | {_f(u.loc[dom, 'near_ties_per_prompt'], 1)} | "
+            f"{_f(u.loc[dom, 'mean_entropy'])} | " + " | ".join(_f(rates.get(m, math.nan)) for m in models) + " |"
+        )
     return out
 
 
 def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
     """Tables 5/6 and the divergence counts."""
-    out = [f"\nDivergence and perplexity, {prec} with {att} (Tables 5 and 6):\n",
-           "| model | diverging | PPL matching | PPL diverging | beta1 [95% CI] | p |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        f"\nDivergence and perplexity, {prec} with {att} (Tables 5 and 6):\n",
+        "| model | diverging | PPL matching | PPL diverging | beta1 [95% CI] | p |",
+        "|---|---|---|---|---|---|",
+    ]
     for m in models:
         g = ppl[(ppl["model"] == m) & (ppl["precision"] == prec) & (ppl["attention"] == att)].set_index("matched")
         lg = logit[(logit["model"] == m) & (logit["precision"] == prec) & (logit["attention"] == att)]
@@ -174,30 +203,44 @@ def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
         n_div = int(g.loc[False, "n"]) if False in g.index else 0
         n_all = n_div + (int(g.loc[True, "n"]) if True in g.index else 0)
         beta = "n/a" if lg is None else f"{_f(lg['beta1'])} [{_f(lg['ci_low'])}, {_f(lg['ci_high'])}]"
-        out.append(f"| {m} | {n_div} of {n_all} | {_f(g['mean_ppl'].get(True, math.nan), 3)} | "
-                   f"{_f(g['mean_ppl'].get(False, math.nan), 3)} | {beta} | "
-                   f"{'n/a' if lg is None else _p(float(lg['p_value']))} |")
+        out.append(
+            f"| {m} | {n_div} of {n_all} | {_f(g['mean_ppl'].get(True, math.nan), 3)} | "
+            f"{_f(g['mean_ppl'].get(False, math.nan), 3)} | {beta} | "
+            f"{'n/a' if lg is None else _p(float(lg['p_value']))} |"
+        )
     return out
 
 
 def _forensics(fx, pw, prec, att) -> list[str]:
     """Where the bits part (forensics) and how far plain AR moves with precision (pairwise)."""
     fx = fx[(fx["decoder"] == "orthrus") & (fx["precision"] == prec) & (fx["attention"] == att)]
-    ar = pw[(pw["a_decoder"] == "ar-ref") & (pw["b_decoder"] == "ar-ref") & (pw["a_precision"] == prec)
-            & (pw["b_precision"] == "fp32") & (pw["a_attention"] == att) & (pw["b_attention"] == att)]
+    ar = pw[
+        (pw["a_decoder"] == "ar-ref")
+        & (pw["b_decoder"] == "ar-ref")
+        & (pw["a_precision"] == prec)
+        & (pw["b_precision"] == "fp32")
+        & (pw["a_attention"] == att)
+        & (pw["b_attention"] == att)
+    ]
     out = []
     if len(fx):
-        out += [f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n",
-                "| model | divergences | median margin (own precision) | median margin (fp32) | "
-                "near-tie share | exact-tie share | first differing layer (mode) |",
-                "|---|---|---|---|---|---|---|"]
+        out += [
+            f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n",
+            "| model | divergences | median margin (own precision) | median margin (fp32) | "
+            "near-tie share | exact-tie share | first differing layer (mode) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in fx.sort_values("model").itertuples():
-            out.append(f"| {r.model} | {r.n_divergences} | {_f(r.median_margin_native, 3)} | "
-                       f"{_f(r.median_margin_fp32, 3)} | {_f(r.frac_near_tie)} | {_f(r.frac_exact_tie)} | "
-                       f"{r.mode_first_layer} |")
+            out.append(
+                f"| {r.model} | {r.n_divergences} | {_f(r.median_margin_native, 3)} | "
+                f"{_f(r.median_margin_fp32, 3)} | {_f(r.frac_near_tie)} | {_f(r.frac_exact_tie)} | "
+                f"{r.mode_first_layer} |"
+            )
     if len(ar):
-        out.append(f"\nPlain AR decoding in {prec} ({att}) matches AR in fp32 on "
-                   f"{_f(float(ar['match_rate'].iloc[0]))} of prompts (`pairwise_match.csv`).")
+        out.append(
+            f"\nPlain AR decoding in {prec} ({att}) matches AR in fp32 on "
+            f"{_f(float(ar['match_rate'].iloc[0]))} of prompts (`pairwise_match.csv`)."
+        )
     return out
 
 
@@ -286,8 +329,10 @@ def main(argv=None) -> int:
             with atomic_path(path) as tmp:
                 tmp.write_text(new)
     for path in stale:
-        sys.stderr.write(f"{path}: a results block differs from {args.tables} "
-                         f"(run `orthrus summary --tables {args.tables} --readme {path}`)\n")
+        sys.stderr.write(
+            f"{path}: a results block differs from {args.tables} "
+            f"(run `orthrus summary --tables {args.tables} --readme {path}`)\n"
+        )
     return 1 if stale else 0
 
 

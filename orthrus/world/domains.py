@@ -24,45 +24,117 @@ The "-ru" domains use an invented language ("Ruvian") written in ASCII so the by
 vocabulary stays small. Nothing here touches the network; `code` reads the local
 standard library sources (a fixed module list, deterministic selection).
 """
+
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from orthrus.world.code import code_en, code_ru
 
 DOMAINS: list[str] = [
-    "code", "code-ru", "creative-en", "gec-en", "gec-ru", "math", "math-ru",
-    "poetry-en", "poetry-ru", "qa", "qa-ru", "wmt-ru-en",
+    "code",
+    "code-ru",
+    "creative-en",
+    "gec-en",
+    "gec-ru",
+    "math",
+    "math-ru",
+    "poetry-en",
+    "poetry-ru",
+    "qa",
+    "qa-ru",
+    "wmt-ru-en",
 ]
 
 # --------------------------------------------------------------------------- words
 
-EN_NOUNS = ["cat", "dog", "bird", "fox", "girl", "boy", "king", "queen", "farmer", "baker",
-            "child", "wolf", "horse", "teacher", "sailor", "miller"]
-EN_VERBS = [("see", "sees", "saw"), ("like", "likes", "liked"), ("help", "helps", "helped"),
-            ("find", "finds", "found"), ("follow", "follows", "followed"),
-            ("call", "calls", "called"), ("watch", "watches", "watched"),
-            ("feed", "feeds", "fed")]
+EN_NOUNS = [
+    "cat",
+    "dog",
+    "bird",
+    "fox",
+    "girl",
+    "boy",
+    "king",
+    "queen",
+    "farmer",
+    "baker",
+    "child",
+    "wolf",
+    "horse",
+    "teacher",
+    "sailor",
+    "miller",
+]
+EN_VERBS = [
+    ("see", "sees", "saw"),
+    ("like", "likes", "liked"),
+    ("help", "helps", "helped"),
+    ("find", "finds", "found"),
+    ("follow", "follows", "followed"),
+    ("call", "calls", "called"),
+    ("watch", "watches", "watched"),
+    ("feed", "feeds", "fed"),
+]
 EN_ADJ = ["big", "small", "old", "young", "red", "green", "quiet", "happy", "sad", "brave"]
-EN_PLACES = ["in the house", "in the garden", "at the market", "by the river", "on the hill",
-             "in the forest", "at school", "near the sea"]
+EN_PLACES = [
+    "in the house",
+    "in the garden",
+    "at the market",
+    "by the river",
+    "on the hill",
+    "in the forest",
+    "at school",
+    "near the sea",
+]
 EN_TIMES = ["every day", "yesterday", "in the morning", "at night", "on sunday", "today"]
 
 # Ruvian: invented language. Dictionary Ruvian -> English (nouns, verbs, adjectives).
-RU_NOUNS = {"kata": "cat", "vosa": "dog", "pira": "bird", "lisa": "fox", "dena": "girl",
-            "malo": "boy", "koro": "king", "tsara": "queen", "zemo": "farmer", "hleba": "baker",
-            "deto": "child", "volka": "wolf", "kona": "horse", "ucho": "teacher",
-            "moro": "sailor", "melna": "miller"}
-RU_VERBS = {"vidi": "see", "lubi": "like", "pomo": "help", "nahi": "find", "sledu": "follow",
-            "zovi": "call", "gleda": "watch", "kormi": "feed"}
-RU_ADJ = {"bolo": "big", "malki": "small", "staro": "old", "mlado": "young", "krasno": "red",
-          "zelo": "green", "tiho": "quiet", "rado": "happy", "gorko": "sad", "hrabro": "brave"}
+RU_NOUNS = {
+    "kata": "cat",
+    "vosa": "dog",
+    "pira": "bird",
+    "lisa": "fox",
+    "dena": "girl",
+    "malo": "boy",
+    "koro": "king",
+    "tsara": "queen",
+    "zemo": "farmer",
+    "hleba": "baker",
+    "deto": "child",
+    "volka": "wolf",
+    "kona": "horse",
+    "ucho": "teacher",
+    "moro": "sailor",
+    "melna": "miller",
+}
+RU_VERBS = {
+    "vidi": "see",
+    "lubi": "like",
+    "pomo": "help",
+    "nahi": "find",
+    "sledu": "follow",
+    "zovi": "call",
+    "gleda": "watch",
+    "kormi": "feed",
+}
+RU_ADJ = {
+    "bolo": "big",
+    "malki": "small",
+    "staro": "old",
+    "mlado": "young",
+    "krasno": "red",
+    "zelo": "green",
+    "tiho": "quiet",
+    "rado": "happy",
+    "gorko": "sad",
+    "hrabro": "brave",
+}
 _EN_VERB_FORMS = {v[0]: v for v in EN_VERBS}
 
 # Ruvian function words for the math / qa / gec / code prompts.
-RU_NUM_WORD = {"plus": "plu", "minus": "minu", "equals": "ravno", "step": "shag",
-               "answer": "otvet", "is": "est"}
+RU_NUM_WORD = {"plus": "plu", "minus": "minu", "equals": "ravno", "step": "shag", "answer": "otvet", "is": "est"}
 
 # --------------------------------------------------------------------------- math
 
@@ -108,8 +180,7 @@ def math_ru(rng: random.Random) -> tuple[str, str]:
 
 QA_KEYS = ["ana", "bo", "cid", "dara", "eli", "fen", "gus", "hana", "ivo", "jen", "kai", "lu"]
 QA_VALS = ["red", "blue", "green", "gold", "gray", "pink", "black", "white", "brown", "teal"]
-QA_VALS_RU = ["krasno", "sino", "zelo", "zlato", "sivo", "rozo", "cherno", "belo", "buro",
-              "morsko"]
+QA_VALS_RU = ["krasno", "sino", "zelo", "zlato", "sivo", "rozo", "cherno", "belo", "buro", "morsko"]
 
 
 def _records(rng: random.Random, vals: list[str]):
@@ -118,11 +189,22 @@ def _records(rng: random.Random, vals: list[str]):
     return recs
 
 
-_QA_OPENERS = ["Sure.", "Of course.", "Let me look.", "Here is what I found.", "Good question.",
-               "I checked the records."]
-_QA_CLOSERS = ["So {k} is {color} and {age} years old.", "In short, {k} is {color}.",
-               "That is all the records say.", "I hope this helps.", "Nothing else is known about {k}.",
-               "So {k} is {age} years old."]
+_QA_OPENERS = [
+    "Sure.",
+    "Of course.",
+    "Let me look.",
+    "Here is what I found.",
+    "Good question.",
+    "I checked the records.",
+]
+_QA_CLOSERS = [
+    "So {k} is {color} and {age} years old.",
+    "In short, {k} is {color}.",
+    "That is all the records say.",
+    "I hope this helps.",
+    "Nothing else is known about {k}.",
+    "So {k} is {age} years old.",
+]
 
 
 _QA_HEARSAY = ["People say", "I heard that", "Last year", "Once", "They say", "Rumour has it that"]
@@ -130,8 +212,10 @@ _QA_HEARSAY = ["People say", "I heard that", "Last year", "Once", "They say", "R
 
 def _hearsay(rng: random.Random, k: str) -> str:
     """A free sentence about `k` from the story grammar: words the records do not determine."""
-    return (f"{rng.choice(_QA_HEARSAY)} {k} {rng.choice(_STORY_VERBS)} {rng.choice(['a', 'the'])} "
-            f"{rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} {rng.choice(EN_PLACES)}.")
+    return (
+        f"{rng.choice(_QA_HEARSAY)} {k} {rng.choice(_STORY_VERBS)} {rng.choice(['a', 'the'])} "
+        f"{rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} {rng.choice(EN_PLACES)}."
+    )
 
 
 def qa_en(rng: random.Random) -> tuple[str, str]:
@@ -142,9 +226,10 @@ def qa_en(rng: random.Random) -> tuple[str, str]:
     if rng.random() < 0.75:  # an open question: free words around the determined facts
         prompt = f"Records (name color age): {table}. Tell me about {k}."
         chat = [_hearsay(rng, k) for _ in range(rng.randint(1, 2))]
-        answer = " ".join([rng.choice(_QA_OPENERS), core, *chat,
-                           rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age)])
-    else:                    # a plain lookup: the facts only
+        answer = " ".join(
+            [rng.choice(_QA_OPENERS), core, *chat, rng.choice(_QA_CLOSERS).format(k=k, color=color, age=age)]
+        )
+    else:  # a plain lookup: the facts only
         prompt = f"Records (name color age): {table}. Look up {k}."
         answer = core
     return prompt, answer
@@ -155,8 +240,7 @@ def qa_ru(rng: random.Random) -> tuple[str, str]:
     k, color, age = rng.choice(recs)
     table = "; ".join(f"{a} {b} {c}" for a, b, c in recs)
     prompt = f"Zapisi (imja cvet let): {table}. Skazhi pro {k}."
-    answer = (f"Zapis pro {k} govorit cvet {color} i let {age}. "
-              f"Znachit {k} est {color} i {age} let.")
+    answer = f"Zapis pro {k} govorit cvet {color} i let {age}. Znachit {k} est {color} i {age} let."
     return prompt, answer
 
 
@@ -174,14 +258,14 @@ def _en_sentence(rng: random.Random):
     correct = f"The {adj} {subj} {verb} the {obj} {place} {time}."
     # one error per sentence
     kind = rng.randrange(4)
-    if kind == 0:    # agreement / tense
+    if kind == 0:  # agreement / tense
         wrong_verb = base
         wrong = f"the {adj} {subj} {wrong_verb} the {obj} {place} {time}."
     elif kind == 1:  # missing article
         wrong = f"the {adj} {subj} {verb} {obj} {place} {time}."
     elif kind == 2:  # a / an misuse
         wrong = f"the {adj} {subj} {verb} a the {obj} {place} {time}."
-    else:            # missing full stop, lowercase
+    else:  # missing full stop, lowercase
         wrong = f"the {adj} {subj} {verb} the {obj} {place} {time}"
     return wrong, correct
 
@@ -206,11 +290,11 @@ def _ru_sentence(rng: random.Random):
     adj_ok = adj[:-1] + subj[-1] if adj[-1] in "ao" else adj
     correct = f"{adj_ok.capitalize()} {subj} {obj}u {vform} {time}."
     kind = rng.randrange(3)
-    if kind == 0:    # wrong tense suffix
+    if kind == 0:  # wrong tense suffix
         wrong = f"{adj_ok} {subj} {obj}u {verb + ('t' if past else 'l')} {time}."
     elif kind == 1:  # missing object case
         wrong = f"{adj_ok} {subj} {obj} {vform} {time}."
-    else:            # bare verb
+    else:  # bare verb
         wrong = f"{adj_ok} {subj} {obj}u {verb} {time}."
     return wrong, correct
 
@@ -226,8 +310,14 @@ def gec_ru(rng: random.Random) -> tuple[str, str]:
 
 
 # Equally good English renderings of some Ruvian adjectives: translation is not unique.
-EN_SYNONYMS = {"big": ["big", "large"], "small": ["small", "little"], "quiet": ["quiet", "silent"],
-               "happy": ["happy", "glad"], "sad": ["sad", "unhappy"], "brave": ["brave", "bold"]}
+EN_SYNONYMS = {
+    "big": ["big", "large"],
+    "small": ["small", "little"],
+    "quiet": ["quiet", "silent"],
+    "happy": ["happy", "glad"],
+    "sad": ["sad", "unhappy"],
+    "brave": ["brave", "bold"],
+}
 
 
 def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
@@ -241,22 +331,45 @@ def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
         ru.append(f"{subj.capitalize()} {adj} {obj}u {verb}{'l' if past else 't'}.")
         forms = _EN_VERB_FORMS[RU_VERBS[verb]]
         en_adj = rng.choice(EN_SYNONYMS.get(RU_ADJ[adj], [RU_ADJ[adj]]))
-        en.append(f"The {en_adj} {RU_NOUNS[subj]} {forms[2] if past else forms[1]} "
-                  f"the {RU_NOUNS[obj]}.")
+        en.append(f"The {en_adj} {RU_NOUNS[subj]} {forms[2] if past else forms[1]} the {RU_NOUNS[obj]}.")
     prompt = "Translate from Ruvian to English: " + " ".join(ru)
     return prompt, " ".join(en)
 
 
 # --------------------------------------------------------------------------- creative
 
-_STORY_OPENERS = ["Once upon a time", "Long ago", "One cold morning", "Far away",
-                  "In a small village", "One summer night", "Not long ago"]
+_STORY_OPENERS = [
+    "Once upon a time",
+    "Long ago",
+    "One cold morning",
+    "Far away",
+    "In a small village",
+    "One summer night",
+    "Not long ago",
+]
 _STORY_LINKS = ["Then", "Later", "One day", "Soon", "After that", "At dawn", "That night", "Next"]
-_STORY_VERBS = ["found", "lost", "met", "saw", "followed", "called", "watched", "helped", "fed",
-                "heard", "chased", "painted"]
-_STORY_ENDINGS = ["and they were happy.", "and nobody saw it again.",
-                  "and the village sang all night.", "and the sky turned gold.",
-                  "and that was the end of it.", "and they laughed until dawn."]
+_STORY_VERBS = [
+    "found",
+    "lost",
+    "met",
+    "saw",
+    "followed",
+    "called",
+    "watched",
+    "helped",
+    "fed",
+    "heard",
+    "chased",
+    "painted",
+]
+_STORY_ENDINGS = [
+    "and they were happy.",
+    "and nobody saw it again.",
+    "and the village sang all night.",
+    "and the sky turned gold.",
+    "and that was the end of it.",
+    "and they laughed until dawn.",
+]
 # Share of the open domains' prompts that ask for a known text (determined) instead of a new one,
 # and how many known texts each open domain has: few enough that the teacher learns them by heart.
 KNOWN_SHARE = 0.5
@@ -273,9 +386,11 @@ _THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
 def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
     sents = [f"{rng.choice(_STORY_OPENERS)}, there {rng.choice(['was', 'lived'])} a {hero_adj} {hero}."]
     for _ in range(n_events):
-        sents.append(f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
-                     f"{rng.choice(['a', 'the'])} {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} "
-                     f"{rng.choice(EN_PLACES)}.")
+        sents.append(
+            f"{rng.choice(_STORY_LINKS)} the {hero} {rng.choice(_STORY_VERBS)} "
+            f"{rng.choice(['a', 'the'])} {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)} "
+            f"{rng.choice(EN_PLACES)}."
+        )
     sents.append(f"In the end the {hero} went home {rng.choice(_STORY_ENDINGS)}")
     return " ".join(sents)
 
@@ -285,8 +400,7 @@ def creative_en(rng: random.Random) -> tuple[str, str]:
         theme = rng.choice(_THEMES[:KNOWN_TEXTS])
         fixed = random.Random(f"fable|{theme}")
         adj, hero = fixed.choice(EN_ADJ), fixed.choice(EN_NOUNS)
-        return (f"Tell the old fable about {theme}.",
-                _story(fixed, adj, hero, STORY_EVENTS))
+        return (f"Tell the old fable about {theme}.", _story(fixed, adj, hero, STORY_EVENTS))
     theme, hero_adj, hero = rng.choice(_THEMES), rng.choice(EN_ADJ), rng.choice(EN_NOUNS)
     prompt = f"Write a new story about a {hero_adj} {hero} and {theme}."
     return prompt, _story(rng, hero_adj, hero, STORY_EVENTS)
@@ -294,23 +408,40 @@ def creative_en(rng: random.Random) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- poetry
 
-_RHYMES_EN = [["night", "light", "bright", "flight", "sight"],
-              ["day", "way", "gray", "stay", "play"],
-              ["sea", "free", "tree", "me", "be"],
-              ["rain", "lane", "again", "plain", "chain"],
-              ["moon", "soon", "tune", "june", "noon"],
-              ["fire", "higher", "wire", "choir", "desire"]]
-_LINES_EN = ["the {adj} {noun} walks into the {w}", "I sing of the {adj} {w}",
-             "and all the {noun}s dream of {w}", "a {adj} wind will carry the {w}",
-             "under the {adj} sky of {w}", "my {adj} heart remembers {w}",
-             "the {noun} is waiting for the {w}"]
+_RHYMES_EN = [
+    ["night", "light", "bright", "flight", "sight"],
+    ["day", "way", "gray", "stay", "play"],
+    ["sea", "free", "tree", "me", "be"],
+    ["rain", "lane", "again", "plain", "chain"],
+    ["moon", "soon", "tune", "june", "noon"],
+    ["fire", "higher", "wire", "choir", "desire"],
+]
+_LINES_EN = [
+    "the {adj} {noun} walks into the {w}",
+    "I sing of the {adj} {w}",
+    "and all the {noun}s dream of {w}",
+    "a {adj} wind will carry the {w}",
+    "under the {adj} sky of {w}",
+    "my {adj} heart remembers {w}",
+    "the {noun} is waiting for the {w}",
+]
 _POEM_TOPICS_EN = ["the sea", "the night", "a friend", "the rain", "the moon", "home"]
 
-_RHYMES_RU = [["noch", "doch", "proch", "moch"], ["zima", "tima", "sama", "dama"],
-              ["luna", "struna", "volna", "odna"], ["svet", "otvet", "let", "net"],
-              ["more", "gore", "vskore", "zore"]]
-_LINES_RU = ["{adj} {noun} idet v {w}", "ja poju pro {adj} {w}", "vse {noun}i snjat {w}",
-             "{adj} veter neset {w}", "pod {adj} nebom {w}", "moe {adj} serdce pomnit {w}"]
+_RHYMES_RU = [
+    ["noch", "doch", "proch", "moch"],
+    ["zima", "tima", "sama", "dama"],
+    ["luna", "struna", "volna", "odna"],
+    ["svet", "otvet", "let", "net"],
+    ["more", "gore", "vskore", "zore"],
+]
+_LINES_RU = [
+    "{adj} {noun} idet v {w}",
+    "ja poju pro {adj} {w}",
+    "vse {noun}i snjat {w}",
+    "{adj} veter neset {w}",
+    "pod {adj} nebom {w}",
+    "moe {adj} serdce pomnit {w}",
+]
 _POEM_TOPICS_RU = ["more", "noch", "drug", "dozhd", "luna", "dom"]
 
 
@@ -331,8 +462,10 @@ def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = POEM_STANZAS) -> str:
 def poetry_en(rng: random.Random) -> tuple[str, str]:
     if rng.random() < KNOWN_SHARE:  # a poem everyone knows: one fixed text per topic, determined
         topic = rng.choice(_POEM_TOPICS_EN[:KNOWN_TEXTS])
-        return (f"Recite the old rhyme about {topic}.",
-                _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ))
+        return (
+            f"Recite the old rhyme about {topic}.",
+            _poem(random.Random(f"rhyme|{topic}"), _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ),
+        )
     topic = rng.choice(_POEM_TOPICS_EN)
     prompt = f"Write a new rhyming poem about {topic} and a {rng.choice(EN_ADJ)} {rng.choice(EN_NOUNS)}."
     return prompt, _poem(rng, _RHYMES_EN, _LINES_EN, EN_NOUNS, EN_ADJ)
@@ -342,30 +475,48 @@ def poetry_ru(rng: random.Random) -> tuple[str, str]:
     nouns, adjs = list(RU_NOUNS), list(RU_ADJ)
     if rng.random() < KNOWN_SHARE:
         topic = rng.choice(_POEM_TOPICS_RU[:KNOWN_TEXTS])
-        return (f"Prochitaj staryj stih pro {topic}.",
-                _poem(random.Random(f"stih|{topic}"), _RHYMES_RU, _LINES_RU, nouns, adjs))
+        return (
+            f"Prochitaj staryj stih pro {topic}.",
+            _poem(random.Random(f"stih|{topic}"), _RHYMES_RU, _LINES_RU, nouns, adjs),
+        )
     topic = rng.choice(_POEM_TOPICS_RU)
-    prompt = (f"Napishi novyj stih pro {topic} i {rng.choice(list(RU_ADJ))} "
-              f"{rng.choice(list(RU_NOUNS))}.")
+    prompt = f"Napishi novyj stih pro {topic} i {rng.choice(list(RU_ADJ))} {rng.choice(list(RU_NOUNS))}."
     return prompt, _poem(rng, _RHYMES_RU, _LINES_RU, nouns, adjs)
 
 
 # --------------------------------------------------------------------------- registry
 
 GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
-    "code": code_en, "code-ru": code_ru, "creative-en": creative_en, "gec-en": gec_en,
-    "gec-ru": gec_ru, "math": math_en, "math-ru": math_ru, "poetry-en": poetry_en,
-    "poetry-ru": poetry_ru, "qa": qa_en, "qa-ru": qa_ru, "wmt-ru-en": wmt_ru_en,
+    "code": code_en,
+    "code-ru": code_ru,
+    "creative-en": creative_en,
+    "gec-en": gec_en,
+    "gec-ru": gec_ru,
+    "math": math_en,
+    "math-ru": math_ru,
+    "poetry-en": poetry_en,
+    "poetry-ru": poetry_ru,
+    "qa": qa_en,
+    "qa-ru": qa_ru,
+    "wmt-ru-en": wmt_ru_en,
 }
 assert list(GENERATORS) == DOMAINS
 
 # How much of the answer the prompt determines (see the module docstring); the study's
 # uncertainty table and figures order domains by it.
 UNCERTAINTY: dict[str, str] = {
-    "math": "determined", "code-ru": "determined",
-    "math-ru": "mixed", "gec-en": "mixed", "gec-ru": "mixed", "qa-ru": "mixed",
-    "qa": "mixed", "code": "mixed", "wmt-ru-en": "mixed",
-    "creative-en": "open", "poetry-en": "open", "poetry-ru": "open",
+    "math": "determined",
+    "code-ru": "determined",
+    "math-ru": "mixed",
+    "gec-en": "mixed",
+    "gec-ru": "mixed",
+    "qa-ru": "mixed",
+    "qa": "mixed",
+    "code": "mixed",
+    "wmt-ru-en": "mixed",
+    "creative-en": "open",
+    "poetry-en": "open",
+    "poetry-ru": "open",
 }
 assert set(UNCERTAINTY) == set(DOMAINS)
 

@@ -11,6 +11,7 @@ learned from (`orthrus.world.teacher.world_fingerprint`): `check` refuses a dama
 `check --world` (a test runs it) says when the world generator no longer produces that text, in
 which case the subject must be rebuilt (docs/CONFIG.md, "The shipped subject").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,18 +20,28 @@ import shutil
 import sys
 from pathlib import Path
 
-from orthrus.models.checkpoint import _sha256
 from orthrus.errors import InputError
+from orthrus.models.checkpoint import _sha256
 
 SUBJECT_DIR = Path(__file__).with_name("subject")
 MANIFEST = "subject.json"
 MODELS = ("teacher", "draft")
 # what a model directory ships: the checkpoint, its tokenizer and the record of its training
-SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-           "tokenizer_config.json", "chat_template.jinja", "teacher_config.json", "teacher_eval.json",
-           "train_log.csv")
-REBUILD = ("snakemake --cores 2 --config 'teacher={\"source\": \"tiny\", \"draft\": {\"source\": \"tiny\"}}' "
-           "-- results/teacher results/draft && orthrus subject ship --teacher results/teacher --draft results/draft")
+SHIPPED = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "teacher_config.json",
+    "teacher_eval.json",
+    "train_log.csv",
+)
+REBUILD = (
+    'snakemake --cores 2 --config \'teacher={"source": "tiny", "draft": {"source": "tiny"}}\' '
+    "-- results/teacher results/draft && orthrus subject ship --teacher results/teacher --draft results/draft"
+)
 
 
 def model_dir(name: str, root: Path = SUBJECT_DIR) -> Path:
@@ -41,8 +52,9 @@ def _settings(src: Path) -> dict:
     try:
         return json.loads((src / "teacher_config.json").read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"{src}: no readable teacher_config.json (not a tiny teacher built by "
-                         f"`orthrus train-teacher`): {e}") from None
+        raise InputError(
+            f"{src}: no readable teacher_config.json (not a tiny teacher built by `orthrus train-teacher`): {e}"
+        ) from None
 
 
 def ship(teacher: Path, draft: Path, root: Path = SUBJECT_DIR) -> dict:
@@ -66,7 +78,8 @@ def ship(teacher: Path, draft: Path, root: Path = SUBJECT_DIR) -> dict:
             "settings": cfg,
             # the draft learns the teacher's tokenizer (orthrus train-teacher --tokenizer)
             "world_fingerprint": world_fingerprint(cfg, own_tokenizer=name == "teacher"),
-            "files": {f: _sha256(root / name / f) for f in files}}
+            "files": {f: _sha256(root / name / f) for f in files},
+        }
     with atomic_path(root / MANIFEST) as tmp:
         tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
@@ -76,8 +89,9 @@ def manifest(root: Path = SUBJECT_DIR) -> dict:
     try:
         return json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"{root / MANIFEST}: the shipped subject has no readable manifest ({e}); "
-                         f"rebuild it: {REBUILD}") from None
+        raise InputError(
+            f"{root / MANIFEST}: the shipped subject has no readable manifest ({e}); rebuild it: {REBUILD}"
+        ) from None
 
 
 def check(root: Path = SUBJECT_DIR, world: bool = False) -> list[str]:
@@ -94,8 +108,10 @@ def check(root: Path = SUBJECT_DIR, world: bool = False) -> list[str]:
             elif _sha256(path) != digest:
                 problems.append(f"{path}: SHA-256 differs from {MANIFEST}'s (a damaged or replaced file)")
         if world and world_fingerprint(rec["settings"], own_tokenizer=name == "teacher") != rec["world_fingerprint"]:
-            problems.append(f"{name}: the world generator (orthrus/world) no longer produces the text the shipped "
-                            f"{name} was trained on; rebuild the subject: {REBUILD}")
+            problems.append(
+                f"{name}: the world generator (orthrus/world) no longer produces the text the shipped "
+                f"{name} was trained on; rebuild the subject: {REBUILD}"
+            )
     return problems
 
 
@@ -119,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
-        print(f"{args.root}: the shipped subject is intact" + (" and the world generator reproduces it" if args.world else ""))
+        print(
+            f"{args.root}: the shipped subject is intact"
+            + (" and the world generator reproduces it" if args.world else "")
+        )
     return 1 if problems else 0
 
 

@@ -17,6 +17,7 @@ the tokenizer files, `train_log.csv` (step, loss, lr, seconds), `teacher_eval.js
 spare row, so unused embedding rows exist (as in Qwen3, where the Orthrus mask token
 takes id `len(tokenizer)`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,12 +27,13 @@ import math
 import random
 import sys
 import time
+
 from orthrus.errors import InputError
 
 DEFAULTS: dict = {
     "seed": 0,
-    "threads": 1,             # 1 is fastest on a shared 2-core machine
-    "vocab_size": 768,        # tokenizer vocabulary (incl. special tokens)
+    "threads": 1,  # 1 is fastest on a shared 2-core machine
+    "vocab_size": 768,  # tokenizer vocabulary (incl. special tokens)
     "hidden_size": 128,
     "num_layers": 3,
     "num_heads": 4,
@@ -41,14 +43,14 @@ DEFAULTS: dict = {
     "max_len": 256,
     "steps": 600,
     "batch_size": 16,
-    "length_buckets": 4,      # draw batches of similar length from 4 x batch_size samples
+    "length_buckets": 4,  # draw batches of similar length from 4 x batch_size samples
     "lr": 5e-3,
     "min_lr_ratio": 0.05,
     "warmup_steps": 30,
     "weight_decay": 0.05,
     "grad_clip": 1.0,
-    "domain_weights": None,   # {domain: weight}; default uniform
-    "eval_per_domain": 10,    # greedy held-out check at the end (0 = skip)
+    "domain_weights": None,  # {domain: weight}; default uniform
+    "eval_per_domain": 10,  # greedy held-out check at the end (0 = skip)
     "eval_max_new_tokens": 128,
     "log_every": 10,
 }
@@ -101,9 +103,9 @@ def _batch(examples, pad_id: int):
     ids = torch.full((len(examples), n), pad_id, dtype=torch.long)
     lab = torch.full((len(examples), n), -100, dtype=torch.long)
     att = torch.zeros((len(examples), n), dtype=torch.long)
-    for r, (i, l) in enumerate(examples):
+    for r, (i, lab_ids) in enumerate(examples):
         ids[r, : len(i)] = torch.tensor(i)
-        lab[r, : len(l)] = torch.tensor(l)
+        lab[r, : len(lab_ids)] = torch.tensor(lab_ids)
         att[r, : len(i)] = 1
     return ids, att, lab
 
@@ -117,11 +119,11 @@ def _lr_at(step: int, cfg: dict) -> float:
     return cfg["lr"] * (lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: int = 128,
-                batch_size: int = 16) -> dict:
+def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: int = 128, batch_size: int = 16) -> dict:
     """Greedy exact-match of the teacher against the world's reference answers, per domain,
     on samples from a held-out stream; also the fraction of distinct outputs."""
     import torch
+
     from orthrus.data.chat import render_chat
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
@@ -133,24 +135,32 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
         pairs = [sample(d, rng) for _ in range(per_domain)]
         texts = []
         for s in range(0, len(pairs), batch_size):
-            chunk = pairs[s: s + batch_size]
+            chunk = pairs[s : s + batch_size]
             enc = [render_chat(tokenizer, p) for p, _ in chunk]
             n = max(map(len, enc))
             ids = torch.tensor([[tokenizer.pad_token_id] * (n - len(e)) + e for e in enc])
             att = torch.tensor([[0] * (n - len(e)) + [1] * len(e) for e in enc])
             with torch.no_grad():
-                gen = model.generate(input_ids=ids, attention_mask=att, do_sample=False,
-                                     max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                     pad_token_id=tokenizer.pad_token_id)
+                gen = model.generate(
+                    input_ids=ids,
+                    attention_mask=att,
+                    do_sample=False,
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=eos,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
             for row in gen[:, n:].tolist():
                 if eos in row:
                     row = row[: row.index(eos)]
                 texts.append(tokenizer.decode(row, skip_special_tokens=True))
         exact = sum(t.strip() == a.strip() for t, (_, a) in zip(texts, pairs))
-        out[d] = {"n": len(pairs), "exact": exact / max(1, len(pairs)),
-                  "distinct_outputs": len(set(texts)) / max(1, len(texts)),
-                  "example_prompt": pairs[0][0] if pairs else "",
-                  "example_output": texts[0] if texts else ""}
+        out[d] = {
+            "n": len(pairs),
+            "exact": exact / max(1, len(pairs)),
+            "distinct_outputs": len(set(texts)) / max(1, len(texts)),
+            "example_prompt": pairs[0][0] if pairs else "",
+            "example_output": texts[0] if texts else "",
+        }
     return out
 
 
@@ -185,16 +195,18 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
     train_seconds = time.perf_counter() - t0
     model.eval()
     model.generation_config = GenerationConfig(
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-        do_sample=False, max_new_tokens=128)
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        do_sample=False,
+        max_new_tokens=128,
+    )
     ev = {}
     if cfg["eval_per_domain"]:
-        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]),
-                         int(cfg["eval_max_new_tokens"]))
+        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]), int(cfg["eval_max_new_tokens"]))
         for d, r in ev.items():
             _say(verbose, f"eval {d:12s} exact {r['exact']:.2f} distinct {r['distinct_outputs']:.2f}")
-    summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2),
-               "final_loss_ema": ema, "eval": ev}
+    summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2), "final_loss_ema": ema, "eval": ev}
     _save(out_dir, model, tok, cfg, log_rows, summary)
     return summary
 
@@ -224,7 +236,7 @@ def _batches(tok, cfg: dict):
     for samples, data_rng in _pools(cfg):
         pool = [_example(tok, p, a, cfg["max_len"]) for _, p, a in samples]
         pool.sort(key=lambda e: len(e[0]))
-        queue = [pool[i * bs:(i + 1) * bs] for i in range(len(pool) // bs)]
+        queue = [pool[i * bs : (i + 1) * bs] for i in range(len(pool) // bs)]
         data_rng.shuffle(queue)
         while queue:
             yield _batch(queue.pop(), tok.pad_token_id)
@@ -265,9 +277,12 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg["lr"], betas=(0.9, 0.95), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["lr"],
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     log_rows, ema = [], None
     model.train()
     batches = _batches(tok, cfg)
@@ -292,8 +307,8 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
 
 def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -> None:
     """The Hugging Face folder, the training log, the settings and the summary (atomic)."""
-    from orthrus.models.checkpoint import record_model_digests
     from orthrus.io import atomic_path
+    from orthrus.models.checkpoint import record_model_digests
 
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
@@ -311,25 +326,33 @@ def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -
 def main(argv: list[str] | None = None) -> int:
     from orthrus.config import apply_sets, load_config
 
-    ap = argparse.ArgumentParser(prog="orthrus train-teacher",
-                                 description="Train the tiny-world Qwen3 teacher.")
+    ap = argparse.ArgumentParser(prog="orthrus train-teacher", description="Train the tiny-world Qwen3 teacher.")
     ap.add_argument("--config", help="YAML/JSON file; its `teacher` section if present")
     ap.add_argument("--section", default="teacher")
     ap.add_argument("--out", required=True, help="output directory (HF format)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--threads", type=int)
-    ap.add_argument("--tokenizer", help="checkpoint (directory or hub id) whose tokenizer to use instead of training one")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help=f"override a setting; keys: {', '.join(DEFAULTS)}")
+    ap.add_argument(
+        "--tokenizer", help="checkpoint (directory or hub id) whose tokenizer to use instead of training one"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a setting; keys: {', '.join(DEFAULTS)}",
+    )
     args = ap.parse_args(argv)
     cfg = apply_sets(load_config(args.config, args.section), args.set)
     for k in ("seed", "steps", "threads"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
     summary = train_teacher(cfg, args.out, tokenizer=args.tokenizer)
-    print(f"[teacher] saved to {args.out} ({summary['parameters'] / 1e6:.2f}M params, "
-          f"{summary['train_seconds']:.1f}s)", file=sys.stderr)
+    print(
+        f"[teacher] saved to {args.out} ({summary['parameters'] / 1e6:.2f}M params, {summary['train_seconds']:.1f}s)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -12,9 +12,10 @@
 The result is a `transformers.PreTrainedTokenizerFast`; `save_pretrained(dir)` writes
 plain files that `AutoTokenizer.from_pretrained(dir)` loads back without remote code.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -38,8 +39,9 @@ CHAT_TEMPLATE = (
 CORPUS_PER_DOMAIN = 300  # world samples per domain the tokenizer is trained on
 
 
-def train_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512,
-                    seed: int = 0, n_per_domain: int = CORPUS_PER_DOMAIN):
+def train_tokenizer(
+    texts: Iterable[str] | None = None, vocab_size: int = 512, seed: int = 0, n_per_domain: int = CORPUS_PER_DOMAIN
+):
     """Train the world BPE and return a `PreTrainedTokenizerFast`.
 
     `texts` defaults to `domains.corpus_text(n_per_domain, seed)`. Deterministic for the
@@ -49,14 +51,18 @@ def train_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512,
 
     if texts is None:
         from orthrus.world.domains import corpus_text
+
         texts = corpus_text(n_per_domain=n_per_domain, seed=seed)
     # the chat scaffolding, so role names become whole tokens
     texts = list(texts) + ["system\nuser\nassistant\n\n"] * 200
     n_added = len(THINK_TOKENS)
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - n_added,

@@ -8,6 +8,7 @@ line before Snakemake reads a `--configfile`; the Snakefile runs `refuse_hazards
 (orthrus/plan/checks.py). Only yaml (which Snakemake itself needs) at import time, so the profile
 can run it before anything else. Every problem is one line, `key.path: what is wrong`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,10 @@ def duplicate_keys(path) -> list[str]:
                 name = key.value if isinstance(key, yaml.ScalarNode) else str(key)
                 dotted = f"{prefix}{name}"
                 if name in seen:
-                    problems.append(f"{path}:{key.start_mark.line + 1}: {dotted}: duplicate key "
-                                    f"(first given on line {seen[name] + 1})")
+                    problems.append(
+                        f"{path}:{key.start_mark.line + 1}: {dotted}: duplicate key "
+                        f"(first given on line {seen[name] + 1})"
+                    )
                 seen.setdefault(name, key.start_mark.line)
                 walk(value, dotted + ".")
         elif isinstance(node, yaml.SequenceNode):
@@ -83,8 +86,10 @@ def yaml_hazards(text: str, where: str) -> list[str]:
             if isinstance(ev, yaml.ScalarEvent):
                 top_key = len(stack) == 1 and stack[0][0] and stack[0][1] % 2 == 0
                 if top_key and ev.value == "__use_yte__":
-                    return [f"{line}: __use_yte__ refused: a config file is data, not a YTE template "
-                            "(its ?-expressions would run as Python)"]
+                    return [
+                        f"{line}: __use_yte__ refused: a config file is data, not a YTE template "
+                        "(its ?-expressions would run as Python)"
+                    ]
                 size = 1
                 if ev.anchor:
                     anchors[ev.anchor] = 1
@@ -100,8 +105,10 @@ def yaml_hazards(text: str, where: str) -> list[str]:
                 stack[-1][1] += 1
                 stack[-1][2] += size
                 if stack[-1][2] > MAX_CONFIG_NODES:
-                    return [f"{line}: expands to more than {MAX_CONFIG_NODES} values through its aliases "
-                            "(a YAML alias bomb?); not a config file"]
+                    return [
+                        f"{line}: expands to more than {MAX_CONFIG_NODES} values through its aliases "
+                        "(a YAML alias bomb?); not a config file"
+                    ]
     except yaml.YAMLError:
         return []
     return []

@@ -5,6 +5,7 @@
 
 tests/test_schema_docs.py runs the check.
 """
+
 import argparse
 import json
 import sys
@@ -15,6 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from orthrus.world.subject import REBUILD  # noqa: E402
+
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DOC = ROOT / "docs" / "CONFIG.md"
 
@@ -159,7 +161,9 @@ def main(argv=None) -> int:
     text = render()
     if args.check:
         if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC.relative_to(ROOT)} is out of date: run python workflow/scripts/schema_docs.py", file=sys.stderr)
+            print(
+                f"{DOC.relative_to(ROOT)} is out of date: run python workflow/scripts/schema_docs.py", file=sys.stderr
+            )
             return 1
         return 0
     DOC.write_text(text)

@@ -6,6 +6,7 @@ Always writes exactly `figure_files(out_dir)`: every name in FIGURES as PNG and 
 whose data are empty (no divergences at all in fp32, no perplexities, no forensics) is an
 annotated empty panel, never a crash or a missing file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,18 +17,38 @@ import pandas as pd
 
 from orthrus.contracts import FIGURE_FORMATS as FORMATS
 from orthrus.contracts import FIGURES
+from orthrus.io import save_figure
 from orthrus.report.figures.base import FigureError, _need, _plt, _read_table
 from orthrus.report.figures.benchmarks import fig_benchmarks
-from orthrus.report.figures.exactness import (fig_decoders, fig_first_divergence_hist, fig_match_by_domain, fig_pairwise_match,
-                                       fig_survival, survival_curve)
+from orthrus.report.figures.exactness import (
+    fig_decoders,
+    fig_first_divergence_hist,
+    fig_match_by_domain,
+    fig_pairwise_match,
+    fig_survival,
+    survival_curve,
+)
 from orthrus.report.figures.explain import fig_margin_at_divergence, fig_match_vs_ppl, fig_match_vs_uncertainty
 from orthrus.report.figures.tpf import fig_tpf_by_domain
-from orthrus.io import save_figure
 
-__all__ = ["FIGURES", "FigureError", "fig_benchmarks", "fig_decoders", "fig_first_divergence_hist",
-           "fig_margin_at_divergence", "fig_match_by_domain", "fig_match_vs_ppl", "fig_match_vs_uncertainty",
-           "fig_pairwise_match", "fig_survival", "fig_tpf_by_domain", "figure_files", "make_figures", "main",
-           "survival_curve"]
+__all__ = [
+    "FIGURES",
+    "FigureError",
+    "fig_benchmarks",
+    "fig_decoders",
+    "fig_first_divergence_hist",
+    "fig_margin_at_divergence",
+    "fig_match_by_domain",
+    "fig_match_vs_ppl",
+    "fig_match_vs_uncertainty",
+    "fig_pairwise_match",
+    "fig_survival",
+    "fig_tpf_by_domain",
+    "figure_files",
+    "make_figures",
+    "main",
+    "survival_curve",
+]
 
 
 def figure_files(out_dir) -> list[Path]:
@@ -39,17 +60,50 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
     plt = _plt()
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     traj = _read_table(tables_dir, "trajectories.parquet", True)
-    _need(traj, ["model", "decoder", "precision", "attention", "match", "first_divergence",
-                 "n_tokens", "ref_n_tokens", "ppl"], "trajectories.parquet")
+    _need(
+        traj,
+        ["model", "decoder", "precision", "attention", "match", "first_divergence", "n_tokens", "ref_n_tokens", "ppl"],
+        "trajectories.parquet",
+    )
     mbd = _read_table(tables_dir, "match_by_domain.csv", True)
-    _need(mbd, ["model", "decoder", "precision", "attention", "domain", "match_rate", "ci_low", "ci_high"],
-          "match_by_domain.csv")
+    _need(
+        mbd,
+        ["model", "decoder", "precision", "attention", "domain", "match_rate", "ci_low", "ci_high"],
+        "match_by_domain.csv",
+    )
     tpf = _read_table(tables_dir, "tpf_by_domain.csv", True)
-    _need(tpf, ["model", "precision", "attention", "domain", "tpf_verify", "tpf_verify_ci", "tpf_all",
-                "tpf_all_ci", "tpf_authors", "tpf_authors_ci"], "tpf_by_domain.csv")
+    _need(
+        tpf,
+        [
+            "model",
+            "precision",
+            "attention",
+            "domain",
+            "tpf_verify",
+            "tpf_verify_ci",
+            "tpf_all",
+            "tpf_all_ci",
+            "tpf_authors",
+            "tpf_authors_ci",
+        ],
+        "tpf_by_domain.csv",
+    )
     pw = _read_table(tables_dir, "pairwise_match.csv", True)
-    _need(pw, ["a_model", "a_decoder", "a_precision", "a_attention", "b_model", "b_decoder",
-               "b_precision", "b_attention", "match_rate"], "pairwise_match.csv")
+    _need(
+        pw,
+        [
+            "a_model",
+            "a_decoder",
+            "a_precision",
+            "a_attention",
+            "b_model",
+            "b_decoder",
+            "b_precision",
+            "b_attention",
+            "match_rate",
+        ],
+        "pairwise_match.csv",
+    )
     dec = _read_table(tables_dir, "decoders.csv", True)
     _need(dec, ["decoder", "model", "precision", "attention", "match_rate", "ci_low", "ci_high"], "decoders.csv")
     fx = _read_table(tables_dir, "forensics_rows.parquet", False)
@@ -58,7 +112,11 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
     unc = _read_table(tables_dir, "uncertainty_by_domain.csv", False)
     if unc is not None:
-        _need(unc, ["domain", "near_ties_per_prompt", "near_tie_threshold", "scored_precision"], "uncertainty_by_domain.csv")
+        _need(
+            unc,
+            ["domain", "near_ties_per_prompt", "near_tie_threshold", "scored_precision"],
+            "uncertainty_by_domain.csv",
+        )
     fsum = _read_table(tables_dir, "forensics.csv", False)
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):

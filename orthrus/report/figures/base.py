@@ -1,4 +1,5 @@
 """What every figure shares: matplotlib set-up, reading a table, empty panels, error bars."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,9 +9,24 @@ import pandas as pd
 
 from orthrus.errors import InputError
 
-_STR_COLS = {c: str for c in ("model", "decoder", "precision", "attention", "domain",
-                              "a_model", "a_decoder", "a_precision", "a_attention",
-                              "b_model", "b_decoder", "b_precision", "b_attention")}
+_STR_COLS = {
+    c: str
+    for c in (
+        "model",
+        "decoder",
+        "precision",
+        "attention",
+        "domain",
+        "a_model",
+        "a_decoder",
+        "a_precision",
+        "a_attention",
+        "b_model",
+        "b_decoder",
+        "b_precision",
+        "b_attention",
+    )
+}
 
 
 class FigureError(InputError):
@@ -32,13 +48,11 @@ def _legend(ax, n_series: int, fontsize: int = 8) -> None:
     if n_series <= 6:
         ax.legend(fontsize=fontsize)
     else:
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                  ncol=1 + n_series // 24)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, ncol=1 + n_series // 24)
 
 
 def _empty(ax, msg: str) -> None:
-    ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.3",
-            wrap=True)
+    ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.3", wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
 

@@ -1,4 +1,5 @@
 """The benchmark figure (Table 7): lm-eval scores per run, drawn by `orthrus lm-eval table`."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,9 @@ def fig_benchmarks(df: pd.DataFrame):
         p = d[(d["task"] == task) & (d["metric"] == metric)]
         groups = list(dict.fromkeys(p["model"] + "/" + p["decoder"]))
         order = {"bf16": 0, "fp16": 1, "fp32": 2}
-        series = sorted(dict.fromkeys(p["precision"] + "/" + p["attention"]),
-                        key=lambda s: (order.get(s.split("/")[0], 9), s))
+        series = sorted(
+            dict.fromkeys(p["precision"] + "/" + p["attention"]), key=lambda s: (order.get(s.split("/")[0], 9), s)
+        )
         width = 0.8 / max(1, len(series))
         x = np.arange(len(groups))
         for i, s in enumerate(series):
@@ -43,7 +45,7 @@ def fig_benchmarks(df: pd.DataFrame):
         ax.set_title(f"{task}\n{metric}", fontsize=9)
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels) or 1:]:
+    for ax in list(axes.flat)[len(panels) or 1 :]:
         ax.axis("off")
     fig.tight_layout()
     return fig

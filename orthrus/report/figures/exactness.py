@@ -1,19 +1,19 @@
 """How often each decoder keeps the reference trajectory: by domain, over time, pairwise, per decoder."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from orthrus.contracts import CONTROLS, PRECISION_RANK, SPECULATIVE
-from orthrus.report.figures.base import _empty, _legend, _errbar, _plt
+from orthrus.report.figures.base import _empty, _errbar, _legend, _plt
 
 
 def fig_match_by_domain(mbd: pd.DataFrame):
     plt = _plt()
     d = mbd[mbd["decoder"].isin(SPECULATIVE)] if len(mbd) else mbd
     attentions = sorted(d["attention"].unique()) if len(d) else []
-    fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(6.5 * max(1, len(attentions)), 4.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(6.5 * max(1, len(attentions)), 4.2), squeeze=False)
     if not attentions:
         _empty(axes[0, 0], "no speculative-decoder match results")
         axes[0, 0].set_title("Exact trajectory match by domain")
@@ -27,8 +27,14 @@ def fig_match_by_domain(mbd: pd.DataFrame):
         for i, ((decoder, model, prec), s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
             off = (i - (len(series) - 1) / 2) * width
-            ax.errorbar(x + off, s["match_rate"], yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
-                        fmt="o", capsize=3, label=f"{decoder} {model} {prec}")
+            ax.errorbar(
+                x + off,
+                s["match_rate"],
+                yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
+                fmt="o",
+                capsize=3,
+                label=f"{decoder} {model} {prec}",
+            )
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("exact match rate (Wilson 95% CI)")
@@ -77,8 +83,13 @@ def fig_first_divergence_hist(traj: pd.DataFrame):
     hi = int(d["first_divergence"].max())
     bins = np.linspace(0, hi + 1, min(40, hi + 2))
     for key, g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
-        ax.hist(g["first_divergence"].astype(float), bins=bins, histtype="step", lw=1.5,
-                label=f"{'/'.join(key)} (n={len(g)})")
+        ax.hist(
+            g["first_divergence"].astype(float),
+            bins=bins,
+            histtype="step",
+            lw=1.5,
+            label=f"{'/'.join(key)} (n={len(g)})",
+        )
     ax.set_xlabel("first diverging token position")
     ax.set_ylabel("prompts")
     ax.legend(fontsize=8)
@@ -97,8 +108,11 @@ def fig_pairwise_match(pw: pd.DataFrame):
     a = pw.apply(lambda r: "/".join(str(r[f"a_{k}"]) for k in keys), axis=1)
     b = pw.apply(lambda r: "/".join(str(r[f"b_{k}"]) for k in keys), axis=1)
     labels = sorted(set(a) | set(b))
-    mat = pd.DataFrame({"a": a, "b": b, "r": pw["match_rate"].astype(float)}).pivot_table(
-        index="a", columns="b", values="r", aggfunc="mean").reindex(index=labels, columns=labels)
+    mat = (
+        pd.DataFrame({"a": a, "b": b, "r": pw["match_rate"].astype(float)})
+        .pivot_table(index="a", columns="b", values="r", aggfunc="mean")
+        .reindex(index=labels, columns=labels)
+    )
     size = max(5.0, 0.55 * len(labels) + 3)
     fig, ax = plt.subplots(figsize=(size + 1, size))
     im = ax.imshow(mat.to_numpy(float), vmin=0, vmax=1, cmap="viridis")
@@ -109,8 +123,9 @@ def fig_pairwise_match(pw: pd.DataFrame):
             for j in range(len(labels)):
                 v = mat.iat[i, j]
                 if np.isfinite(v):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                            color="black" if v > 0.6 else "white")
+                    ax.text(
+                        j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="black" if v > 0.6 else "white"
+                    )
     fig.colorbar(im, ax=ax, label="exact match rate")
     ax.set_title("Pairwise exact-match rate")
     fig.tight_layout()
@@ -122,16 +137,19 @@ def fig_decoders(dec: pd.DataFrame):
     (hatched) side by side, Wilson CI; one panel per attention kernel."""
     plt = _plt()
     attentions = sorted(dec["attention"].unique()) if len(dec) else []
-    fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(5.5 * max(1, len(attentions)), 4.2),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, max(1, len(attentions)), figsize=(5.5 * max(1, len(attentions)), 4.2), squeeze=False, sharey=True
+    )
     if not attentions:
         _empty(axes[0, 0], "no speculative-decoder match results")
         axes[0, 0].set_title("How lossless is each decoder?")
         return fig
     precisions = sorted(dec["precision"].unique(), key=lambda p: PRECISION_RANK.get(p, len(PRECISION_RANK)))
     order = SPECULATIVE + CONTROLS  # the controls last, hatched
-    series = sorted(dec.groupby(["decoder", "model"]).groups,
-                    key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
+    series = sorted(
+        dec.groupby(["decoder", "model"]).groups,
+        key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]),
+    )
     width = 0.7 / max(1, len(series))
     x = np.arange(len(precisions))
     for ax, att in zip(axes[0], attentions):
@@ -140,16 +158,24 @@ def fig_decoders(dec: pd.DataFrame):
             s = s.set_index("precision").reindex(precisions)
             off = (i - (len(series) - 1) / 2) * width
             control = decoder in CONTROLS
-            ax.bar(x + off, s["match_rate"], width * 0.9, yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
-                   capsize=3, hatch="//" if control else None, label=f"{decoder} ({model}){' control' if control else ''}")
+            ax.bar(
+                x + off,
+                s["match_rate"],
+                width * 0.9,
+                yerr=_errbar(s["match_rate"], s["ci_low"], s["ci_high"]),
+                capsize=3,
+                hatch="//" if control else None,
+                label=f"{decoder} ({model}){' control' if control else ''}",
+            )
         ax.set_xticks(x, precisions)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"attention={att}")
         ax.set_xlabel("precision")
     axes[0, 0].set_ylabel("trajectories identical to AR (Wilson 95% CI)")
     # outside, right of the last panel: the bars reach from 0 to 1 at every precision
-    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                       ncol=1 + len(series) // 24)
+    axes[0, -1].legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, ncol=1 + len(series) // 24
+    )
     fig.suptitle("How lossless is each decoder?")
     fig.tight_layout()
     return fig

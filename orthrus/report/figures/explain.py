@@ -1,5 +1,6 @@
 """What divergence goes with: reference perplexity (the reported logit), the margin at the
 first divergence, and the teacher's near-ties per domain."""
+
 from __future__ import annotations
 
 import math
@@ -54,13 +55,13 @@ def fig_match_vs_ppl(traj: pd.DataFrame, logit: pd.DataFrame | None = None, n_bi
             ys.append(k / n)
             lo.append(low)
             hi.append(high)
-        line = ax.errorbar(xs, ys, yerr=_errbar(ys, lo, hi), fmt="o", capsize=3,
-                           label=f"{decoder} {model} {prec} {att} (n={len(g)})")
+        line = ax.errorbar(
+            xs, ys, yerr=_errbar(ys, lo, hi), fmt="o", capsize=3, label=f"{decoder} {model} {prec} {att} (n={len(g)})"
+        )
         fit = curves.get((model, decoder, prec, att))
         if fit is not None:
             grid = np.linspace(lp.min(), lp.max(), 200)
-            ax.plot(np.exp(grid), 1 / (1 + np.exp(-(fit[0] + fit[1] * grid))), "-",
-                    color=line[0].get_color(), lw=1.2)
+            ax.plot(np.exp(grid), 1 / (1 + np.exp(-(fit[0] + fit[1] * grid))), "-", color=line[0].get_color(), lw=1.2)
     ax.set_xscale("log")
     lo, hi = float(d["ppl"].min()), float(d["ppl"].max())
     ticks = np.unique(np.round(np.geomspace(lo, max(hi, lo * 1.01), 6), 2))
@@ -85,8 +86,9 @@ def fig_margin_at_divergence(fx: pd.DataFrame | None, near_tie: float | None = N
     hi = float(d["margin_native"].max())
     bins = np.linspace(0, hi if hi > 0 else 1.0, 30)
     for key, g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
-        ax.hist(g["margin_native"].astype(float), bins=bins, histtype="step", lw=1.5,
-                label=f"{'/'.join(key)} (n={len(g)})")
+        ax.hist(
+            g["margin_native"].astype(float), bins=bins, histtype="step", lw=1.5, label=f"{'/'.join(key)} (n={len(g)})"
+        )
     if near_tie is not None and math.isfinite(near_tie):
         ax.axvline(near_tie, color="0.4", ls="--", lw=1, label=f"near-tie threshold {near_tie:g}")
     ax.set_xlabel("margin (logits, native precision)")
@@ -110,14 +112,24 @@ def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     for (model, decoder, prec, att), g in d.groupby(["model", "decoder", "precision", "attention"], sort=True):
         g = g[g["domain"].isin(ties.index)]
         x = ties.reindex(g["domain"]).to_numpy()
-        ax.errorbar(x, g["match_rate"], yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]), fmt="o",
-                    capsize=2, alpha=0.8, label=f"{decoder} {model} {prec} {att}")
+        ax.errorbar(
+            x,
+            g["match_rate"],
+            yerr=_errbar(g["match_rate"], g["ci_low"], g["ci_high"]),
+            fmt="o",
+            capsize=2,
+            alpha=0.8,
+            label=f"{decoder} {model} {prec} {att}",
+        )
     for dom, x in ties.drop("all", errors="ignore").items():
-        ax.annotate(dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7,
-                    ha="left", va="bottom")
+        ax.annotate(
+            dom, (x, 1.0), xytext=(0, 4), textcoords="offset points", rotation=60, fontsize=7, ha="left", va="bottom"
+        )
     thr = unc["near_tie_threshold"].iloc[0]
-    ax.set_xlabel(f"near-ties per response: greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
-                  f"{unc['scored_precision'].iloc[0]})")
+    ax.set_xlabel(
+        f"near-ties per response: greedy steps with top-1/top-2 margin < {thr:g} (teacher, "
+        f"{unc['scored_precision'].iloc[0]})"
+    )
     ax.set_ylabel("exact match rate (Wilson 95% CI)")
     ax.set_ylim(-0.03, 1.25)
     ax.legend(fontsize=7, loc="lower left")

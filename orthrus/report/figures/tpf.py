@@ -1,4 +1,5 @@
 """Tokens per forward by domain (Table 2)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,11 @@ from orthrus.report.figures.base import _empty, _legend, _plt
 def fig_tpf_by_domain(tpf: pd.DataFrame):
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.2), squeeze=False)
-    cols = [("tpf_verify", "tokens / (prefill + verify)"), ("tpf_all", "tokens / (prefill + diffusion + verify)"),
-            ("tpf_authors", "(1 + accepted) / (1 + verify), the follow-up paper's")]
+    cols = [
+        ("tpf_verify", "tokens / (prefill + verify)"),
+        ("tpf_all", "tokens / (prefill + diffusion + verify)"),
+        ("tpf_authors", "(1 + accepted) / (1 + verify), the follow-up paper's"),
+    ]
     for ax, (col, ylabel) in zip(axes[0], cols):
         ax.set_title(f"Tokens per forward: {ylabel}")
         d = tpf.dropna(subset=[col]) if len(tpf) else tpf
@@ -22,14 +26,24 @@ def fig_tpf_by_domain(tpf: pd.DataFrame):
         domains += ["all"] if "all" in set(d["domain"]) else []
         x = np.arange(len(domains))
         run = [c for c in ("message", "max_new_tokens") if c in d.columns]
-        keys = ["decoder", "model", "precision", "attention"] if "decoder" in d.columns else ["model", "precision", "attention"]
+        keys = (
+            ["decoder", "model", "precision", "attention"]
+            if "decoder" in d.columns
+            else ["model", "precision", "attention"]
+        )
         series = list(d.groupby([*keys, *run], sort=True, dropna=False))
         width = 0.5 / max(1, len(series))
         for i, (key, s) in enumerate(series):
             s = s.set_index("domain").reindex(domains)
             off = (i - (len(series) - 1) / 2) * width
-            ax.errorbar(x + off, s[col], yerr=s[f"{col}_ci"].fillna(0).to_numpy(float), fmt="o", capsize=3,
-                        label=" ".join(str(k) for k in key if not pd.isna(k)))
+            ax.errorbar(
+                x + off,
+                s[col],
+                yerr=s[f"{col}_ci"].fillna(0).to_numpy(float),
+                fmt="o",
+                capsize=3,
+                label=" ".join(str(k) for k in key if not pd.isna(k)),
+            )
         ax.set_xticks(x, domains, rotation=45, ha="right")
         ax.set_ylabel(f"{col} (95% t CI)")
         _legend(ax, len(series))
