@@ -188,6 +188,16 @@ class _Run:
 
 
 @torch.inference_mode()
+def _eos_set(model, opts: DecodeOptions, eos_token_id) -> set[int]:
+    """The ids that end the trajectory: an explicit `eos_token_id` (an int or a list of ints), else `opts.eos`'s."""
+    if eos_token_id is None:
+        return set(eos_ids(model, opts.eos))
+    given = [eos_token_id] if not isinstance(eos_token_id, (list, tuple, set)) else list(eos_token_id)
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in given):
+        raise OptionsError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    return set(given)
+
+
 def generate(
     model,
     input_ids: torch.Tensor,
@@ -220,13 +230,7 @@ def generate(
     ids = _check_args(model, input_ids, opts, oracle)
     mode = opts.decoder
     K = 1 if mode == "ar" else opts.block_size or model.block_size
-    if eos_token_id is None:
-        eos = set(eos_ids(model, opts.eos))
-    else:
-        given = [eos_token_id] if not isinstance(eos_token_id, (list, tuple, set)) else list(eos_token_id)
-        if not all(isinstance(e, int) and not isinstance(e, bool) for e in given):
-            raise OptionsError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
-        eos = set(given)
+    eos = _eos_set(model, opts, eos_token_id)
     sampler = Sampler(opts.temperature, opts.top_k, opts.top_p, generator)
 
     stats = {"mode": mode, "block_size": K, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}

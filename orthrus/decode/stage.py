@@ -223,6 +223,32 @@ def speculative_settings(options: DecodeOptions, model, draft, draft_name: str |
     return {}
 
 
+# the decoding columns of a prompt that ended in an error (its `error` says which)
+FAILED_ROW = {
+    "tokens": [],
+    "accepted": [],
+    "n_prefill": 0,
+    "n_diffusion": 0,
+    "n_verify": 0,
+    "seconds": float("nan"),
+    "finish_reason": "error",
+}
+
+
+def _env(model, options: DecodeOptions, draft, draft_name, shard, per_domain) -> str:
+    """The rows' `env`: the numerical environment and the run's provenance (the model as read: a hub
+    snapshot's commit, pinned by the config's `revisions` or not; the ar-batched control's batching)."""
+    run = {
+        "loop": "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate",
+        "options": options.record(),
+        "model_path": str(model.name_or_path),
+        "model_commit": snapshot_commit(model.name_or_path),
+    } | speculative_settings(options, model, draft, draft_name)
+    if options.decoder == "ar-batched":
+        run |= {"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
+    return json.dumps(numerical_env(model) | run, sort_keys=True)
+
+
 def decode_prompts(
     model,
     tokenizer,
@@ -240,23 +266,7 @@ def decode_prompts(
     `reference` maps prompt ids to the reference tokens (the oracle's drafts); `shard` is (shard,
     shards) of `prompts`, and `per_domain` the prompts per domain taken before sharding, both
     recorded for the ar-batched control, whose batches they decide."""
-    loop = "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate"
-    # provenance: the model as read (a hub snapshot's commit, pinned by the config's `revisions` or not)
-    run = (
-        {
-            "loop": loop,
-            "options": options.record(),
-            "model_path": str(model.name_or_path),
-            "model_commit": snapshot_commit(model.name_or_path),
-        }
-        | speculative_settings(options, model, draft, draft_name)
-        | (
-            {"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
-            if options.decoder == "ar-batched"
-            else {}
-        )
-    )
-    env = json.dumps(numerical_env(model) | run, sort_keys=True)
+    env = _env(model, options, draft, draft_name, shard, per_domain)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings
     if draft is not None:
@@ -300,16 +310,7 @@ def decode_prompts(
         except Exception as e:
             for pid, _ in batch:
                 rows[pid]["error"] = f"{type(e).__name__}: {e}"
-    failed = {
-        "tokens": [],
-        "accepted": [],
-        "n_prefill": 0,
-        "n_diffusion": 0,
-        "n_verify": 0,
-        "seconds": float("nan"),
-        "finish_reason": "error",
-    }
-    return pd.DataFrame([r if r["error"] is None else r | failed for r in rows.values()], columns=DECODE_COLUMNS)
+    return pd.DataFrame([r if r["error"] is None else r | FAILED_ROW for r in rows.values()], columns=DECODE_COLUMNS)
 
 
 def reference_tokens(path: str, options: DecodeOptions) -> dict:
@@ -360,7 +361,7 @@ def cell_options(args) -> list[DecodeOptions]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="orthrus decode", description=__doc__.split("\n")[0])
     ap.add_argument(
         "--model-path",
@@ -411,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
         help="leave torch's determinism flags at their defaults",
     )
     ap.add_argument("--out", nargs="+", required=True, help="one file per options object")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     cells = cell_options(args)
     if len(args.out) != len(cells):

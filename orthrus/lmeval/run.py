@@ -12,6 +12,31 @@ from orthrus.lmeval.tasks import BenchmarkError, check_tasks
 _RESULT_KEYS = ("results", "n-samples", "higher_is_better", "versions", "configs", "samples")
 
 
+def _run_group(lm, group, chat, tm, num_fewshot, limit, max_gen_toks, bootstrap_iters, unsafe, seed):
+    """lm-eval over one group of tasks, with or without the chat template (lm-eval applies it to a
+    whole run or not at all)."""
+    from lm_eval.evaluator import simple_evaluate
+
+    return simple_evaluate(
+        model=lm,
+        tasks=group,
+        task_manager=tm,
+        num_fewshot=num_fewshot,
+        limit=limit,
+        gen_kwargs={"max_gen_toks": int(max_gen_toks)} if max_gen_toks else None,
+        apply_chat_template=chat,
+        fewshot_as_multiturn=chat and bool(num_fewshot),
+        log_samples=True,
+        bootstrap_iters=bootstrap_iters,
+        confirm_run_unsafe_code=bool(unsafe),
+        # numpy's legacy seed takes 0 .. 2^32 - 1 only: a larger legal seed of the study is folded into it
+        random_seed=seed,
+        numpy_random_seed=seed % 2**32,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+    )
+
+
 def evaluate(
     model_path,
     options: DecodeOptions | None = None,
@@ -39,8 +64,6 @@ def evaluate(
     `raw_tasks` (plain completion prompts, e.g. lm-eval's `humaneval`). `max_gen_toks=None`:
     each task's own generation length (256, HFLM's default, where a task sets none), as the
     authors ran lm-eval."""
-    from lm_eval.evaluator import simple_evaluate
-
     tasks = list(tasks)
     tm, unsafe = check_tasks(tasks, include_paths, allow_code_eval)
     options = lm_options(options, decoding, precision, attention)
@@ -61,24 +84,7 @@ def evaluate(
         if not group:
             continue
         lm.reset_chat_rendering()
-        part = simple_evaluate(
-            model=lm,
-            tasks=group,
-            task_manager=tm,
-            num_fewshot=num_fewshot,
-            limit=limit,
-            gen_kwargs={"max_gen_toks": int(max_gen_toks)} if max_gen_toks else None,
-            apply_chat_template=chat,
-            fewshot_as_multiturn=chat and bool(num_fewshot),
-            log_samples=True,
-            bootstrap_iters=bootstrap_iters,
-            confirm_run_unsafe_code=bool(unsafe),
-            # numpy's legacy seed takes 0 .. 2^32 - 1 only: a larger legal seed of the study is folded into it
-            random_seed=seed,
-            numpy_random_seed=seed % 2**32,
-            torch_random_seed=seed,
-            fewshot_random_seed=seed,
-        )
+        part = _run_group(lm, group, chat, tm, num_fewshot, limit, max_gen_toks, bootstrap_iters, unsafe, seed)
         if part is None:
             raise BenchmarkError("lm-eval returned no results")
         for key in _RESULT_KEYS:

@@ -56,9 +56,8 @@ def figure_files(out_dir) -> list[Path]:
     return [out_dir / f"{name}.{fmt}" for name in FIGURES for fmt in FORMATS]
 
 
-def make_figures(tables_dir, out_dir) -> list[Path]:
-    plt = _plt()
-    tables_dir, out_dir = Path(tables_dir), Path(out_dir)
+def _tables(tables_dir: Path) -> dict:
+    """The tables the figures read, each checked for the columns they need."""
     traj = _read_table(tables_dir, "trajectories.parquet", True)
     _need(
         traj,
@@ -123,6 +122,16 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         near_tie = float(fsum["near_tie_threshold"].iloc[0])
     traj["match"] = traj["match"].astype(bool)
     traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")
+    return {"traj": traj, "mbd": mbd, "tpf": tpf, "pw": pw, "dec": dec, "fx": fx, "unc": unc, "near_tie": near_tie}
+
+
+def make_figures(tables_dir, out_dir) -> list[Path]:
+    plt = _plt()
+    tables_dir, out_dir = Path(tables_dir), Path(out_dir)
+    t = _tables(tables_dir)
+    traj, mbd, tpf, pw, dec, fx, unc, near_tie = (
+        t[k] for k in ("traj", "mbd", "tpf", "pw", "dec", "fx", "unc", "near_tie")
+    )
 
     builders = {
         "match_by_domain": lambda: fig_match_by_domain(mbd),
