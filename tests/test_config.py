@@ -358,7 +358,11 @@ BAD = [
     ("revisions pin of an id not loaded", _set("revisions", {"org/unused": "main"}), "revisions.org/unused"),
     ("engines cache of no size", _set("engines.kv_cache_gib", 0), "engines.kv_cache_gib"),
     ("engines typo", _set("engines.vllm_pyhton", "x"), "engines.vllm_pyhton"),
-    ("sampling greedy temperature", _set("sampling", {"enabled": True, "temperatures": [0]}), "sampling.temperatures[0]"),
+    (
+        "sampling greedy temperature",
+        _set("sampling", {"enabled": True, "temperatures": [0]}),
+        "sampling.temperatures[0]",
+    ),
     ("sampling of no such model", _set("sampling", {"enabled": True, "model": "nope"}), "sampling.model"),
     ("sampling too few samples", _set("sampling.two_sample", {"n_samples": 2}), "sampling.two_sample.n_samples"),
 ]

@@ -279,3 +279,13 @@ def test_no_generated_default_is_stated_again_outside_its_settings():
                 ]
             found += [f"{rel}:{node.lineno}: {h}" for h in hits]
     assert not found, "defaults stated outside their settings:\n" + "\n".join(found)
+
+
+def test_the_sampling_audit_joins_the_outputs_only_when_enabled():
+    off = study("config.yaml")
+    assert off.sampling_model() is None and off.sampling_outputs() == []
+    on = study("config.yaml", lambda c: c["sampling"].update(enabled=True))
+    assert on.sampling_model() == "ce-k8"
+    out = on.final_outputs([])
+    assert "results/tables/sampling_tv.csv" in out and "results/tables/sampling_two_sample.csv" in out
+    assert on.sampling_tables() == [f for f in on.sampling_outputs() if f.startswith("results/tables/")]
