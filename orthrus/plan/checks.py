@@ -1,9 +1,7 @@
-"""The config's schema and cross-key rules, checked before any job, each problem one line naming
-its key (`key.path: what is wrong`).
-
-`check` fills the schema's defaults in and returns every problem: the schema's own (types,
-ranges, unknown keys), names YAML read as numbers, NaNs, then the rules a schema cannot state
-(unique names, existing paths, dependent keys, settings that would train or measure nothing).
+"""The config's cross-key rules, checked before any job, each problem one line naming its key
+(`key.path: what is wrong`): the rules a schema cannot state (unique names, existing paths,
+dependent keys, settings that would train or measure nothing; the training settings' own in
+orthrus/plan/training_checks.py). orthrus/plan/validate.py runs them after the schema.
 The YAML hazards (tags, YTE, aliases, duplicate keys) are refused earlier, by
 workflow/scripts/config_check.py, before Snakemake reads a file.
 
@@ -15,7 +13,6 @@ generated), and filling them here would change the rules' params, hence rerun ex
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -24,66 +21,7 @@ from pathlib import Path
 from orthrus.audit.sampling_config import problems as sampling_problems
 from orthrus.engines.runner import problems as engine_problems
 from orthrus.models.hub import is_hub_id
-
-
-def coerce_integers(instance, schema: dict):
-    """`instance` with every integer-valued float at an integer-typed key made an int (YAML's `2.0`,
-    which the schema accepts as an integer but a rule or an argparse `type=int` would not)."""
-    types = schema.get("type")
-    types = types if isinstance(types, list) else [types]
-    if "integer" in types and isinstance(instance, float) and instance.is_integer():
-        return int(instance)
-    if isinstance(instance, dict):
-        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
-        for key, value in instance.items():
-            sub = props.get(key, extra if isinstance(extra, dict) else None)
-            if sub is not None:
-                instance[key] = coerce_integers(value, sub)
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        instance[:] = [coerce_integers(v, schema["items"]) for v in instance]
-    return instance
-
-
-def fill_defaults(instance, schema: dict) -> None:
-    """Set every missing key that has a schema default (recursively through `properties`)."""
-    if not isinstance(instance, dict) or schema.get("x-fill-defaults") is False:
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in instance and "default" in sub:
-            instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            fill_defaults(instance[key], sub)
-
-
-def _key(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(top level)"
-
-
-def _message(error) -> str:
-    """One line naming the offending key: unknown keys and missing ones get their own path."""
-    where = list(error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in error.instance if k not in known)
-        hint = f" (known: {', '.join(sorted(known))})" if known else ""
-        return "; ".join(f"{_key(where + [k])}: unknown key{hint}" for k in extra)
-    if error.validator == "required":
-        missing = re.match(r"'([^']+)'", error.message)
-        return f"{_key(where + [missing.group(1) if missing else '?'])}: required key missing"
-    if error.validator == "propertyNames":
-        return f"{_key(where)}: bad name {error.instance!r}: {error.message}"
-    return f"{_key(where)}: {error.message}"
-
-
-def schema_problems(config: dict, schema: dict) -> list[str]:
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
-    return [_message(e) for e in errors]
+from orthrus.plan.training_checks import code_defaults, training_problems, warmup_problem
 
 
 def _revision_problems(cfg: dict) -> list[str]:
@@ -151,11 +89,6 @@ def _path_problem(key: str, value: str) -> str | None:
     return f"{key}: no such directory: {value!r} (nor a hub id owner/name)"
 
 
-def _code_defaults(schema: dict) -> dict:
-    """{key: default} of an object whose defaults the command applies (x-fill-defaults: false)."""
-    return {k: v["default"] for k, v in schema.get("properties", {}).items() if "default" in v}
-
-
 def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> list[str]:
     """Rules a schema cannot state: unique names, existing paths, dependent keys (the assisted
     decoder's draft among them), settings that would train or measure nothing; `scatter` is
@@ -169,7 +102,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _architecture_problems(cfg)
     problems += _frontier_problems(cfg)
     problems += sampling_problems(cfg)
-    problems += _training_problems(cfg, props, scatter or {})
+    problems += training_problems(cfg, props, scatter or {})
     problems += _benchmark_problems(cfg, props)
     problems += _kernel_problems(cfg)
     problems += _revision_problems(cfg)
@@ -203,13 +136,13 @@ def _teacher_problems(cfg: dict, props: dict) -> list[str]:
             problems.append("teacher.path: required when teacher.source is hf")
         elif isinstance(teacher["path"], str):
             problems.append(_path_problem("teacher.path", teacher["path"]))
-    tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
+    tiny = {**code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
     if tiny["num_heads"] % tiny["num_kv_heads"]:
         problems.append(
             f"teacher.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
             f"teacher.tiny.num_kv_heads ({tiny['num_kv_heads']})"
         )
-    problems.append(_warmup_problem("teacher.tiny", tiny))
+    problems.append(warmup_problem("teacher.tiny", tiny))
     weights = (teacher.get("tiny") or {}).get("domain_weights")
     domains = props["teacher"]["properties"]["tiny"]["properties"]["domain_weights"]["propertyNames"]["enum"]
     if weights and set(weights) >= set(domains) and not any(w > 0 for w in weights.values()):
@@ -448,13 +381,13 @@ def _draft_problems(cfg: dict, props: dict) -> list[str]:
                 "teacher.draft.tiny.vocab_size: the tiny draft takes the tokenizer of the teacher; "
                 "leave its vocabulary to the teacher"
             )
-        tiny = {**_code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
+        tiny = {**code_defaults(props["teacher"]["properties"]["draft"]["properties"]["tiny"]), **tiny}
         if tiny["num_heads"] % tiny["num_kv_heads"]:
             problems.append(
                 f"teacher.draft.tiny.num_heads: {tiny['num_heads']} is not a multiple of "
                 f"teacher.draft.tiny.num_kv_heads ({tiny['num_kv_heads']})"
             )
-        problems.append(_warmup_problem("teacher.draft.tiny", tiny))
+        problems.append(warmup_problem("teacher.draft.tiny", tiny))
     return problems
 
 
@@ -493,171 +426,3 @@ def _eval_file_problem(value: str) -> str | None:
             )
         return _local_file_problem("prompts.eval_file", value, unquote(url.path))
     return None
-
-
-SEED_MAX = 2**64 - 1  # torch.manual_seed's largest (numpy's generators take any size >= 0)
-
-
-def _warmup_problem(key: str, s: dict) -> str | None:
-    """The tiny teacher's (or draft's) warm-up against its steps."""
-    if s["warmup_steps"] >= s["steps"] and s["warmup_steps"] > 0:
-        return (
-            f"{key}.warmup_steps: {s['warmup_steps']} is not below {key}.steps ({s['steps']}): the learning "
-            "rate would never leave warm-up; lower it"
-        )
-    return None
-
-
-def distill_prompt_count(cfg: dict) -> int | None:
-    """At most this many distillation prompts (each at most one corpus sequence): prompts.distill_n,
-    and with prompts.source hf no more than its distill specs take (`n`, default 1000 each); with
-    corpus.source hf the split's expected_rows, where given; None where unknown."""
-    corpus, prompts = cfg.get("corpus") or {}, cfg.get("prompts") or {}
-    if corpus.get("source", "generate") == "hf":
-        return corpus.get("expected_rows")
-    n = prompts.get("distill_n", 1000)
-    if prompts.get("source") == "hf":
-        n = min(n, sum(int(spec.get("n", 1000)) for spec in prompts.get("distill") or []))
-    return n
-
-
-def _vocabulary(cfg: dict, props: dict) -> tuple[int, str] | None:
-    """(an upper bound on the teacher's vocabulary, where it comes from), where it is known before
-    any job: a tiny teacher's (its tokenizer's size rounded up past a multiple of 64), the shipped
-    subject's or a local hf teacher's config.json; None for a hub teacher."""
-    teacher = cfg.get("teacher") or {}
-    source = teacher.get("source")
-    if source == "tiny":
-        tiny = {**_code_defaults(props["teacher"]["properties"]["tiny"]), **(teacher.get("tiny") or {})}
-        return (tiny["vocab_size"] // 64 + 1) * 64, f"teacher.tiny.vocab_size {tiny['vocab_size']}"
-    if source == "shipped":
-        from orthrus.world import subject
-
-        path = subject.model_dir("teacher")
-    elif source == "hf" and teacher.get("path"):
-        path = Path(os.path.expanduser(str(teacher["path"])))
-    else:
-        return None
-    try:
-        n = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (n, f"{path}/config.json") if isinstance(n, int) else None
-
-
-def _training_problems(cfg: dict, props: dict, scatter: dict) -> list[str]:
-    """Settings of the variants (models.*) and the corpus scatter that would make training
-    meaningless, each named by its key: offset weights of the wrong length or all 0, a block as long
-    as a whole sequence, a warm-up that outlasts the run, a global batch larger than the corpus, a
-    mask token outside the teacher's vocabulary, a seed beyond torch's range, more corpus shards
-    than distillation prompts (empty shards), a `--set-scatter` count outside 1..4096."""
-    problems = []
-    for key, n in scatter.items():
-        if key not in ("corpus", "decode"):
-            problems.append(f"--set-scatter {key}={n}: no such scatter (corpus, decode)")
-        elif not (isinstance(n, int) and 1 <= n <= 4096):
-            problems.append(f"--set-scatter {key}={n}: a scatter count is 1 to 4096 jobs ({key}.shards)")
-    n_prompts = distill_prompt_count(cfg)
-    shards = scatter.get("corpus", (cfg.get("corpus") or {}).get("shards", 1))
-    where = "--set-scatter corpus" if "corpus" in scatter else "corpus.shards"
-    if n_prompts is not None and isinstance(shards, int) and shards > n_prompts:
-        problems.append(
-            f"{where}: {shards} shards for at most {n_prompts} distillation prompts would leave shards "
-            f"empty; use at most {n_prompts}"
-        )
-    vocab = _vocabulary(cfg, props) if cfg.get("models") else None
-    world = max(1, ((cfg.get("resources") or {}).get("train") or {}).get("gpus", 0))
-    seed = cfg.get("seed", 0)
-    defaults = _code_defaults(props["models"]["additionalProperties"])
-    for name, s in (cfg.get("models") or {}).items():
-        s, key = {**defaults, **(s or {})}, f"models.{name}"
-        w, k = s["offset_weights"], s["block_size"]
-        if w is not None and len(w) not in (k - 1, k):
-            problems.append(
-                f"{key}.offset_weights: needs block_size-1 = {k - 1} or block_size = {k} values, got {len(w)}"
-            )
-        elif w is not None and not any(x > 0 for x in w[:k]):
-            problems.append(
-                f"{key}.offset_weights: every weight is 0: no block slot has a loss, nothing would be trained"
-            )
-        if k >= s["max_len"]:
-            problems.append(
-                f"{key}.block_size: {k} is not below {key}.max_len ({s['max_len']}): a training sequence "
-                "holds a prompt token and a whole block only when block_size < max_len"
-            )
-        if s["mask_token_id"] is not None and vocab is not None and s["mask_token_id"] >= vocab[0]:
-            problems.append(
-                f"{key}.mask_token_id: {s['mask_token_id']} is outside the teacher's vocabulary (below "
-                f"{vocab[0]}, {vocab[1]}); use an id of the vocabulary, or null for a new mask token"
-            )
-        if seed + s["seed"] > SEED_MAX:
-            problems.append(
-                f"{key}.seed: {s['seed']} plus the global seed {seed} exceeds 2^64 - 1, the largest seed "
-                "torch takes; lower either"
-            )
-        warm, G = s["warmup_steps"], s["batch_size"] * s["grad_accum"] * world
-        if s["max_steps"] is not None:
-            if warm and warm >= s["max_steps"]:
-                problems.append(
-                    f"{key}.warmup_steps: {warm} is not below {key}.max_steps ({s['max_steps']}): the "
-                    "learning rate would never leave warm-up; lower it"
-                )
-        elif n_prompts is not None:
-            per_epoch = n_prompts // G
-            if per_epoch == 0:
-                problems.append(
-                    f"{key}.batch_size: a global batch of {G} sequences (batch_size {s['batch_size']} x "
-                    f"grad_accum {s['grad_accum']} x {world} GPU(s)) exceeds the at most {n_prompts} "
-                    "corpus sequences: not one optimizer step; lower it"
-                )
-            elif warm and warm >= per_epoch * s["epochs"]:
-                problems.append(
-                    f"{key}.warmup_steps: {warm} is not below the at most {per_epoch * s['epochs']} optimizer "
-                    f"steps of the run ({s['epochs']} epoch(s) x {n_prompts} distillation prompts // global "
-                    f"batch {G}): the learning rate would never leave warm-up; lower it or set max_steps"
-                )
-    return problems
-
-
-def name_key_problems(config: dict) -> list[str]:
-    """Names of models, external models and files, and grids become paths and wildcards: strings only (YAML
-    reads `1:` or `~:` as a number or null, which the schema's name pattern does not see)."""
-    sections = {
-        "models": config.get("models"),
-        "external_models": config.get("external_models"),
-        "decode.grids": (config.get("decode") or {}).get("grids"),
-        "decode.external": (config.get("decode") or {}).get("external"),
-    }
-    return [
-        f"{where}: the name {key!r} is a {type(key).__name__}, not a string (quote it in the YAML)"
-        for where, section in sections.items()
-        if isinstance(section, dict)
-        for key in section
-        if not isinstance(key, str)
-    ]
-
-
-def nonfinite_problems(node, path="") -> list[str]:
-    """Every NaN or infinity in the config, named by its key: the schema's `minimum`/`maximum`
-    compare false with NaN, so a range check alone lets `.nan` through."""
-    import math
-
-    if isinstance(node, float) and not math.isfinite(node):
-        return [f"{path or '(top level)'}: {node!r} is not a finite number"]
-    if isinstance(node, dict):
-        return [p for k, v in node.items() for p in nonfinite_problems(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(node, list):
-        return [p for i, v in enumerate(node) for p in nonfinite_problems(v, f"{path}[{i}]")]
-    return []
-
-
-def check(config: dict, schema: dict, scatter: dict | None = None) -> list[str]:
-    """Fill defaults into `config` (in place) and return every problem, one line each;
-    `scatter`: Snakemake's `--set-scatter` {name: count}, checked with the config."""
-    fill_defaults(config, schema)
-    coerce_integers(config, schema)
-    problems = name_key_problems(config) + nonfinite_problems(config)
-    problems += schema_problems(config, schema)
-    if not problems:  # cross-key rules assume the types are right
-        problems += cross_key_problems(config, schema, scatter)
-    return problems

@@ -233,13 +233,13 @@ def load_yaml(path) -> dict:
 def check_config(config: dict, schema_path, files=(), scatter=None) -> dict:
     """Refuse the YAML hazards of the config `files` Snakemake read, then fill defaults into
     `config` (in place) and check it against the schema and the cross-key rules
-    (orthrus/plan/checks.py); raise ConfigError naming every problem. `scatter`: Snakemake's
+    (orthrus/plan/validate.py, checks.py); raise ConfigError naming every problem. `scatter`: Snakemake's
     `--set-scatter` {name: count}, checked with the config."""
     problems = size_problems(config)
     if problems:  # every walk below would take as long as the expansion
         raise ConfigError(problems)
     problems = [p for f in files if Path(f).is_file() for p in file_hazards(f) or duplicate_keys(f)]
-    from orthrus.plan.checks import check
+    from orthrus.plan.validate import check
 
     problems += check(config, yaml.safe_load(Path(schema_path).read_text(encoding="utf-8")), scatter)
     if problems:
