@@ -352,3 +352,18 @@ def test_an_engines_divergence_is_judged_by_its_own_top_2(name, top, expected):
     # the reference's own tie decides where the engine emitted its argmax
     if expected == "rounding":
         assert engine_verdict(top, 6, 7, 10.0, 10.0, "bf16", 4.0, True)[0] == "tie"
+
+
+@pytest.mark.parametrize("decoder", ["ar-ref", "prompt-lookup", "assisted", "ar-batched"])
+def test_a_replay_stopped_after_t_tokens_emits_the_full_runs_tokens_and_logits_up_to_t(decoder):
+    base = tiny_base(1)
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(2, MASK, (6,), generator=g).repeat(3)  # repeats give prompt lookup drafts
+    opts = DecodeOptions(decoder=decoder, max_new_tokens=40, **({"batch_size": 2} if decoder == "ar-batched" else {}))
+    draft = base if decoder == "assisted" else None
+    full, full_logits = hf_generate(base, prompt, opts, draft, logits=True)
+    for t in (1, 7, 23):
+        row, logits = hf_generate(base, prompt, opts, draft, logits=True, stop_after=t)
+        n = min(t, len(full["tokens"]))
+        assert row["tokens"][:n] == full["tokens"][:n] and len(row["tokens"]) < len(full["tokens"])
+        assert all(torch.equal(a, b) for a, b in zip(logits[:n], full_logits[:n]))

@@ -143,11 +143,13 @@ def replay_generate(model, prompt: list[int], options: DecodeOptions, t: int, dr
     if options.decoder == "ar-batched":
         prompts, i = batch
         rows, logits = batched_generate(
-            model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True
+            model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True, stop_after=t + 1
         )
         row, logits = rows[i], [x[i] for x in logits]
     else:
-        row, logits = hf_generate(model, torch.tensor(prompt, device=model.device), options, draft, logits=True)
+        row, logits = hf_generate(
+            model, torch.tensor(prompt, device=model.device), options, draft, logits=True, stop_after=t + 1
+        )
     if t >= len(logits):
         raise RuntimeError(f"the replay ended after {len(logits)} tokens, before token {t}")
     return logits[t], row["tokens"][: t + 1]

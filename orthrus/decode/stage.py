@@ -76,10 +76,34 @@ def count_forwards(module) -> tuple[list[int], object]:
     return n, module.register_forward_hook(lambda *_: n.__setitem__(0, n[0] + 1))
 
 
-def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, logits: bool = False):
+class StopAfter:
+    """A generate() stopping criterion: stop once every row holds `length` tokens. Unlike a smaller
+    max_new_tokens it leaves each step as the full run took it (transformers' speculative
+    decoders size their last drafts by the room left), so a replay stopped early emits the run's
+    tokens and logits up to there."""
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.length, device=input_ids.device)
+
+
+def _stopping(width: int, stop_after: int | None) -> dict:
+    if stop_after is None:
+        return {}
+    from transformers import StoppingCriteriaList
+
+    return {"stopping_criteria": StoppingCriteriaList([StopAfter(width + stop_after)])}
+
+
+def hf_generate(
+    model, ids: torch.Tensor, options: DecodeOptions, draft=None, logits: bool = False, stop_after: int | None = None
+):
     """Greedy transformers generate(): plain (`ar-ref`), assisted by `draft`, or with prompt lookup
     (and the ar-batched control's batch of one). With `logits`, also the logits generate returns
-    for every emitted token (`output_logits`: the verify pass's rows for the speculative ones)."""
+    for every emitted token (`output_logits`: the verify pass's rows for the speculative ones).
+    `stop_after`: stop once that many tokens are out (the forensics' replays need no more)."""
     eos = eos_ids(model, "generation_config")  # what transformers' generate stops on
     pad = model.generation_config.pad_token_id
     speculative = {}
@@ -91,8 +115,8 @@ def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, lo
         speculative["prompt_lookup_num_tokens"] = options.prompt_lookup_tokens
     if options.decoder == "ar-batched":
         if not logits:
-            return batched_generate(model, [ids], options)[0]
-        rows, scores = batched_generate(model, [ids], options, logits=True)
+            return batched_generate(model, [ids], options, stop_after=stop_after)[0]
+        rows, scores = batched_generate(model, [ids], options, logits=True, stop_after=stop_after)
         return rows[0], [x[0] for x in scores]
     steps = StepSizes()
     counters = [count_forwards(m) for m in (model, speculative.get("assistant_model")) if m is not None]
@@ -109,6 +133,7 @@ def hf_generate(model, ids: torch.Tensor, options: DecodeOptions, draft=None, lo
                 return_dict_in_generate=True,
                 output_logits=logits,
                 **speculative,
+                **_stopping(len(ids), stop_after),
             )
         seconds = time.perf_counter() - t0
     finally:
@@ -143,10 +168,12 @@ def left_padded(model, batch: list[torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return input_ids, mask, pad
 
 
-def batched_generate(model, batch: list[torch.Tensor], options: DecodeOptions, logits: bool = False):
+def batched_generate(
+    model, batch: list[torch.Tensor], options: DecodeOptions, logits: bool = False, stop_after: int | None = None
+):
     """The ar-batched control: greedy transformers generate() over one left-padded batch. One
     dict per prompt (as hf_generate's), and with `logits` the per-step logits (a tuple of
-    (batch, vocab) tensors) for the forensics."""
+    (batch, vocab) tensors) for the forensics; `stop_after` as hf_generate's."""
     eos = eos_ids(model, "generation_config")
     input_ids, mask, pad = left_padded(model, batch)
     t0 = time.perf_counter()
@@ -159,6 +186,7 @@ def batched_generate(model, batch: list[torch.Tensor], options: DecodeOptions, l
             pad_token_id=pad,
             return_dict_in_generate=True,
             output_logits=logits,
+            **_stopping(input_ids.shape[1], stop_after),
         )
     seconds = (time.perf_counter() - t0) / len(batch)
     rows = []
