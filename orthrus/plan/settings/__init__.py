@@ -8,10 +8,11 @@ settings, the tiny teacher's, the decoding options, the frontier's, the rounding
 from it, never written again here.
 """
 
+from orthrus.distill.settings import SEED_MAX
 from orthrus.plan.settings.analysis import ANALYSIS, BENCHMARKS
 from orthrus.plan.settings.data import CORPUS, DATASET, PROMPTS
 from orthrus.plan.settings.decode import DECODE, ENGINES
-from orthrus.plan.settings.keys import SEED_MAX, key
+from orthrus.plan.settings.keys import key
 from orthrus.plan.settings.models import EXTERNAL_MODELS, MODELS, REVISIONS
 from orthrus.plan.settings.resources import RESOURCES
 from orthrus.plan.settings.side_runs import FRONTIER, SAMPLING, TPF

@@ -5,7 +5,14 @@ orthrus/decode/options.py `DecodeOptions`. `engines`: the environment of the eng
 import dataclasses
 
 from orthrus.contracts import ATTENTIONS, PRECISIONS
-from orthrus.decode.options import NOISE_BATCH_SIZE, ORACLE_BLOCK_SIZE, DecodeOptions
+from orthrus.decode.options import (
+    EOS_POLICIES,
+    LAST_BLOCKS,
+    NOISE_BATCH_SIZE,
+    ORACLE_BLOCK_SIZE,
+    PREFILL_LOGITS,
+    DecodeOptions,
+)
 from orthrus.plan.settings.keys import ATTENTION, MESSAGE, NAMES, PRECISION, array, choices, key, section
 
 OPTIONS = {f.name: f.default for f in dataclasses.fields(DecodeOptions)}
@@ -280,7 +287,7 @@ DECODE = section(
             pattern=MESSAGE,
         ),
         "eos": choices(
-            ["generation_config", "config"],
+            EOS_POLICIES,
             OPTIONS["eos"],
             (
                 "Ids that end our loops' trajectories: every generation_config EOS id, or config.eos_token_id "
@@ -288,7 +295,7 @@ DECODE = section(
             ),
         ),
         "last_block": choices(
-            ["full", "shorten"],
+            LAST_BLOCKS,
             OPTIONS["last_block"],
             (
                 "`full`: every diffusion block has K tokens; `shorten`: the last blocks have min(K, remaining + "
@@ -296,7 +303,7 @@ DECODE = section(
             ),
         ),
         "prefill_logits": choices(
-            ["last", "all"],
+            PREFILL_LOGITS,
             OPTIONS["prefill_logits"],
             "Prompt positions whose logits the prefill computes (the released loop: all).",
         ),

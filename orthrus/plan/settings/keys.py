@@ -21,7 +21,6 @@ NAME = "^[A-Za-z0-9_][A-Za-z0-9_.-]*(?![\\s\\S])"
 NAMES = {"pattern": NAME}
 # a prompt's chat message format (orthrus/decode/options.py check_message)
 MESSAGE = "^(none|empty|system:.*)$"
-SEED_MAX = 2**64 - 1  # torch's generators' range (orthrus/distill/settings.py SEED_MAX)
 PRECISION = {"type": "string", "enum": list(PRECISIONS)}
 ATTENTION = {"type": "string", "enum": list(ATTENTIONS)}
 

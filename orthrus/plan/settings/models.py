@@ -2,8 +2,10 @@
 `orthrus train`, whose defaults are orthrus/distill/settings.py DEFAULTS), the hub revisions, the
 released checkpoints studied beside them."""
 
+from orthrus.distill.settings import ATTENTIONS as TRAIN_ATTENTIONS
 from orthrus.distill.settings import DEFAULTS as TRAIN
-from orthrus.plan.settings.keys import NAMES, SEED_MAX, array, choices, key, section, with_defaults
+from orthrus.distill.settings import MAX_LR, OBJECTIVES, SCHEDULES, SEED_MAX
+from orthrus.plan.settings.keys import NAMES, array, choices, key, section, with_defaults
 
 MODELS = key(
     dict,
@@ -21,7 +23,7 @@ MODELS = key(
             {
                 "description": key(str, description="Free text, copied to the training summary."),
                 "objective": choices(
-                    ["ce", "kl", "mix"],
+                    OBJECTIVES,
                     description=(
                         "ce: cross-entropy on the teacher's tokens; kl: forward KL to the frozen AR view; mix: both."
                     ),
@@ -69,10 +71,10 @@ MODELS = key(
                         "overwrites the weights)."
                     ),
                     exclusiveMinimum=0,
-                    maximum=1,
+                    maximum=MAX_LR,
                 ),
                 "schedule": choices(
-                    ["cosine", "constant"],
+                    SCHEDULES,
                     description="After warm-up: cosine decay to lr * min_lr_ratio, or constant (the authors).",
                 ),
                 "min_lr_ratio": key(
@@ -116,7 +118,7 @@ MODELS = key(
                 ),
                 "bf16": key(bool, description="bf16 autocast on CUDA (CPU always trains in fp32)."),
                 "attention": choices(
-                    ["eager", "sdpa"], description="Attention kernel for training (the saved model loads with eager)."
+                    TRAIN_ATTENTIONS, description="Attention kernel for training (the saved model loads with eager)."
                 ),
                 "log_every": key(int, description="Log a training row every N steps.", minimum=0),
                 "save_every": key(int, description="Checkpoint every N optimizer steps (0 = never).", minimum=0),

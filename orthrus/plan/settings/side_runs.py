@@ -4,6 +4,7 @@ orthrus/decode/frontier.py DEFAULTS and BASE."""
 from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.decode.frontier import BASE
 from orthrus.decode.frontier import DEFAULTS as FRONTIER
+from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
 from orthrus.plan.settings.keys import ATTENTION, MESSAGE, PRECISION, array, choices, key, section
 
 TPF = section(
@@ -24,9 +25,9 @@ TPF = section(
             minItems=1,
             uniqueItems=True,
         ),
-        "eos": choices(["generation_config", "config"], description="As decode.eos (default there)."),
-        "last_block": choices(["full", "shorten"], description="As decode.last_block."),
-        "prefill_logits": choices(["last", "all"], description="As decode.prefill_logits."),
+        "eos": choices(EOS_POLICIES, description="As decode.eos (default there)."),
+        "last_block": choices(LAST_BLOCKS, description="As decode.last_block."),
+        "prefill_logits": choices(PREFILL_LOGITS, description="As decode.prefill_logits."),
         "deterministic": key(bool, description="As decode.deterministic."),
     },
     default={},

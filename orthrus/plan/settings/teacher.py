@@ -1,7 +1,8 @@
 """`teacher`: the autoregressive reference model and the draft of the assisted decoder; a tiny one's
 settings (`teacher.tiny`, `teacher.draft.tiny`) take their defaults from orthrus/world/teacher.py."""
 
-from orthrus.plan.settings.keys import NAME, SEED_MAX, choices, key, section, with_defaults
+from orthrus.distill.settings import SEED_MAX
+from orthrus.plan.settings.keys import NAME, choices, key, section, with_defaults
 from orthrus.world.domains import DOMAINS
 from orthrus.world.teacher import DEFAULTS as TINY
 
