@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -179,26 +182,54 @@ def test_a_local_dataset_and_eval_file_are_fingerprinted(tmp_path):
     assert s2.corpus_source_args(None, None)[:2] == ["--dataset", str(data)]
 
 
-def test_the_schemas_defaults_are_generated_from_the_settings():
-    """The committed schema carries the package's defaults (python -m orthrus.plan.schema), and a
-    changed default in the code changes the generated schema (so the check can fail)."""
-    from orthrus.decode.options import DecodeOptions
-    from orthrus.distill.settings import DEFAULTS
+def test_the_schema_is_generated_from_the_typed_settings():
+    """The committed schema is what orthrus/plan/settings generates (python -m orthrus.plan.schema)
+    and carries every default a settings object of the package holds."""
     from orthrus.plan import schema
 
-    text = SCHEMA.read_text()
-    assert schema.render(text) == text, "run: python -m orthrus.plan.schema"
-    loaded = yaml.safe_load(text)["properties"]
-    assert loaded["models"]["additionalProperties"]["properties"]["lr"]["default"] == DEFAULTS["lr"]
-    assert loaded["decode"]["properties"]["max_new_tokens"]["default"] == DecodeOptions.max_new_tokens
-    changed = schema.generated_defaults()
-    changed[("properties", "models", "additionalProperties", "properties", "lr")] = 0.125
-    changed[("properties", "decode", "properties", "message")] = "none"
-    new = yaml.safe_load(schema.render(text, changed))["properties"]
+    assert schema.main(["--check"]) == 0, "run: python -m orthrus.plan.schema"
+    loaded = yaml.safe_load(SCHEMA.read_text())
+    for path, v in schema.generated_defaults().items():
+        node = loaded
+        for k in path:
+            node = node[k]
+        assert node["default"] == (list(v) if isinstance(v, tuple) else v), ".".join(path)
+
+
+def test_a_changed_setting_makes_the_committed_schema_stale(tmp_path):
+    """A default changed in the code (a variant's lr, the decoding options' message) changes the
+    generated schema, and --check then fails on the committed file: the check can fail."""
+    from orthrus.plan import schema
+
+    code = (
+        "import sys; from orthrus.distill.settings import DEFAULTS; DEFAULTS['lr'] = 0.125\n"
+        "from orthrus.decode.options import DecodeOptions\n"
+        "DecodeOptions.__dataclass_fields__['message'].default = 'none'\n"
+        "from orthrus.plan import schema; sys.stdout.write(schema.render())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    text = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    new = yaml.safe_load(text)["properties"]
     assert new["models"]["additionalProperties"]["properties"]["lr"]["default"] == 0.125
     assert new["decode"]["properties"]["message"]["default"] == "none"
-    with pytest.raises(KeyError, match="no default to generate at: properties.decode.properties.nope"):
-        schema.render(text, {("properties", "decode", "properties", "nope"): 1})
+    changed = tmp_path / "config.schema.yaml"
+    changed.write_text(text)
+    assert schema.main(["--check", "--schema", str(changed)]) == 1
+    changed.write_text(schema.render())
+    assert schema.main(["--check", "--schema", str(changed)]) == 0
+
+
+def test_a_setting_the_config_leaves_out_is_refused():
+    """Settings whose defaults a settings object holds name the same keys as that object, so a
+    setting added to the code and not to the config (or the reverse) fails the generation."""
+    from orthrus.plan.settings.keys import key, with_defaults
+
+    spec = with_defaults({"a": 1}, {"a": key(int, description="A.", minimum=0)})
+    assert spec == {"a": {"type": "integer", "minimum": 0, "default": 1, "description": "A."}}
+    with pytest.raises(KeyError, match=r"only in the config \[\], only in the settings \['new'\]"):
+        with_defaults({"a": 1, "new": 2}, {"a": key(int)})
+    with pytest.raises(KeyError, match=r"only in the config \['b'\]"):
+        with_defaults({"a": 1}, {"a": key(int), "b": key(int)})
 
 
 # the modules that state the generated defaults (orthrus/plan/schema.py)

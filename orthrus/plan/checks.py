@@ -7,8 +7,8 @@ workflow/scripts/config_check.py, before Snakemake reads a file.
 
 Defaults from the schema are filled in, except inside objects marked `x-fill-defaults: false`
 (a variant's training settings and the tiny teacher's): their commands apply the same defaults
-(orthrus/distill/settings.py and orthrus/world/teacher.py DEFAULTS, from which the schema's are
-generated), and filling them here would change the rules' params, hence rerun existing results.
+(orthrus/distill/settings.py and orthrus/world/teacher.py DEFAULTS, from which orthrus/plan/settings
+takes the schema's), and filling them here would change the rules' params, hence rerun existing results.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""The config schema's defaults, generated from the settings that hold them.
+"""The config schema, generated from the typed settings (orthrus/plan/settings/).
 
-Each default below is stated once, in the package: a variant's training settings
-(orthrus/distill/settings.py), the tiny teacher's (orthrus/world/teacher.py), the decoding options
-(orthrus/decode/options.py: `DecodeOptions` and the controls' sizes), the verdicts' rounding
-bound (orthrus/audit/verdict.py), the frontier's settings (orthrus/decode/frontier.py). The committed schema (workflow/schemas/config.schema.yaml, which
-Snakemake validates with) carries them as generated values; its structure, types, ranges and
-descriptions are written by hand there, and docs/CONFIG.md is generated from it.
+Every key of the config, its type, default, description and rules is stated once, in
+orthrus/plan/settings/; a default that a settings object of the package holds is taken from it: a
+variant's training settings (orthrus/distill/settings.py), the tiny teacher's
+(orthrus/world/teacher.py), the decoding options (orthrus/decode/options.py: `DecodeOptions` and
+the controls' sizes), the verdicts' rounding bound (orthrus/audit/verdict.py), the frontier's
+settings (orthrus/decode/frontier.py). The committed schema (workflow/schemas/config.schema.yaml,
+which Snakemake validates with) is written from them, and docs/CONFIG.md from the schema
+(workflow/scripts/schema_docs.py).
 
-    python -m orthrus.plan.schema            # rewrite the schema's generated defaults
-    python -m orthrus.plan.schema --check    # exit 1 if they are out of date (tests/test_plan.py)
+    python -m orthrus.plan.schema            # rewrite workflow/schemas/config.schema.yaml
+    python -m orthrus.plan.schema --check    # exit 1 if it is out of date (tests/test_plan.py)
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 from pathlib import Path
 
+import yaml
+
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
-KEY = re.compile(r"^(\s*)([A-Za-z0-9_$-]+):(?=\s|$)(.*)$")
+HEADER = (
+    "# Generated from the typed settings in orthrus/plan/settings/ by `python -m orthrus.plan.schema`;\n"
+    "# do not edit by hand (tests/test_plan.py fails when this file differs from what they generate).\n"
+)
 
 
 def generated_defaults() -> dict[tuple[str, ...], object]:
-    """{path of a schema property: its default}, from the package's settings."""
+    """{path of a schema property: its default}, for the defaults a settings object of the package
+    holds (tests/test_plan.py checks the schema carries them and that no module restates them)."""
     from orthrus.audit.verdict import ROUNDING_ULPS
     from orthrus.decode import frontier, options
     from orthrus.distill.settings import DEFAULTS as TRAIN
@@ -50,85 +57,65 @@ def generated_defaults() -> dict[tuple[str, ...], object]:
     return out
 
 
-def _yaml_value(v) -> str:
-    """A default as YAML flow text (JSON is YAML; tuples are lists)."""
-    return json.dumps(list(v) if isinstance(v, tuple) else v)
+class _Dumper(yaml.SafeDumper):
+    # the settings share blocks (teacher.tiny's keys, the precision enum) as Python objects; the file
+    # spells each out where it applies, so that a reader of one key needs no anchor elsewhere
+    def ignore_aliases(self, data):
+        return True
 
 
-def _flow_default(text: str, value: str) -> str | None:
-    """`text` (a one-line flow mapping `{a: 1, default: x, ...}`) with its top-level default replaced."""
-    depth, quote, i = 0, None, 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            quote = None if c == quote and text[i - 1] != "\\" else quote
-        elif c in "\"'":
-            quote = c
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-        elif depth == 1 and text.startswith("default:", i) and text[i - 1] in "{ ,":
-            start = i + len("default:")
-            end, d, q = start, 0, None
-            while end < len(text):  # the value ends at a top-level comma or the closing brace
-                e = text[end]
-                if q:
-                    q = None if e == q else q
-                elif e in "\"'":
-                    q = e
-                elif e in "{[":
-                    d += 1
-                elif e in "}]":
-                    if d == 0:
-                        break
-                    d -= 1
-                elif e == "," and d == 0:
-                    break
-                end += 1
-            return text[:start] + " " + value + text[end:]
-        i += 1
-    return None
+def _mapping(dumper: yaml.SafeDumper, data: dict):
+    # a key that fits a line (`{type: integer, minimum: 1, default: 4, description: ...}`) on one,
+    # the way a reader scans a section; a longer one, or an object with nested settings, as a block
+    flat = all(not isinstance(v, (dict, list)) or _scalars(v) for v in data.values())
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=flat and len(json.dumps(data)) <= 100)
 
 
-def render(text: str, defaults: dict[tuple[str, ...], object] | None = None) -> str:
-    """The schema `text` with every generated default written in; an error names a path it lacks."""
-    defaults = generated_defaults() if defaults is None else defaults
-    stack: list[tuple[int, str]] = []
-    lines, seen = text.split("\n"), set()
-    for n, line in enumerate(lines):
-        m = KEY.match(line)
-        if not m or line.lstrip().startswith(("#", "-")):
-            continue
-        indent, key, rest = len(m.group(1)), m.group(2), m.group(3)
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        path = tuple(k for _, k in stack) + (key,)
-        stack.append((indent, key))
-        if path in defaults and rest.strip().startswith("{"):  # `key: {type: ..., default: v, ...}`
-            new = _flow_default(rest, _yaml_value(defaults[path]))
-            if new is not None:
-                lines[n], _ = f"{m.group(1)}{key}:{new}", seen.add(path)
-        elif key == "default" and path[:-1] in defaults:  # a block property's `default: v` line
-            lines[n], _ = f"{m.group(1)}default: {_yaml_value(defaults[path[:-1]])}", seen.add(path[:-1])
-    missing = sorted(".".join(p) for p in set(defaults) - seen)
-    if missing:
-        raise KeyError(f"the schema has no default to generate at: {', '.join(missing)}")
-    return "\n".join(lines)
+def _scalars(v) -> bool:
+    return isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v)
+
+
+def _list(dumper: yaml.SafeDumper, data: list):
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=_scalars(data))
+
+
+def _str(dumper: yaml.SafeDumper, data: str):
+    # long descriptions folded (`>-`), a line break where the text has a space, as written by hand
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=">" if len(data) > 80 else None)
+
+
+_Dumper.add_representer(dict, _mapping)
+_Dumper.add_representer(list, _list)
+_Dumper.add_representer(str, _str)
+
+
+def render(schema: dict | None = None) -> str:
+    """The schema file's text: `schema` (default: the typed settings' `SCHEMA`) as YAML, key order kept."""
+    from orthrus.plan.settings import SCHEMA as SETTINGS
+    from orthrus.plan.settings.keys import plain
+
+    data = plain(SETTINGS if schema is None else schema)
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return HEADER + body
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m orthrus.plan.schema", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the committed schema's defaults are out of date")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the committed schema is out of date")
+    ap.add_argument("--schema", type=Path, default=SCHEMA, help=argparse.SUPPRESS)  # for the tests
     args = ap.parse_args(argv)
-    text = SCHEMA.read_text(encoding="utf-8")
-    new = render(text)
+    new = render()
     if args.check:
-        if new != text:
-            sys.stderr.write(f"{SCHEMA}: generated defaults out of date; run python -m orthrus.plan.schema\n")
+        if not args.schema.exists() or args.schema.read_text(encoding="utf-8") != new:
+            sys.stderr.write(
+                f"{args.schema}: out of date with orthrus/plan/settings; run python -m orthrus.plan.schema\n"
+            )
             return 1
         return 0
-    SCHEMA.write_text(new, encoding="utf-8")
+    from orthrus.io import atomic_path
+
+    with atomic_path(args.schema) as tmp:
+        tmp.write_text(new, encoding="utf-8")
     return 0
 
 
