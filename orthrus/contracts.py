@@ -420,8 +420,8 @@ TABLE_NOTES = {
     "sampling_two_sample.csv": "One row per (loop, prompt) of the empirical test: `n_samples` samples of the first "
     "`m` tokens from the loop and as many from plain AR sampling; `p_first` the chi-square "
     "test on the first token, `p_min_position` the smallest over the m positions, "
-    "`p_prefix` on the m-token prefix, `p_value` the smallest of the m + 1 Bonferroni-"
-    "corrected; `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
+    "`p_prefix` on the m-token prefix (these three describe); `p_value` the stratified "
+    "chi-square (each token against the other arm's given the same earlier tokens); `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
     "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
     "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "

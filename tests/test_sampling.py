@@ -11,6 +11,7 @@ from orthrus.audit.sampling import (
     chi2_homogeneity,
     holm,
     step_distribution,
+    stratified_chi2,
     total_variation,
     tv_summary,
     two_sample_test,
@@ -350,3 +351,16 @@ def test_sampling_claims_fail_when_they_should(tmp_path):
     assert [r["verdict"] for r in planted_sampler_bias_caught(tables, s)] == ["fails"]  # not rejected
     (tmp_path / "empty").mkdir()
     assert [r["verdict"] for r in planted_sampler_bias_caught(tmp_path / "empty", s)] == ["untestable"]
+
+
+def test_the_stratified_test_compares_each_token_after_the_same_earlier_tokens():
+    """Arm a repeats its first token, arm b flips it: every position's marginal is the same in both
+    (so the per-position tests see nothing), the conditional distributions differ wholly."""
+    rng = random.Random(4)
+    firsts = [rng.randrange(2) for _ in range(200)]
+    a, b = [[x, x] for x in firsts[:100]], [[x, 1 - x] for x in firsts[100:]]
+    r = two_sample_test(a, b, 2)
+    assert min(r["p_positions"]) > 0.01 and r["p_value"] < 1e-10
+    stat, dof, p = stratified_chi2([tuple(s) for s in a], [tuple(s) for s in a[::-1]], 2)
+    assert p == 1.0 or p > 0.5  # an arm against itself
+    assert stratified_chi2([(1, END)] * 5, [(1, END)] * 4, 2)[1] == 0  # strata under 10 samples say nothing

@@ -145,14 +145,39 @@ def prefix_labels(samples: list[list[int]], m: int) -> list[tuple]:
     return [tuple(s[:m]) + (END,) * (m - len(s[:m])) for s in samples]
 
 
+def stratified_chi2(a: list[tuple], b: list[tuple], m: int, min_stratum: int = 10) -> tuple[float, int, float]:
+    """The test that two samples of m-token prefixes (END-padded labels) draw each token from one
+    distribution given the tokens before it: at each position, a chi-square test of homogeneity
+    within each stratum of samples sharing the prefix before it (strata of fewer than
+    `min_stratum` samples of both arms together left out), the statistics and degrees of freedom
+    summed over strata and positions (the chain rule: under the null the conditional tests are
+    asymptotically independent). Where the prefixes still agree it compares like with like, which
+    a position's marginal mixes over the earlier tokens. (statistic, degrees of freedom, p)."""
+    from scipy.special import chdtrc
+
+    stat, dof = 0.0, 0
+    for j in range(m):
+        strata: dict[tuple, tuple[list, list]] = {}
+        for arm, labels in enumerate((a, b)):
+            for s in labels:
+                if END not in s[:j]:  # a sample that has stopped has no token j to compare
+                    strata.setdefault(s[:j], ([], []))[arm].append(s[j])
+        for x, y in strata.values():
+            if len(x) + len(y) >= min_stratum:
+                st, d, _ = chi2_homogeneity(x, y)
+                stat, dof = stat + st, dof + d
+    return stat, dof, float(chdtrc(dof, stat)) if dof else 1.0
+
+
 def two_sample_test(a: list[list[int]], b: list[list[int]], m: int) -> dict:
-    """One prompt's test that two decoders sample its first m tokens from one distribution: a
-    chi-square test on the token at each position 1..m and on the whole m-token prefix, their
-    smallest p Bonferroni-corrected over the m + 1 tests (valid whatever their dependence)."""
+    """One prompt's test that two decoders sample its first m tokens from one distribution: the
+    stratified chi-square (`stratified_chi2`) gives `p_value`; the chi-square tests on the token
+    at each position 1..m and on the whole m-token prefix are kept beside it as descriptions (on
+    the study's model the stratified test rejects the planted sampler on 3 of 4 prompts at N =
+    300 where the smallest of those, Bonferroni-corrected, did on 2)."""
     la, lb = prefix_labels(a, m), prefix_labels(b, m)
     pvals = [chi2_homogeneity([s[j] for s in la], [s[j] for s in lb])[2] for j in range(m)]
-    pvals.append(chi2_homogeneity(la, lb)[2])
-    return {"p_positions": pvals[:-1], "p_prefix": pvals[-1], "p_value": min(1.0, (m + 1) * min(pvals))}
+    return {"p_positions": pvals, "p_prefix": chi2_homogeneity(la, lb)[2], "p_value": stratified_chi2(la, lb, m)[2]}
 
 
 def holm(pvalues, alpha: float) -> list[bool]:
