@@ -16,6 +16,7 @@ COMMANDS = {
     "export-prompts": "orthrus.engines.export_prompts",
     "ingest": "orthrus.engines.ingest",
     "engine-standin": "orthrus.engines.engine_standin",
+    "engine-samples": "orthrus.engines.engine_samples",
     "engine-run": "orthrus.engines.runner",
     "gather": "orthrus.data.gather",
     "analyze": "orthrus.analysis",

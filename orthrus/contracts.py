@@ -151,6 +151,11 @@ EXTERNAL_FIELDS = EXTERNAL_REQUIRED + [
     "logprobs",
     "extra",
 ]
+# sampled engines (sampling.engines; `orthrus engine-samples`): the sampled export adds the two-sample test's
+# settings to each record (max_new_tokens is its m), an engine writes N samples per prompt back
+SAMPLED_EXPORT_FIELDS = EXPORT_FIELDS + ["top_p", "top_k", "n_samples"]
+SAMPLED_REQUIRED = ["prompt_id", "samples", "env"]
+SAMPLED_FIELDS = SAMPLED_REQUIRED + ["extra"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 
@@ -376,10 +381,31 @@ TWO_SAMPLE_COLUMNS = SAMPLING_CELL + [
     "n_rejected",
     "n_below_alpha",
 ]
+ENGINE_TWO_SAMPLE_COLUMNS = [
+    "engine",
+    "reference",
+    "engine_seed",
+    "reference_seed",
+    "prompt_id",
+    "domain",
+    "temperature",
+    "top_p",
+    "top_k",
+    "n_samples",
+    "m",
+    "p_first",
+    "p_prefix",
+    "p_value",
+    "alpha",
+    "rejected",
+    "n_prompts",
+    "n_rejected",
+]
 SAMPLING_TABLES = {
     "sampling_tv.csv": SAMPLING_TV_COLUMNS + [ERRORS],
     "sampling_two_sample.csv": TWO_SAMPLE_COLUMNS + [ERRORS],
 }
+SAMPLING_ENGINE_TABLES = {"sampling_engines.csv": ENGINE_TWO_SAMPLE_COLUMNS + [ERRORS]}
 SAMPLING_FIGURE = "sampling_tv"
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
@@ -423,6 +449,11 @@ TABLE_NOTES = {
     "`p_prefix` on the m-token prefix (these three describe); `p_value` the stratified "
     "chi-square (each token against the other arm's given the same earlier tokens); `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
     "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
+    "sampling_engines.csv": "One row per (engine pair, prompt) of sampling.engines: the sampled file of `engine` "
+    "against its `reference`'s (the same engine plain), `n_samples` samples of the first `m` tokens each, "
+    "from the seeds `engine_seed` and `reference_seed`; `p_first` and `p_prefix` describe, `p_value` is the "
+    "stratified chi-square of the in-process test; `rejected` by Holm over the pair's `n_prompts` prompts at "
+    "family-wise `alpha`.",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
     "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
     "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
@@ -531,6 +562,24 @@ ARTEFACTS = {
         "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
         "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`).",
     ),
+    "Sampled export": Artefact(
+        "results/export/sampled.jsonl",
+        "orthrus export-prompts --sampling",
+        SAMPLED_EXPORT_FIELDS,
+        "The prompts of sampling.two_sample as an engine samples them, one JSON object per line: an exported "
+        "prompt's fields, with the test's `temperature`, `top_p` and `top_k` (null: none), `n_samples` (N) and "
+        "`max_new_tokens` (its m).",
+    ),
+    "Sampled engine file": Artefact(
+        "sampling.engines.{name}.path (JSONL)",
+        "an engine, or orthrus engine-standin on the sampled export",
+        SAMPLED_FIELDS,
+        "One JSON object per line and prompt of the sampled export; `orthrus engine-samples` tests it against "
+        "its entry's `reference`. `samples`: the export's `n_samples` lists of generated ids, each of "
+        "`max_new_tokens` ids or ending at a stop id; `env`: `engine`, the `seed` the prompt was sampled with "
+        "(an integer; a pair's two files must differ in it) and the sampling settings `temperature`, `top_p`, "
+        "`top_k` (each the export's), beside anything else the engine states; `extra` is free.",
+    ),
     "Perplexity file": Artefact(
         "results/ppl/reference.parquet",
         "orthrus perplexity",
@@ -615,6 +664,14 @@ ARTEFACTS.update(
             f"results/tables/{name}", "orthrus sampling table", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
         )
         for name, cols in SAMPLING_TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus engine-samples", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in SAMPLING_ENGINE_TABLES.items()
     }
 )
 ARTEFACTS.update(

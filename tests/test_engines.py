@@ -247,3 +247,100 @@ def test_the_smoke_studys_vllm_arm_end_to_end(tmp_path):
     assert len(engine_rows), "no engine divergence at all: nothing for a verdict to judge (a longer budget?)"
     assert engine_rows["verify_argmax"].notna().all() and engine_rows["verify_margin"].notna().all()
     assert engine_rows["verdict"].notna().any(), engine_rows[["model", "verdict", "verdict_note"]]
+
+
+def test_the_recipe_writes_a_sampled_export_as_a_sampled_file(tmp_path):
+    """A sampled export's records all share its settings (one run samples them), and each result's n
+    outputs become one sampled record with the seed and settings in env, which engine-samples reads."""
+    from orthrus.engines.engine_samples import read_samples
+
+    export = [
+        {
+            "prompt_id": p,
+            "domain": "d0",
+            "max_new_tokens": 3,
+            "stop_token_ids": [1],
+            "message": "empty",
+            "temperature": 0.5,
+            "top_p": None,
+            "top_k": None,
+            "n_samples": 2,
+            "prompt_token_ids": [5, 6],
+        }
+        for p in ("p0", "p1")
+    ]
+    path = tmp_path / "sampled.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in export))
+    assert recipe.read_prompts(str(path)) == export
+    path.write_text("".join(json.dumps(e | {"top_p": 0.9 if e["prompt_id"] == "p1" else None}) + "\n" for e in export))
+    with pytest.raises(recipe.RecipeError, match="top_p"):
+        recipe.read_prompts(str(path))
+    out = SimpleNamespace(outputs=[SimpleNamespace(token_ids=[7, 8, 9]), SimpleNamespace(token_ids=[7, 1])])
+    recs = [recipe.sampled_record(e, out, {"engine": "vllm"}, 10 + i, {"run": "r"}) for i, e in enumerate(export)]
+    assert recs[0]["samples"] == [[7, 8, 9], [7, 1]] and recs[1]["env"]["seed"] == 11
+    f = tmp_path / "vllm-sampled.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    read = read_samples(str(f), {e["prompt_id"]: e for e in export}, vocab=16)
+    assert read["p1"][0] == [[7, 8, 9], [7, 1]] and read["p1"][1]["temperature"] == 0.5
+
+
+@pytest.mark.slow
+def test_vllm_samples_the_sampled_export_and_its_pairs_get_the_two_sample_test(tmp_path):
+    """vLLM sampled (fp32, the shipped teacher): the recipe writes a sampled file per run from the sampled
+    export, each prompt its own seed, and `orthrus engine-samples` tests the pairs. Two plain runs with
+    other seeds are not told apart (the test's level on the engine); the n-gram run gets its test (its
+    verdict is the audit's finding, docs/SAMPLING.md, not asserted here)."""
+    from conftest import prompt_frame
+
+    from orthrus.cli import main as cli
+    from orthrus.decode.options import DecodeOptions
+    from orthrus.world import subject
+
+    python = engine_python()
+    teacher = str(subject.model_dir("teacher"))
+    prompts = tmp_path / "eval.parquet"
+    prompt_frame(
+        {"p0": ("code", "write a function that adds two numbers"), "p1": ("qa", "who keeps the lighthouse")}
+    ).to_parquet(prompts)
+    two_sample = {"temperature": 0.7, "top_p": None, "n_samples": 200, "m": 4, "prompts_per_domain": 1, "domains": None}
+    export = tmp_path / "sampled.jsonl"
+    options = DecodeOptions(decoder="external", precision="fp32", attention="sdpa", max_new_tokens=128)
+    args = ["--model-path", teacher, "--prompts", str(prompts), "--options", options.to_json()]
+    assert cli(["export-prompts", *args, "--sampling", json.dumps(two_sample), "--out", str(export)]) == 0
+    runs = {
+        "model": teacher,
+        "runs": [
+            {"name": "plain", "out": str(tmp_path / "plain.jsonl"), "dtype": "fp32", "seed": 1},
+            {"name": "plain-b", "out": str(tmp_path / "plain-b.jsonl"), "dtype": "fp32", "seed": 500},
+            {
+                "name": "ngram",
+                "out": str(tmp_path / "ngram.jsonl"),
+                "dtype": "fp32",
+                "speculative": "ngram",
+                "k": 3,
+                "seed": 1000,
+            },
+        ],
+    }
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    res = subprocess.run(
+        [python, str(runner.RECIPE), "--prompts", str(export), "--runs", str(tmp_path / "runs.json")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    first = json.loads((tmp_path / "ngram.jsonl").read_text().splitlines()[0])
+    assert len(first["samples"]) == 200 and first["env"]["seed"] == 1000 and first["env"]["temperature"] == 0.7
+    entries = {
+        "plain": {"path": str(tmp_path / "plain.jsonl")},
+        "plain-b": {"path": str(tmp_path / "plain-b.jsonl"), "reference": "plain"},
+        "ngram": {"path": str(tmp_path / "ngram.jsonl"), "reference": "plain"},
+    }
+    out = tmp_path / "sampling_engines.csv"
+    cmd = ["engine-samples", "--export", str(export), "--model-path", teacher, "--entries", json.dumps(entries)]
+    assert cli([*cmd, "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    plain_b, ngram = table[table["engine"] == "plain-b"], table[table["engine"] == "ngram"]
+    assert list(plain_b["prompt_id"]) == ["p0", "p1"] and not plain_b["rejected"].any(), table
+    assert list(ngram["prompt_id"]) == ["p0", "p1"] and ngram["p_value"].between(0, 1).all(), table

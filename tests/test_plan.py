@@ -39,11 +39,14 @@ def w(**kw):
 def test_the_default_study_is_its_cells():
     s = study("config.yaml")
     assert s.orthrus_models == ["ce-k8", "kl-k8"] and s.teacher == "teacher"
-    # every prompt for the reference and the Orthrus loops, per-precision subsets for transformers' decoders
+    # bf16: every prompt for the reference, the Orthrus loops and assisted; fp32: subsets, and the
+    # reference on the most of them
     assert s.cells("ar-ref") == [("bf16", "sdpa"), ("fp32", "sdpa")]
-    assert s.cell_prompts("ar-ref") == [] and s.cell_prompts("orthrus", "ce-k8", "bf16") == []
-    assert s.cell_prompts("assisted", None, "bf16") == ["--prompts-per-domain", 8]
-    assert s.cell_prompts("assisted", None, "fp32") == ["--prompts-per-domain", 4]
+    assert s.cell_prompts("ar-ref", None, "bf16") == [] and s.cell_prompts("orthrus", "ce-k8", "bf16") == []
+    assert s.cell_prompts("assisted", None, "bf16") == []
+    assert s.cell_prompts("assisted", None, "fp32") == ["--prompts-per-domain", 2]
+    assert s.cell_prompts("orthrus", "kl-k8", "fp32") == ["--prompts-per-domain", 4]
+    assert s.cell_prompts("ar-ref", None, "fp32") == ["--prompts-per-domain", 4]
     files = s.decode_files()
     assert len(files) == len(set(files))
     assert "results/decode/ce-k8/orthrus-bf16-sdpa.parquet" in files
@@ -78,6 +81,40 @@ def test_a_narrowed_model_and_decoder_keep_the_reference_on_the_full_grid():
     assert s.forensics_reference(w(model="smoke-kl")) == [
         f"results/decode/teacher/ar-ref-{p}-{a}.parquet" for p, a in sdpa
     ]
+
+
+def test_the_reference_decodes_the_most_prompts_a_cell_of_its_precision_does(tmp_path):
+    def narrow(cfg, lossy: int | None = 1):
+        cfg["decode"]["grids"] = {
+            "prompt-lookup": {"prompts_per_domain": {"bf16": 2, "fp32": 1}},
+            "assisted": {"prompts_per_domain": {"fp32": 1}, "precisions": ["fp32"]},
+            "oracle": {"prompts_per_domain": 1},
+            "ar-batched": {"prompts_per_domain": 1},
+            "orthrus-lossy": {"precisions": ["bf16"]} | ({"prompts_per_domain": lossy} if lossy else {}),
+            "smoke-ce": {"prompts_per_domain": {"bf16": 2, "fp32": 1}},
+            "smoke-kl": {"prompts_per_domain": 1},
+        }
+        cfg["decode"]["external"] = {}
+
+    s = study(mutate=narrow)
+    assert s.cell_prompts("ar-ref", None, "bf16") == ["--prompts-per-domain", 2]
+    assert s.cell_prompts("ar-ref", None, "fp32") == ["--prompts-per-domain", 1]
+    # a cell that decodes every prompt (here the lossy loop, unnarrowed) keeps every prompt in the reference
+    s = study(mutate=lambda c: narrow(c, lossy=None))
+    assert s.cell_prompts("ar-ref", None, "bf16") == []
+    assert s.cell_prompts("ar-ref", None, "fp32") == ["--prompts-per-domain", 1]
+
+    # an engine's file at a precision: its prompts are its own, so the reference decodes every prompt there
+    f = tmp_path / "engine.jsonl"
+    f.write_text("")
+
+    def engine(cfg):
+        narrow(cfg)
+        cfg["decode"]["external"] = {"eng": {"path": str(f), "precision": "fp32", "attention": "sdpa"}}
+
+    s = study(mutate=engine)
+    assert s.cell_prompts("ar-ref", None, "fp32") == []
+    assert s.cell_prompts("ar-ref", None, "bf16") == ["--prompts-per-domain", 2]
 
 
 def test_each_decoder_gets_its_model_draft_and_reference():
@@ -313,9 +350,9 @@ def test_no_generated_default_is_stated_again_outside_its_settings():
 
 
 def test_the_sampling_audit_joins_the_outputs_only_when_enabled():
-    off = study("config.yaml")
+    off = study("config.yaml", lambda c: c["sampling"].update(enabled=False))
     assert off.sampling_model() is None and off.sampling_outputs() == []
-    on = study("config.yaml", lambda c: c["sampling"].update(enabled=True))
+    on = study("config.yaml")
     assert on.sampling_model() == "ce-k8"
     out = on.final_outputs([])
     assert "results/tables/sampling_tv.csv" in out and "results/tables/sampling_two_sample.csv" in out

@@ -26,7 +26,8 @@ def workflow_lists():
         + list(contracts.TABLES)
         + list(contracts.BENCHMARK_TABLES)
         + list(contracts.FRONTIER_TABLES)
-        + list(contracts.SAMPLING_TABLES),
+        + list(contracts.SAMPLING_TABLES)
+        + list(contracts.SAMPLING_ENGINE_TABLES),
         "FIGURES": list(contracts.FIGURES)
         + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE, contracts.SAMPLING_FIGURE],
     }
@@ -54,9 +55,14 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
         "corpus": {"shards": 1, "max_new_tokens": 8},
         "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8},
         "models": {"m": {"warmup_steps": 10}},
-        "sampling": {"enabled": True},
+        "sampling": {
+            "enabled": True,
+            "engines": {"plain": {"path": "plain.jsonl"}, "spec": {"path": "spec.jsonl", "reference": "plain"}},
+        },
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    for name in ("plain", "spec"):
+        (tmp_path / f"{name}.jsonl").write_text("")
     tables, figures = tmp_path / "results/tables", tmp_path / "results/figures"
     tables.mkdir(parents=True)
     figures.mkdir(parents=True)

@@ -126,9 +126,8 @@ def test_default_and_paper_dry_runs(tmp_path):
     cells = int(re.search(r"^decode\s+(\d+)$", res.stdout, re.M).group(1))
     assert re.search(rf"^decode_shard\s+{cells}$", res.stdout, re.M)
     assert re.search(r"^frontier\s+1$", res.stdout, re.M) and "results/tables/exactness_cost.csv" in res.stdout
-    # the sampling audit is off in the default (config.yaml says why); the plan's sampling outputs are
-    # tested in tests/test_plan.py
-    assert not re.search(r"^sampling\s+\d+$", res.stdout, re.M) and "sampling_tv.csv" not in res.stdout
+    # the sampling audit on ce-k8 (the plan's sampling outputs are tested in tests/test_plan.py)
+    assert re.search(r"^sampling\s+1$", res.stdout, re.M) and "results/tables/sampling_tv.csv" in res.stdout
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
@@ -519,6 +518,19 @@ def test_smoke_engine_files_join_every_table(smoke):
     assert set(fx.loc[fx.decoder == "external", "model"]) <= {"engine-pld"}
     assert set(fx.loc[fx.decoder == "external", "verdict"]) <= {"tie", "rounding"}
     assert {"engine-ar", "engine-pld"} <= set(_table(smoke, "pairwise_match.csv").a_model)
+
+
+@pytest.mark.slow
+def test_smoke_sampled_engine_pair_gets_the_two_sample_test(smoke):
+    """sampling.engines: the stand-in samples the sampled export plain and with prompt lookup (each its
+    own seed); the pair gets one test per exported prompt, and both sample the teacher's distribution."""
+    exported = [json.loads(line) for line in (smoke / "results/export/sampled.jsonl").read_text().splitlines()]
+    assert sorted(e["domain"] for e in exported) == ["code", "math"] and {e["n_samples"] for e in exported} == {40}
+    table = _table(smoke, "sampling_engines.csv")
+    assert list(table["engine"]) == ["sampled-pld"] * 2 and set(table["reference"]) == {"sampled-ar"}
+    assert set(table["prompt_id"]) == {e["prompt_id"] for e in exported}
+    assert (table["engine_seed"] != table["reference_seed"]).all() and not table["rejected"].any()
+    assert (smoke / "results/tables/sampling_engines.md").is_file()
 
 
 @pytest.mark.slow

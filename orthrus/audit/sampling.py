@@ -408,6 +408,15 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
     return rows
 
 
+def two_sample_prompts(prompts: pd.DataFrame, ts: dict) -> pd.DataFrame:
+    """The prompts of the two-sample test (the `sampling.two_sample` section): the first of each
+    domain, of its domains where it names them; engines sample the same (export-prompts --sampling)."""
+    from orthrus.data.prompt_set import first_per_domain
+
+    out = first_per_domain(prompts, ts["prompts_per_domain"])
+    return out[out["domain"].isin(ts["domains"])] if ts["domains"] else out
+
+
 def measure(
     model_path: str, name: str, prompts: pd.DataFrame, base, cfg: dict, precisions, attentions, device: str = "cpu"
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -424,9 +433,7 @@ def measure(
     if ts["enabled"] and test_cell not in cells:
         cells.append(test_cell)
     tv_prompts = first_per_domain(prompts, cfg["prompts_per_domain"])
-    test_prompts = first_per_domain(prompts, ts["prompts_per_domain"])
-    if ts["domains"]:
-        test_prompts = test_prompts[test_prompts["domain"].isin(ts["domains"])]
+    test_prompts = two_sample_prompts(prompts, ts)
     for precision, attention in cells:
         options = base.replace(precision=precision, attention=attention, decoder="orthrus")
         model, tokenizer = load_model(model_path, options, device)

@@ -8,9 +8,9 @@ from __future__ import annotations
 def problems(config: dict) -> list[str]:
     """The sampling section's cross-key rules, one line per problem naming the key."""
     s = config.get("sampling") or {}
+    out = engine_problems(s)
     if not s.get("enabled", False):
-        return []
-    out = []
+        return out
     models = list(config.get("models") or {}) + list(config.get("external_models") or {})
     if s.get("model") is not None and s["model"] not in models:
         out.append(f"sampling.model: {s['model']!r} is not an Orthrus model of models / external_models {models}")
@@ -26,4 +26,32 @@ def problems(config: dict) -> list[str]:
     for p in s.get("precisions") or []:
         if grid and p not in grid:
             out.append(f"sampling.precisions: {p!r} is not in decode.precisions {grid}")
+    return out
+
+
+def engine_problems(s: dict) -> list[str]:
+    """sampling.engines: at least one pair, each reference another entry that is only a reference, the
+    two-sample test (whose settings it takes) on, a seed only where a stand-in samples with it."""
+    engines = s.get("engines") or {}
+    if not engines:
+        return []
+    out = []
+    if not (s.get("two_sample") or {}).get("enabled", True):
+        out.append("sampling.engines: the engines' test takes sampling.two_sample's settings, and it is disabled")
+    pairs = [n for n, e in engines.items() if e.get("reference")]
+    if not pairs:
+        out.append(
+            "sampling.engines: no entry has a reference, so nothing is tested: give the speculative run "
+            "`reference: NAME`, its plain run's entry"
+        )
+    for n, e in engines.items():
+        ref = e.get("reference")
+        if ref is not None and ref not in engines:
+            out.append(f"sampling.engines.{n}.reference: {ref!r} is not an entry of sampling.engines {list(engines)}")
+        elif ref is not None and (ref == n or engines[ref].get("reference")):
+            out.append(
+                f"sampling.engines.{n}.reference: {ref!r} must be a plain run, an entry with no reference of its own"
+            )
+        if e.get("seed") is not None and not e.get("stand_in"):
+            out.append(f"sampling.engines.{n}.seed: only a stand_in samples with it; the engine's file states its own")
     return out

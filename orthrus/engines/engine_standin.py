@@ -10,6 +10,10 @@ trajectory record per prompt written as an engine's file (docs/DESIGN.md, "Exter
 file"), with the forwards it ran and, for prompt lookup, the accepted draft tokens per step. The
 workflow runs it for a decode.external entry with `stand_in` (the smoke study's external files), so
 the way in for engines runs end to end without one; it reads nothing of the study but the export.
+
+On a sampled export (`orthrus export-prompts --sampling`) it samples instead: `n_samples` samples of
+each prompt at the export's settings, one sampled record per prompt, the seed in `env` (`--seed`:
+the first prompt's), for a sampling.engines entry with `stand_in`.
 """
 
 from __future__ import annotations
@@ -79,6 +83,59 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
     return records
 
 
+def run_sampled(model, exported: list[dict], options, device: str, seed: int) -> list[dict]:
+    """One sampled record per prompt of a sampled export (docs/DESIGN.md, "Sampled engine file"):
+    its `n_samples` samples of `max_new_tokens`, at its temperature, top-p and top-k, each cut
+    after its first stop id; plain AR sampling in one batch of n_samples, prompt lookup one sample
+    at a time (transformers' prompt lookup decodes a batch of one). The prompt of rank i is sampled
+    from torch's generator seeded with seed + i, recorded in env."""
+    import torch
+    import transformers
+
+    lookup = {"prompt_lookup_num_tokens": options.prompt_lookup_tokens} if options.decoder == "prompt-lookup" else {}
+    records = []
+    for rank, r in enumerate(exported):
+        ids = torch.tensor([r["prompt_token_ids"]], dtype=torch.long, device=device)
+        stop, n = r["stop_token_ids"], r["n_samples"]
+        settings = {
+            "do_sample": True,
+            "temperature": r["temperature"],
+            "top_p": 1.0 if r["top_p"] is None else r["top_p"],
+            "top_k": 0 if r["top_k"] is None else r["top_k"],  # 0: none (the generation config may set 50)
+            "max_new_tokens": r["max_new_tokens"],
+            "eos_token_id": stop,
+            "pad_token_id": stop[0],
+        }
+        torch.manual_seed(seed + rank)
+        with torch.inference_mode():
+            if lookup:
+                rows = [
+                    model.generate(ids, attention_mask=torch.ones_like(ids), **settings, **lookup)[0] for _ in range(n)
+                ]
+            else:
+                batch = ids.expand(n, -1)
+                rows = list(model.generate(batch, attention_mask=torch.ones_like(batch), **settings))
+        samples = []
+        for row in rows:
+            tokens = row[ids.shape[1] :].tolist()
+            end = next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))
+            samples.append(tokens[:end])
+        env = {
+            "engine": "transformers (orthrus engine-standin)",
+            "version": transformers.__version__,
+            "dtype": options.precision,
+            "kernel": options.attention,
+            "device": device,
+            "speculative": "prompt-lookup" if lookup else None,
+            "seed": seed + rank,
+            "temperature": r["temperature"],
+            "top_p": r["top_p"],
+            "top_k": r["top_k"],
+        }
+        records.append({"prompt_id": r["prompt_id"], "samples": samples, "env": env})
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -90,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-path", required=True, help="the model the stand-in engine serves (the teacher)")
     ap.add_argument("--prompts", required=True, help="the exported prompts (orthrus export-prompts)")
     ap.add_argument("--options", required=True, help="DecodeOptions JSON: decoder ar-ref or prompt-lookup, its cell")
+    ap.add_argument("--seed", type=int, default=0, help="a sampled export: the first prompt's seed (then +1 each)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
@@ -101,10 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.prompts, encoding="utf-8") as f:
         exported = [json.loads(line) for line in f if line.strip()]
     model, tokenizer = load_model(args.model_path, options, args.device)
-    records = run(model, tokenizer, exported, options, args.device)
+    sampled = bool(exported) and "n_samples" in exported[0]
+    if sampled:
+        records = run_sampled(model, exported, options, args.device, args.seed)
+    else:
+        records = run(model, tokenizer, exported, options, args.device)
     write_jsonl(args.out, records)
     print(
-        f"[engine-standin] {options.decoder} {options.precision}/{options.attention}: {len(records)} prompts -> "
+        f"[engine-standin] {options.decoder} {options.precision}/{options.attention}: {len(records)} prompts"
+        f"{' sampled' if sampled else ''} -> "
         f"{args.out}",
         file=sys.stderr,
     )

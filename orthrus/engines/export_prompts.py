@@ -2,6 +2,7 @@
 
     orthrus export-prompts --model-path DIR --prompts eval.parquet --options JSON --out prompts.jsonl
     orthrus export-prompts --model-path DIR --prompts eval.parquet --max-new-tokens N [--message M] --out ...
+    orthrus export-prompts --model-path DIR --prompts eval.parquet --options JSON --sampling JSON --out sampled.jsonl
 
 `--options` is the study's DecodeOptions JSON (the workflow passes the one `orthrus ingest` checks the
 engine's file against, so the export's token budget and message format cannot differ from the
@@ -16,6 +17,11 @@ generation config's EOS ids, which the `ar-ref` reference stops on) and the mess
 fed `prompt_token_ids` with these settings runs the study's experiment; docs/EXTERNAL.md does it with
 vLLM and SGLang, and `decode.external` reads the trajectories back (`orthrus ingest`).
 
+With `--sampling` (the validated sampling.two_sample section as JSON) it writes the sampled export
+instead: the two-sample test's prompts only, each with the test's sampling settings (`temperature`,
+`top_p`, `top_k`, `n_samples`, and `max_new_tokens` its m), for engines whose sampled files
+`orthrus engine-samples` tests (sampling.engines).
+
 `--model-path` is the reference model (the teacher): only its tokenizer and configs are read.
 """
 
@@ -26,9 +32,12 @@ import json
 import sys
 from types import SimpleNamespace
 
+import pandas as pd
+
 from orthrus.data.chat import chat_messages, render_chat
 from orthrus.data.prompt_set import read_prompt_set
 from orthrus.decode.options import DecodeOptions, check_message
+from orthrus.errors import InputError
 from orthrus.io import atomic_path
 from orthrus.models.loading import eos_ids
 
@@ -73,6 +82,22 @@ def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, mes
     return records
 
 
+def sampled_records(records: list[dict], two_sample: dict, top_k: int | None) -> list[dict]:
+    """The sampled export: the records of the two-sample test's prompts (`two_sample` the validated
+    sampling.two_sample section), each with its sampling settings and `max_new_tokens` its m."""
+    from orthrus.audit.sampling import two_sample_prompts
+
+    ids = set(two_sample_prompts(pd.DataFrame(records), two_sample)["prompt_id"])
+    settings = {
+        "max_new_tokens": int(two_sample["m"]),
+        "temperature": float(two_sample["temperature"]),
+        "top_p": two_sample["top_p"],
+        "top_k": top_k,
+        "n_samples": int(two_sample["n_samples"]),
+    }
+    return [r | settings for r in records if r["prompt_id"] in ids]
+
+
 def write_jsonl(path, records: list[dict]) -> None:
     """Records as JSON Lines (UTF-8, one object per line), atomically."""
     with atomic_path(path) as tmp:
@@ -95,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--message", help=f"with --max-new-tokens: none | empty | system:<text> (default {DecodeOptions.message})"
     )
+    ap.add_argument(
+        "--sampling",
+        help="the validated sampling.two_sample section as JSON: export its prompts sampled (the sampled export)",
+    )
     ap.add_argument("--out", required=True, help="the JSON Lines file to write")
     args = ap.parse_args(argv)
     if args.options is not None:
@@ -115,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         options.max_new_tokens,
         options.message,
     )
+    if args.sampling is not None:
+        try:
+            records = sampled_records(records, json.loads(args.sampling), options.top_k)
+        except (json.JSONDecodeError, KeyError) as e:
+            raise InputError(f"--sampling: not the sampling.two_sample section as JSON ({e!r})") from None
     write_jsonl(args.out, records)
     print(f"[export-prompts] {len(records)} prompts -> {args.out}", file=sys.stderr)
     return 0

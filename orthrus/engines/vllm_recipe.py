@@ -33,6 +33,12 @@ the speculative method), and where vLLM gives them:
     the trimmed tokens (at most k - 1, on one forward of the trajectory).
 A plain run has no `accepted` and forwards = len(token_ids): every forward emits one token.
 
+On a sampled export (`orthrus export-prompts --sampling`: records with `n_samples`) each run samples
+instead, n per prompt at the export's temperature, top-p and top-k, prompt i from the run's seed + i,
+and writes a sampled file (docs/DESIGN.md, "Sampled engine file"; docs/SAMPLING.md): prompt_id,
+samples, env with the seed and settings. A plain and a speculative run with different seeds make an
+engine pair for `sampling.engines`.
+
 The main guard is required: vLLM starts its engine core with `spawn`, which imports this file again.
 """
 
@@ -70,6 +76,8 @@ RUN_KEYS = {
     "compile",
 }
 SETTINGS = ("max_new_tokens", "stop_token_ids", "message", "temperature")
+# a sampled export (orthrus export-prompts --sampling) adds these; its records become sampled files
+SAMPLED = ("top_p", "top_k", "n_samples")
 TOP = 2  # the engine's own top-2 at every position: its argmax and its margin over the runner-up
 
 
@@ -82,10 +90,45 @@ def read_prompts(path: str) -> list[dict]:
         prompts = [json.loads(line) for line in f if line.strip()]
     if not prompts:
         raise RecipeError(f"{path}: no prompts")
-    settings = {json.dumps({k: p.get(k) for k in SETTINGS}, sort_keys=True) for p in prompts}
-    if len(settings) != 1:  # one SamplingParams serves the file
-        raise RecipeError(f"{path}: the records do not share one set of generation settings ({', '.join(SETTINGS)})")
+    keys = SETTINGS + (SAMPLED if "n_samples" in prompts[0] else ())
+    settings = {json.dumps({k: p.get(k) for k in keys}, sort_keys=True) for p in prompts}
+    if len(settings) != 1:  # one set of settings serves the file
+        raise RecipeError(f"{path}: the records do not share one set of generation settings ({', '.join(keys)})")
     return prompts
+
+
+def sampling_params(prompts: list[dict], seed: int):
+    """Greedy for the export (with the engine's top-2), or, for a sampled export, one SamplingParams
+    per prompt: its n samples at its settings, prompt i from seed + i (docs/SAMPLING.md)."""
+    from vllm import SamplingParams
+
+    s = prompts[0]
+    common = {"max_tokens": s["max_new_tokens"], "stop_token_ids": s["stop_token_ids"], "detokenize": False}
+    if "n_samples" not in s:
+        return SamplingParams(temperature=0.0, logprobs=TOP, **common)
+    return [
+        SamplingParams(
+            n=s["n_samples"],
+            temperature=s["temperature"],
+            top_p=1.0 if s["top_p"] is None else s["top_p"],
+            top_k=0 if s["top_k"] is None else s["top_k"],  # 0: every token
+            seed=seed + i,
+            **common,
+        )
+        for i in range(len(prompts))
+    ]
+
+
+def sampled_record(prompt: dict, result, env: dict, seed: int, extra: dict) -> dict:
+    """A sampled file's record (docs/DESIGN.md, "Sampled engine file"): every sample's ids, the stop
+    id kept where vLLM stopped on it, and the seed and settings it sampled with in env."""
+    settings = {k: prompt[k] for k in ("temperature", "top_p", "top_k")}
+    return {
+        "prompt_id": prompt["prompt_id"],
+        "samples": [[int(t) for t in o.token_ids] for o in result.outputs],
+        "env": env | settings | {"seed": seed},
+        "extra": extra,
+    }
 
 
 def check_run(path: str, i: int, run) -> dict:
@@ -217,7 +260,7 @@ def write_jsonl(path: str, records: list[dict]) -> None:
 
 def serve(model: str, run: dict, prompts: list[dict]) -> dict:
     """One engine for one run: start it, decode every prompt, write the file; its timings."""
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     # read by vLLM when the engine starts (and by the spawned worker, which inherits it)
     os.environ["VLLM_BATCH_INVARIANT"] = "1" if run.get("batch_invariant") else "0"
@@ -242,24 +285,21 @@ def serve(model: str, run: dict, prompts: list[dict]) -> dict:
         enforce_eager=not run.get("compile", False),
     )
     started = time.perf_counter()
-    s = prompts[0]
-    params = SamplingParams(
-        temperature=0.0,
-        max_tokens=s["max_new_tokens"],
-        stop_token_ids=s["stop_token_ids"],
-        logprobs=TOP,
-        detokenize=False,
-    )
+    seed = int(run.get("seed", 0))
+    params = sampling_params(prompts, seed)
     results = llm.generate([{"prompt_token_ids": p["prompt_token_ids"]} for p in prompts], params, use_tqdm=False)
     done = time.perf_counter()
     hf = llm.llm_engine.vllm_config.model_config.hf_config
     head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     env = environment(run, attention_kernel(llm, head, llm.llm_engine.vllm_config.model_config.dtype), batch)
     timing = {"startup_s": round(started - t0, 3), "generate_s": round(done - started, 3)}
-    write_jsonl(
-        run["out"],
-        [record(p, r, env, {"run": run["name"]} | timing, spec is not None) for p, r in zip(prompts, results)],
-    )
+    extra = {"run": run["name"]} | timing
+    if "n_samples" in prompts[0]:
+        env.pop("logprobs")
+        records = [sampled_record(p, r, env, seed + i, extra) for i, (p, r) in enumerate(zip(prompts, results))]
+    else:
+        records = [record(p, r, env, extra, spec is not None) for p, r in zip(prompts, results)]
+    write_jsonl(run["out"], records)
     del llm  # shut the engine core down before the next run starts its own
     gc.collect()
     return timing

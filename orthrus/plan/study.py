@@ -156,7 +156,7 @@ class Study:
             + (["orthrus-lossy"] if "orthrus-lossy" in self.controls else [])
         )
         # decode.grids: a narrower grid for a decoder on the teacher or for an Orthrus model's loops;
-        # the ar-ref reference keeps the full grid
+        # the ar-ref reference keeps the full grid, on the prompts its cells there decode (reference_prompts)
         grids = d["grids"]
         self.grids = {
             k: g
@@ -311,11 +311,28 @@ class Study:
         """`--prompts-per-domain` for `decoder`'s cells (on `model`, at `precision`), from the same
         decode.grids entry as `cells`: a number for every precision, or one per precision (a
         precision left out of the mapping, and no entry at all: every prompt)."""
+        n = self.reference_prompts(precision) if decoder == "ar-ref" else self._per_domain(decoder, model, precision)
+        return ["--prompts-per-domain", n] if n else []
+
+    def _per_domain(self, decoder: str, model: str | None, precision: str | None):
         grid = self.grids.get(decoder) or (self.model_grids.get(model, {}) if decoder in MODEL_LOOPS else {})
         n = grid.get("prompts_per_domain")
-        if isinstance(n, dict):
-            n = n.get(precision)
-        return ["--prompts-per-domain", n] if n else []
+        return n.get(precision) if isinstance(n, dict) else n
+
+    def reference_prompts(self, precision: str):
+        """The ar-ref reference's prompts per domain at `precision`: the most that any cell it is
+        compared with there decodes (the prompt set is ordered, so a cell's first n are the
+        reference's first n); None (every prompt) when one of them decodes all, or an engine's
+        file, whose prompts are its own, is at that precision."""
+        if any(p == precision for p, _ in self.external_cells.values()):
+            return None
+        counts = [
+            self._per_domain(d, m, precision)
+            for d, m in [(d, self.teacher) for d in self.teacher_decoders]
+            + [(d, m) for m in self.orthrus_models for d in self.model_decoders]
+            if any(p == precision for p, _ in self.cells(d, m if d in MODEL_LOOPS else None))
+        ]
+        return None if not counts or None in counts else max(counts)
 
     @staticmethod
     def decode_file(model: str, decoder: str, precision: str, attention: str) -> str:
@@ -362,7 +379,20 @@ class Study:
 
     def sampling_outputs(self) -> list[str]:
         figures = [f"{R}/figures/{contracts.SAMPLING_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
-        return self.sampling_tables() + (figures if self.sampling_model() else [])
+        engines = [f"{R}/tables/{t}" for t in contracts.SAMPLING_ENGINE_TABLES] if self.sampled_engines() else []
+        return self.sampling_tables() + (figures if self.sampling_model() else []) + engines
+
+    def sampled_engines(self) -> dict:
+        """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`."""
+        return self.sampling["engines"]
+
+    def sampled_standins(self) -> dict[str, tuple[str, int]]:
+        """The sampling.engines entries the workflow samples itself: name -> (stand_in, first seed)."""
+        return {
+            n: (e["stand_in"], e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"]))
+            for rank, (n, e) in enumerate(self.sampled_engines().items())
+            if e.get("stand_in")
+        }
 
     # ------------------------------------------------------------------ forensics
 

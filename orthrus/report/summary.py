@@ -100,7 +100,7 @@ def _claims(tables: Path) -> list[str]:
             ""
             if pd.isna(r.statistic)
             else (
-                f"{r.statistic_name} {_f(r.statistic, 3)}"
+                f"{r.statistic_name} {_f(r.statistic, 3) if r.statistic == 0 or abs(r.statistic) >= 1e-3 else _p(r.statistic)}"
                 + ("" if pd.isna(r.ci_low) else f" [{_f(r.ci_low, 3)}, {_f(r.ci_high, 3)}]")
             )
         )

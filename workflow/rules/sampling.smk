@@ -66,3 +66,85 @@ rule sampling_table:
         "orthrus sampling table --tv {input.tv:q} --two-sample {input.two_sample:q} --length {params.length:q}"
         " --alpha {params.alpha:q} --out-tv {output.tv:q} --out-two-sample {output.two_sample:q}"
         " --figure {params.figure:q} > {log:q} 2>&1"
+
+
+# sampling.engines (orthrus/engines/engine_samples.py): engines' sampled files, each pair (a speculative
+# run against the same engine plain) given the two-sample test; the sampled export is what they sample
+rule export_sampled_prompts:
+    """The two-sample test's prompts with its sampling settings: `snakemake results/export/sampled.jsonl`."""
+    input:
+        S.teacher_input,
+        prompts=rules.prompts.output.eval,
+    output:
+        f"{R}/export/sampled.jsonl",
+    params:
+        teacher=S.teacher_path(),
+        options=cell_options(config["decode"], contracts.EXTERNAL_DECODER, SAMPLING["two_sample"]["precision"], ATTENTIONS[0]),
+        two_sample=settings(SAMPLING["two_sample"]),
+    log:
+        f"{R}/logs/export_sampled_prompts.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus export-prompts --model-path {params.teacher:q} --prompts {input.prompts:q}"
+        " --options {params.options:q} --sampling {params.two_sample:q} --out {output:q} > {log:q} 2>&1"
+
+
+_SAMPLED_STANDINS = set()
+for _name, (_stand_in, _seed) in S.sampled_standins().items():
+
+    rule:
+        name:
+            rule_name(f"sampled_standin_{_name}", _SAMPLED_STANDINS)
+        input:
+            S.teacher_input,
+            prompts=rules.export_sampled_prompts.output[0],
+        output:
+            S.sampled_engines()[_name]["path"],
+        params:
+            teacher=S.teacher_path(),
+            weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this
+            options=cell_options(config["decode"], _stand_in, SAMPLING["two_sample"]["precision"], ATTENTIONS[0]),
+            seed=_seed,
+            device=DEVICE,
+        log:
+            f"{R}/logs/sampling/{_name}.standin.log",
+        threads: config["threads"]
+        resources:
+            mem_mb=RES["sampling"]["mem_mb"],
+            runtime=RES["sampling"]["runtime"],
+            gpu=RES["sampling"]["gpus"],
+            slurm_extra=RES["sampling"]["slurm_extra"],
+        conda:
+            ENV
+        shell:
+            "orthrus engine-standin --model-path {params.teacher:q} --prompts {input.prompts:q} --options {params.options:q}"
+            " --seed {params.seed:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule sampling_engines:
+    input:
+        S.teacher_input,
+        export=rules.export_sampled_prompts.output[0],
+        files=[e["path"] for e in S.sampled_engines().values()],
+    output:
+        report(f"{R}/tables/sampling_engines.csv", caption="../report/table_sampling_engines.rst",
+               category="Tables", subcategory="Lossless in distribution"),
+    params:
+        teacher=S.teacher_path(),
+        entries=settings(S.sampled_engines()),
+        alpha=SAMPLING["two_sample"]["alpha"],
+    log:
+        f"{R}/logs/sampling/engines.log",
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus engine-samples --export {input.export:q} --model-path {params.teacher:q} --entries {params.entries:q}"
+        " --alpha {params.alpha:q} --out {output:q} > {log:q} 2>&1"

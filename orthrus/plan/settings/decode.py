@@ -101,8 +101,9 @@ DECODE = section(
                 " prompts, to spend a time budget where divergence happens. A name is a decoder of "
                 "decode.decoders (its runs on the teacher) or an Orthrus model of models / external_models (its "
                 "Orthrus loop, its forensics and, with decode.own_ar_view, its own AR view); anything else is an "
-                "error. The ar-ref reference keeps the full grid (it is every cell's reference), and so does "
-                "whatever is not named. The tables and figures show only the cells a model ran. The separate TPF "
+                "error. Whatever is not named keeps the full grid, and so does the ar-ref reference (every cell's "
+                "reference), on the most prompts per domain that a cell of its precision decodes (all where an "
+                "engine's file is at that precision). The tables and figures show only the cells a model ran. The separate TPF "
                 "run (tpf.precisions / tpf.attentions) and the benchmarks (benchmarks.precisions / "
                 "benchmarks.attention) keep their own settings for every model."
             ),

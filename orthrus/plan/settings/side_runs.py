@@ -5,7 +5,7 @@ from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.decode.frontier import BASE
 from orthrus.decode.frontier import DEFAULTS as FRONTIER
 from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
-from orthrus.plan.settings.keys import ATTENTION, MESSAGE, PRECISION, array, choices, key, section
+from orthrus.plan.settings.keys import ATTENTION, MESSAGE, NAMES, PRECISION, array, choices, key, section
 
 TPF = section(
     (
@@ -182,6 +182,57 @@ SAMPLING = section(
                 ),
             },
             default={},
+        ),
+        "engines": key(
+            dict,
+            {},
+            (
+                "Engines' sampled files, tested like the in-process loop (`orthrus engine-samples`, docs/SAMPLING.md; "
+                "results/tables/sampling_engines.csv): {name: {path, reference, stand_in, seed}}. Export the "
+                "two-sample test's prompts sampled (`snakemake results/export/sampled.jsonl`), sample them with the"
+                " engine plain and speculative (docs/SAMPLING.md), name both files here, the speculative one with "
+                "`reference` the plain one: each such pair gets the two-sample test per prompt at "
+                "sampling.two_sample's settings, with Holm's correction over its prompts. Runs whether or not "
+                "`enabled` is (that is the in-process audit)."
+            ),
+            propertyNames=NAMES,
+            additionalProperties=section(
+                None,
+                {
+                    "path": key(
+                        str,
+                        description=(
+                            'The sampled file (JSON Lines, one record per prompt: docs/DESIGN.md, "Sampled engine '
+                            'file"); it must exist when the study runs, unless stand_in writes it.'
+                        ),
+                        minLength=1,
+                    ),
+                    "reference": key(
+                        str,
+                        description=(
+                            "Another entry of sampling.engines, the same engine's plain sampling, that this entry's "
+                            "samples are tested against; an entry without one is only a reference."
+                        ),
+                    ),
+                    "stand_in": choices(
+                        ["ar-ref", "prompt-lookup"],
+                        description=(
+                            "The workflow writes `path` itself (`orthrus engine-standin` on the sampled export): "
+                            "transformers' generate on the teacher sampling plain (`ar-ref`) or with prompt lookup "
+                            "(`prompt-lookup`), in two_sample's precision and the first of decode.attentions."
+                        ),
+                    ),
+                    "seed": key(
+                        int,
+                        description=(
+                            "With stand_in: the first prompt's seed (each next prompt + 1); left out, the entry's "
+                            "rank x 1000 + sampling.seed, so no two stand-ins share one."
+                        ),
+                        minimum=0,
+                    ),
+                },
+                required=["path"],
+            ),
         ),
     },
     default={},
