@@ -5,17 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from orthrus.audit.sampling import (
-    END,
-    binomial_upper,
-    chi2_homogeneity,
-    holm,
-    step_distribution,
-    stratified_chi2,
-    total_variation,
-    tv_summary,
-    two_sample_test,
-)
+from orthrus.audit.sampling import step_distribution, total_variation, tv_summary
+from orthrus.audit.two_sample import END, binomial_upper, chi2_homogeneity, holm, stratified_chi2, two_sample_test
 
 V, K = 3, 3  # a vocabulary of 3 tokens, a block of K - 1 = 2 drafts and the bonus
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 
 import numpy as np
 import pandas as pd
 import torch
 
+from orthrus.audit.two_sample import holm, two_sample_prompts, two_sample_test
 from orthrus.contracts import (
     ERRORS,
     SAMPLING_TEST_ROWS,
@@ -40,8 +40,6 @@ from orthrus.contracts import (
     TWO_SAMPLE_COLUMNS,
 )
 from orthrus.errors import InputError
-
-END = -1  # the label of a position past a sample's end (it stopped at EOS before m tokens)
 
 
 def step_distribution(p: torch.Tensor, q: torch.Tensor, q_ratio: torch.Tensor | None = None) -> torch.Tensor:
@@ -105,97 +103,6 @@ def tv_summary(per_trajectory: list[np.ndarray], length: int) -> dict:
         "seq_bound": float(np.mean(sums)),
         "bound_at_length": min(1.0, mean * length),
     }
-
-
-# ---- the empirical two-sample test
-
-
-def chi2_homogeneity(a: list, b: list, min_expected: float = 5.0) -> tuple[float, int, float]:
-    """Pearson's chi-square test that two samples of labels come from one distribution: labels
-    whose pooled expected count falls below `min_expected` in either sample are merged into one
-    category (merged again with the smallest while it is still too rare), so the chi-square
-    approximation holds. (statistic, degrees of freedom, p); p = 1 with a single category."""
-    from scipy.special import chdtrc
-
-    ca, cb = Counter(a), Counter(b)
-    na, nb = len(a), len(b)
-    if not na or not nb:
-        return 0.0, 0, 1.0
-    share = min(na, nb) / (na + nb)
-    labels = sorted(set(ca) | set(cb), key=lambda k: -(ca[k] + cb[k]))
-    big = [k for k in labels if (ca[k] + cb[k]) * share >= min_expected]
-    rare = [k for k in labels if k not in big]
-    rows = [(ca[k], cb[k]) for k in big]
-    if rare:
-        rows.append((sum(ca[k] for k in rare), sum(cb[k] for k in rare)))
-    while len(rows) > 1 and sum(rows[-1]) * share < min_expected:  # the merged rare ones are still rare
-        last = rows.pop()
-        rows[-1] = (rows[-1][0] + last[0], rows[-1][1] + last[1])
-    if len(rows) < 2:
-        return 0.0, 0, 1.0
-    obs = np.array(rows, dtype=np.float64)
-    expected = obs.sum(1, keepdims=True) * np.array([[na, nb]]) / (na + nb)
-    stat = float(((obs - expected) ** 2 / expected).sum())
-    dof = len(rows) - 1
-    return stat, dof, float(chdtrc(dof, stat))
-
-
-def prefix_labels(samples: list[list[int]], m: int) -> list[tuple]:
-    """Each sample's first m tokens, padded with END where it stopped earlier."""
-    return [tuple(s[:m]) + (END,) * (m - len(s[:m])) for s in samples]
-
-
-def stratified_chi2(a: list[tuple], b: list[tuple], m: int, min_stratum: int = 10) -> tuple[float, int, float]:
-    """The test that two samples of m-token prefixes (END-padded labels) draw each token from one
-    distribution given the tokens before it: at each position, a chi-square test of homogeneity
-    within each stratum of samples sharing the prefix before it (strata of fewer than
-    `min_stratum` samples of both arms together left out), the statistics and degrees of freedom
-    summed over strata and positions (the chain rule: under the null the conditional tests are
-    asymptotically independent). Where the prefixes still agree it compares like with like, which
-    a position's marginal mixes over the earlier tokens. (statistic, degrees of freedom, p)."""
-    from scipy.special import chdtrc
-
-    stat, dof = 0.0, 0
-    for j in range(m):
-        strata: dict[tuple, tuple[list, list]] = {}
-        for arm, labels in enumerate((a, b)):
-            for s in labels:
-                if END not in s[:j]:  # a sample that has stopped has no token j to compare
-                    strata.setdefault(s[:j], ([], []))[arm].append(s[j])
-        for x, y in strata.values():
-            if len(x) + len(y) >= min_stratum:
-                st, d, _ = chi2_homogeneity(x, y)
-                stat, dof = stat + st, dof + d
-    return stat, dof, float(chdtrc(dof, stat)) if dof else 1.0
-
-
-def two_sample_test(a: list[list[int]], b: list[list[int]], m: int) -> dict:
-    """One prompt's test that two decoders sample its first m tokens from one distribution: the
-    stratified chi-square (`stratified_chi2`) gives `p_value`; the chi-square tests on the token
-    at each position 1..m and on the whole m-token prefix are kept beside it as descriptions (on
-    the study's model the stratified test rejects the planted sampler on 3 of 4 prompts at N =
-    300 where the smallest of those, Bonferroni-corrected, did on 2)."""
-    la, lb = prefix_labels(a, m), prefix_labels(b, m)
-    pvals = [chi2_homogeneity([s[j] for s in la], [s[j] for s in lb])[2] for j in range(m)]
-    return {"p_positions": pvals, "p_prefix": chi2_homogeneity(la, lb)[2], "p_value": stratified_chi2(la, lb, m)[2]}
-
-
-def holm(pvalues, alpha: float) -> list[bool]:
-    """Holm's step-down rejections at family-wise level `alpha`, in the order given."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    reject = [False] * len(pvalues)
-    for rank, i in enumerate(order):
-        if pvalues[i] > alpha / (len(pvalues) - rank):
-            break
-        reject[i] = True
-    return reject
-
-
-def binomial_upper(k: int, n: int, level: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, level): how surprising k rejections of n fair tests are."""
-    from scipy.stats import binom
-
-    return float(binom.sf(k - 1, n, level)) if n else 1.0
 
 
 # ---- the model part (torch and transformers imported by the functions that need them)
@@ -406,15 +313,6 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
                 }
             )
     return rows
-
-
-def two_sample_prompts(prompts: pd.DataFrame, ts: dict) -> pd.DataFrame:
-    """The prompts of the two-sample test (the `sampling.two_sample` section): the first of each
-    domain, of its domains where it names them; engines sample the same (export-prompts --sampling)."""
-    from orthrus.data.prompt_set import first_per_domain
-
-    out = first_per_domain(prompts, ts["prompts_per_domain"])
-    return out[out["domain"].isin(ts["domains"])] if ts["domains"] else out
 
 
 def measure(

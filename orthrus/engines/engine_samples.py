@@ -4,7 +4,7 @@
                            --entries JSON --alpha A --out results/tables/sampling_engines.csv
 
 An engine pair (a speculative run and the same engine plain, both sampled) gets the two-sample test
-the in-process loop gets (`orthrus.audit.sampling.two_sample_test`, docs/SAMPLING.md). The sampled
+the in-process loop gets (`orthrus.audit.two_sample.two_sample_test`, docs/SAMPLING.md). The sampled
 export (`orthrus export-prompts --sampling`) holds the prompts of `sampling.two_sample`, each with
 its sampling settings (`temperature`, `top_p`, `top_k`, `n_samples`, `max_new_tokens` = the test's m);
 an engine writes one record per prompt with its `samples` (N lists of the first generated ids, each
@@ -30,7 +30,7 @@ import sys
 import pandas as pd
 
 from orthrus.contracts import ENGINE_TWO_SAMPLE_COLUMNS, ERRORS, SAMPLED_FIELDS, SAMPLED_REQUIRED
-from orthrus.engines.ingest import ExternalFileError, _ints, _is_int, _lines, _object
+from orthrus.engines.ingest import ExternalFileError, _ints, _is_int, _lines, _object, check_fields
 
 # the sampling settings a sampled file's env must state, each the export's
 ENV_SETTINGS = ("temperature", "top_p", "top_k")
@@ -90,17 +90,7 @@ def read_samples(path, export: dict[str, dict], vocab: int) -> dict[str, tuple[l
     out = {}
     for i, text in _lines(path):
         rec, where = _object(path, i, text), f"{path}:{i}"
-        missing = [f for f in SAMPLED_REQUIRED if f not in rec]
-        if missing:
-            raise ExternalFileError(
-                f"{where}: field {missing[0]!r}: required field missing (required: {', '.join(SAMPLED_REQUIRED)})"
-            )
-        unknown = [f for f in rec if f not in SAMPLED_FIELDS]
-        if unknown:
-            raise ExternalFileError(
-                f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(SAMPLED_FIELDS)}; "
-                "put anything else under 'extra')"
-            )
+        check_fields(where, rec, SAMPLED_REQUIRED, SAMPLED_FIELDS)
         pid = rec["prompt_id"]
         if not isinstance(pid, str) or pid not in export:
             raise ExternalFileError(
@@ -121,7 +111,7 @@ def read_samples(path, export: dict[str, dict], vocab: int) -> dict[str, tuple[l
 
 def pair_rows(name: str, ref: str, files: dict, export: dict[str, dict], vocab: int, alpha: float) -> list[dict]:
     """One row per prompt of the sampled export: entry `name`'s samples against entry `ref`'s."""
-    from orthrus.audit.sampling import holm, two_sample_test
+    from orthrus.audit.two_sample import holm, two_sample_test
 
     spec, base = (read_samples(files[n], export, vocab) for n in (name, ref))
     rows = []

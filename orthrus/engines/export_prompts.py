@@ -85,7 +85,7 @@ def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, mes
 def sampled_records(records: list[dict], two_sample: dict, top_k: int | None) -> list[dict]:
     """The sampled export: the records of the two-sample test's prompts (`two_sample` the validated
     sampling.two_sample section), each with its sampling settings and `max_new_tokens` its m."""
-    from orthrus.audit.sampling import two_sample_prompts
+    from orthrus.audit.two_sample import two_sample_prompts
 
     ids = set(two_sample_prompts(pd.DataFrame(records), two_sample)["prompt_id"])
     settings = {

@@ -198,7 +198,7 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
     """One record as the decoding row's values (see the module docstring for the checks): one
     validator per field, each failing in one line that names the file, the line and the field."""
     where = f"{path}:{i}"
-    _check_fields(where, rec)
+    check_fields(where, rec)
     pid = _prompt_id(where, rec["prompt_id"], study)
     tokens = _token_ids(path, i, rec["token_ids"], study)
     env = _env(where, rec["env"], study.options)
@@ -231,17 +231,17 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
     }
 
 
-def _check_fields(where: str, rec: dict) -> None:
-    missing = [f for f in EXTERNAL_REQUIRED if f not in rec]
+def check_fields(where: str, rec: dict, required=EXTERNAL_REQUIRED, known=EXTERNAL_FIELDS) -> None:
+    """A record's fields: every `required` one there, none outside `known` (a sampled file has its own)."""
+    missing = [f for f in required if f not in rec]
     if missing:
         raise ExternalFileError(
-            f"{where}: field {missing[0]!r}: required field missing (required: {', '.join(EXTERNAL_REQUIRED)})"
+            f"{where}: field {missing[0]!r}: required field missing (required: {', '.join(required)})"
         )
-    unknown = [f for f in rec if f not in EXTERNAL_FIELDS]
+    unknown = [f for f in rec if f not in known]
     if unknown:
         raise ExternalFileError(
-            f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(EXTERNAL_FIELDS)}; "
-            "put anything else under 'extra')"
+            f"{where}: field {unknown[0]!r}: unknown field (known: {', '.join(known)}; put anything else under 'extra')"
         )
 
 
