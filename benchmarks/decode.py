@@ -47,7 +47,7 @@ def load(args):
         tok = AutoTokenizer.from_pretrained(args.model)
         prompts = pd.read_parquet(args.prompts)
         prompts = prompts.groupby("domain").head(args.per_domain)
-        return model, [(r.domain, torch.tensor(render_chat(tok, r.prompt))) for r in prompts.itertuples()]
+        return model, [(r.domain, torch.tensor(render_chat(tok, r.prompt, args.message))) for r in prompts.itertuples()]
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--attention", default="eager")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--message", default="empty", help="the study's decode.message (configs/smollm2.yaml: none)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, prompts = load(args)

@@ -8,6 +8,7 @@ import sys
 # command -> module with a `main(argv)` function. Imported lazily so `orthrus --help` is fast.
 COMMANDS = {
     "train-teacher": "orthrus.world.teacher",
+    "convert-gguf": "orthrus.models.gguf",
     "subject": "orthrus.world.subject",
     "prompts": "orthrus.data.prompts",
     "corpus": "orthrus.data.corpus",

@@ -45,6 +45,9 @@ TEACHER_CONTROLS = ("oracle", "ar-batched")
 COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS + (EXTERNAL_DECODER,)
 # why a first divergence happened (orthrus.audit.verdict)
 VERDICTS = ("tie", "rounding", "structural")
+# the backbones' model_types this package builds Orthrus on and runs its loop on (`orthrus`: the
+# authors' released format, a Qwen3 config); orthrus.models.modeling.FAMILIES maps each to its classes
+ORTHRUS_FAMILIES = ("qwen3", "orthrus", "llama")
 CONFIG = ["model", "decoder", "precision", "attention"]
 # A name that becomes a path component and a wildcard (teacher, model, grid names): letters,
 # digits, `_`, `.` and `-`, never first a `.` or `-` (so never `.`, `..`, a hidden file or an

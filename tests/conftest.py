@@ -3,7 +3,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from orthrus import OrthrusForCausalLM
 
@@ -13,8 +13,12 @@ VOCAB, EOS, MASK = 96, 1, 95
 torch.set_num_threads(1)
 
 
-def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256):
-    return Qwen3Config(
+# the backbone families Orthrus is built on (orthrus.models.modeling.FAMILIES); Llama has no q/k norms
+FAMILIES = {"qwen3": (Qwen3ForCausalLM, Qwen3Config), "llama": (LlamaForCausalLM, LlamaConfig)}
+
+
+def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256, family="qwen3"):
+    return FAMILIES[family][1](
         vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
@@ -30,9 +34,9 @@ def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256):
     )
 
 
-def tiny_base(seed=0, attn="eager", init=0.2, **kw):
+def tiny_base(seed=0, attn="eager", init=0.2, family="qwen3", **kw):
     torch.manual_seed(seed)
-    return Qwen3ForCausalLM(tiny_config(attn, init, **kw)).eval()
+    return FAMILIES[family][0](tiny_config(attn, init, family=family, **kw)).eval()
 
 
 def tiny_orthrus(

@@ -173,8 +173,8 @@ def test_the_plain_decoders_perplexity_and_forensics_run_on_another_architecture
     assert not (teacher / "REMOTE_CODE_RAN").exists() and not (draft / "REMOTE_CODE_RAN").exists()
 
 
-def test_the_orthrus_loop_and_the_config_check_name_what_needs_a_qwen3(tmp_path, capsys):
-    teacher = save(tmp_path / "llama", "llama")
+def test_the_orthrus_loop_and_the_config_check_name_what_needs_an_orthrus_family(tmp_path, capsys):
+    teacher = save(tmp_path / "mistral", "mistral")
     PROMPTS.to_parquet(tmp_path / "p.parquet")
     for decoder in ("ar", "oracle", "orthrus"):
         assert (
@@ -199,7 +199,7 @@ def test_the_orthrus_loop_and_the_config_check_name_what_needs_a_qwen3(tmp_path,
             == 2
         )
         err = capsys.readouterr().err
-        assert f"is a 'llama' model; decoder {decoder} runs this package's loop, which needs a Qwen3" in err, err
+        assert f"is a 'mistral' model; decoder {decoder} runs this package's loop, which needs a model of the families" in err, err
     cfg = yaml.safe_load((ROOT / "tests/smoke/config.yaml").read_text())
     cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(teacher)}
     cfg["decode"]["decoders"], cfg["decode"]["controls"] = ["prompt-lookup"], ["oracle", "ar-batched"]
@@ -210,8 +210,8 @@ def test_the_orthrus_loop_and_the_config_check_name_what_needs_a_qwen3(tmp_path,
     text = res.stdout + res.stderr
     assert res.returncode != 0
     for key in ("models.smoke-ce", "models.smoke-kl", "decode.controls", "benchmarks.ar_baseline"):
-        assert f"{key}: " in text and "is a 'llama' model" in text, key
-    # without what needs the loop, the study runs on the Llama reference: no corpus, no distillation
+        assert f"{key}: " in text and "is a 'mistral' model" in text, key
+    # without what needs the loop, the study runs on the Mistral reference: no corpus, no distillation
     cfg["models"], cfg["decode"]["controls"], cfg["benchmarks"] = {}, ["ar-batched"], {"enabled": False}
     cfg["decode"]["grids"] = {"prompt-lookup": {"attentions": ["sdpa"]}}
     cfg["decode"]["external"] = {

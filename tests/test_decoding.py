@@ -28,10 +28,11 @@ def match_rate(model, prompts, max_new):
     "block_size", [pytest.param(2, marks=pytest.mark.slow), 8, pytest.param(32, marks=pytest.mark.slow)]
 )
 @pytest.mark.parametrize("diffusion", ["random", "noisy"])
-def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, random_prompts):
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fp32_orthrus_greedy_equals_ar(block_size, diffusion, family, random_prompts):
     accepted = []
     for seed in (0, 1):
-        model = tiny_orthrus(seed, block_size, diffusion, peaked=3.0 if diffusion == "noisy" else 0.0)
+        model = tiny_orthrus(seed, block_size, diffusion, peaked=3.0 if diffusion == "noisy" else 0.0, family=family)
         rate, acc = match_rate(model, random_prompts(25, seed), max_new=[13, 21, 40])
         assert rate == 1.0, f"seed {seed}: fp32 Orthrus diverged from AR"
         accepted.append(acc)

@@ -8,6 +8,7 @@ from tokenizers import Tokenizer, models
 from transformers import DynamicCache, PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
+from orthrus.models.modeling import FAMILIES
 from orthrus.decode.loop import diffusion_proposals
 from orthrus.models.cache import cache_kwarg
 
@@ -25,15 +26,23 @@ def both_views(model, ids):
     return ar, diff
 
 
-def test_from_base_copies_and_freezes():
-    base = tiny_base(0)
+TWINS = {
+    "qwen3": ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"),
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj"),  # no q/k norms in the Llama family
+}
+
+
+@pytest.mark.parametrize("family", sorted(TWINS))
+def test_from_base_copies_and_freezes(family):
+    base = tiny_base(0, family=family)
     model = OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK)
+    assert isinstance(model, FAMILIES[family][2]) and isinstance(model, type(base))
     attn = model.model.layers[1].self_attn
-    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"):
+    for name in TWINS[family]:
         assert torch.equal(getattr(attn, name).weight, getattr(attn, f"{name}_diff").weight)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("_diff." in n for n in trainable)
-    assert len(trainable) == 6 * model.config.num_hidden_layers
+    assert len(trainable) == len(TWINS[family]) * model.config.num_hidden_layers
     assert model.config.block_size == 4 and model.config.mask_token_id == MASK
     ids = torch.tensor([3, 4, 5])
     assert torch.equal(model(ids[None]).logits, base(ids[None]).logits)
@@ -53,14 +62,16 @@ def test_new_mask_token(n_tokens):
     assert model.lm_head.weight.data_ptr() == emb.data_ptr()  # still tied
 
 
-def test_save_load_roundtrip_identical_logits(tmp_path):
-    model = tiny_orthrus(0, 8, "random")
+@pytest.mark.parametrize("family", sorted(TWINS))
+def test_save_load_roundtrip_identical_logits(tmp_path, family):
+    model = tiny_orthrus(0, 8, "random", family=family)
     model.save_pretrained(tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
-    assert cfg["architectures"] == ["OrthrusLM"] and cfg["model_type"] == "qwen3"
+    assert cfg["architectures"] == ["OrthrusLM"] and cfg["model_type"] == family
     assert cfg["block_size"] == 8 and cfg["mask_token_id"] == MASK
     assert (tmp_path / "model.safetensors").exists()
-    loaded = OrthrusForCausalLM.from_pretrained(tmp_path)
+    loaded = OrthrusForCausalLM.from_pretrained(tmp_path)  # the entry point builds the checkpoint's family
+    assert type(loaded) is FAMILIES[family][2]
     ids = torch.tensor([5, 9, 13, 2])
     for a, b in zip(both_views(model, ids), both_views(loaded, ids)):
         assert torch.equal(a, b)

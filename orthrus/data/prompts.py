@@ -31,7 +31,9 @@ Sources:
 
 - `eval_file` (with either source): the evaluation set is a file in the authors' format
   `{domain: [prompt, ...]}` taken as it stands (orthrus.data.prompt_file); optional
-  `eval_file_sha256` and `eval_duplicates` (error | first).
+  `eval_file_sha256` and `eval_duplicates` (error | first). With `eval_file_split: N` the file
+  gives both sets: its first N prompts per domain evaluate, the rest are distillation prompts
+  (`split_eval_file`).
 
 Prompts that are empty, shorter than `min_chars` or longer than `max_chars` are dropped
 and counted: one log line per domain and set on stderr (kept, dropped by reason).
@@ -276,10 +278,35 @@ def _use_eval_file(cfg: dict, distill_df: pd.DataFrame, log: dict):
         cfg.get("eval_duplicates", "error"),
         float(cfg.get("eval_file_timeout", TIMEOUT)),
     )
+    if cfg.get("eval_file_split"):
+        eval_df, distill_df = split_eval_file(eval_df, int(cfg["eval_file_split"]), cfg.get("distill_n"))
+        file_log["eval_file_split"] = {"eval": len(eval_df), "distill": len(distill_df)}
     clash = distill_df["prompt"].isin(set(eval_df["prompt"]))
     if clash.any():
         _log(f"distill: dropped {int(clash.sum())} prompts that are in the evaluation file")
     return eval_df, distill_df[~clash].reset_index(drop=True), {**log, **file_log}
+
+
+def split_eval_file(file_df: pd.DataFrame, n_eval: int, distill_n: int | None):
+    """(eval, distill) from one file's prompts: the first `n_eval` of each domain evaluate (their
+    ids kept); the rest, without any text the evaluation set holds or an earlier one repeated, are
+    distillation prompts taken a domain at a time in turn (a cut at `distill_n` keeps every domain)."""
+    rank = file_df.groupby("domain", sort=False).cumcount()
+    eval_df = file_df[rank < n_eval].reset_index(drop=True)
+    rest = file_df[rank >= n_eval].assign(_rank=rank[rank >= n_eval])
+    rest = rest[~rest["prompt"].isin(set(eval_df["prompt"]))].drop_duplicates("prompt")
+    order = {d: i for i, d in enumerate(file_df["domain"].unique())}
+    rest = rest.assign(_domain=rest["domain"].map(order)).sort_values(["_rank", "_domain"], kind="stable")
+    if distill_n is not None:
+        rest = rest.head(int(distill_n))
+    distill_df = pd.DataFrame(
+        {
+            "prompt_id": [f"distill-{k:06d}" for k in range(len(rest))],
+            "domain": rest["domain"].tolist(),
+            "prompt": rest["prompt"].tolist(),
+        }
+    )
+    return eval_df, distill_df
 
 
 # --------------------------------------------------------------------------- CLI

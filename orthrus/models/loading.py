@@ -29,19 +29,17 @@ def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]
     return ids
 
 
-# the model types our loop runs on: Qwen3 (the teacher through our loop) and the released Orthrus formats
-LOOP_MODEL_TYPES = ("qwen3", "orthrus")
 
 
 def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
     """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
     for the decoders that need no diffusion view (transformers' and an engine's file, which the
     teacher scores) any causal LM transformers loads without remote code, the Orthrus checkpoint
-    for our loop (`ar` and the `oracle` control also take a plain Qwen3, e.g. the teacher through
-    our loop)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
+    for our loop (`ar` and the `oracle` control also take a plain model of an Orthrus family, e.g.
+    the teacher through our loop)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.models.modeling import OrthrusForCausalLM, load_complete, resolve_checkpoint
+    from orthrus.models.modeling import FAMILIES, OrthrusForCausalLM, family, load_complete, resolve_checkpoint
     from orthrus.models.precision import check_attention, configure
 
     path = resolve_checkpoint(path, revision=revision)
@@ -50,16 +48,16 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     kw = {"dtype": dtype, "attn_implementation": options.attention}
     if options.decoder in PLAIN_LM_DECODERS:
         model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
-    elif model_type(path) not in (None, *LOOP_MODEL_TYPES):
+    elif model_type(path) not in (None, *FAMILIES):
         raise InputError(
             f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
-            f"which needs a Qwen3 or Orthrus checkpoint (any causal LM works with "
-            f"{', '.join(PLAIN_LM_DECODERS)})"
+            f"which needs a model of the families {sorted(FAMILIES)} or an Orthrus checkpoint (any causal "
+            f"LM works with {', '.join(PLAIN_LM_DECODERS)})"
         )
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
     elif options.decoder in ("ar", "oracle"):
-        model = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **kw)
+        model = load_complete(family(model_type(path), path)[0], path, use_safetensors=True, **kw)
     else:
         raise InputError(
             f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
@@ -71,19 +69,16 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
 
 def model_type(path) -> str | None:
     """`model_type` of a model directory's config.json (None where it has none)."""
-    import json
+    from orthrus.models.modeling import config_model_type
 
-    try:
-        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return config_model_type(path)
 
 
 def is_orthrus_checkpoint(path) -> bool:
-    from transformers import Qwen3Config
+    import json
 
-    cfg = Qwen3Config.from_pretrained(path)
-    return getattr(cfg, "block_size", None) is not None and getattr(cfg, "mask_token_id", None) is not None
+    cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    return cfg.get("block_size") is not None and cfg.get("mask_token_id") is not None
 
 
 def load_draft(path: str, model, tokenizer, model_path: str):

@@ -1,10 +1,15 @@
-"""Orthrus: a frozen Qwen3 causal LM plus a trainable "diffusion" view of every attention layer.
+"""Orthrus: a frozen causal LM plus a trainable "diffusion" view of every attention layer.
 
-The model *is* a `Qwen3ForCausalLM` (the AR view, unchanged), with six extra modules per
-attention layer named as in the released checkpoint `chiennv/Orthrus-Qwen3-1.7B`:
-`model.layers.{i}.self_attn.{q,k,v,o}_proj_diff` and `{q,k}_norm_diff`. Embeddings, MLPs,
-layer norms and the LM head are shared. The diffusion view reads the AR KV cache and never
-writes it.
+The model *is* its backbone's causal LM (the AR view, unchanged): a `Qwen3ForCausalLM`, as the
+released checkpoint `chiennv/Orthrus-Qwen3-1.7B`, or a `LlamaForCausalLM` (SmolLM2 and the rest
+of the Llama family), with a twin of every attention projection and q/k norm the family has,
+named as in the released checkpoint: `model.layers.{i}.self_attn.{q,k,v,o}_proj_diff` and, on
+Qwen3, `{q,k}_norm_diff`. Embeddings, MLPs, layer norms and the LM head are shared. The
+diffusion view reads the AR KV cache and never writes it.
+
+`OrthrusForCausalLM.from_base` and `.from_pretrained` are the one entry point: they read the
+backbone's `model_type` and build that family's class (`FAMILIES`), so nothing outside this
+module needs to know which family a model is.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb, eager_attention_forward
+from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb, eager_attention_forward
 
+from orthrus.contracts import ORTHRUS_FAMILIES
 from orthrus.errors import MissingInputError, ModelError
 from orthrus.models.hub import is_hub_id, split_revision
 
@@ -29,22 +35,27 @@ RELEASED_ARCHITECTURE = "OrthrusLM"
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
 
 
-class OrthrusForCausalLM(Qwen3ForCausalLM):
-    """`Qwen3ForCausalLM` + diffusion attention projections. `forward` is the AR view."""
+class OrthrusMixin:
+    """Diffusion attention projections on top of a family's causal LM. `forward` is the AR view."""
 
-    def __init__(self, config: Qwen3Config):
+    def __init__(self, config):
         super().__init__(config)
         for layer in self.model.layers:
             attn = layer.self_attn
-            for name in DIFF_MODULES:
+            for name in self.diff_modules():
                 src = getattr(attn, name)
                 if isinstance(src, nn.Linear):
                     new = nn.Linear(src.in_features, src.out_features, bias=src.bias is not None)
-                else:
-                    new = Qwen3RMSNorm(src.weight.shape[0], eps=src.variance_epsilon)
+                else:  # the family's RMSNorm (Qwen3's q/k norms)
+                    new = type(src)(src.weight.shape[0], eps=src.variance_epsilon)
                 setattr(attn, f"{name}_diff", new)
         self.post_init()
         self.freeze_backbone()
+
+    def diff_modules(self) -> tuple[str, ...]:
+        """The attention modules that have a diffusion twin: those of DIFF_MODULES the family has."""
+        attn = self.model.layers[0].self_attn
+        return tuple(n for n in DIFF_MODULES if isinstance(getattr(attn, n, None), nn.Module))
 
     # ---- parameters -------------------------------------------------------------------------
 
@@ -63,7 +74,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         """Initialise every diffusion module as a copy of its AR twin (Orthrus' initialisation)."""
         with torch.no_grad():
             for layer in self.model.layers:
-                for name in DIFF_MODULES:
+                for name in self.diff_modules():
                     getattr(layer.self_attn, f"{name}_diff").load_state_dict(
                         getattr(layer.self_attn, name).state_dict()
                     )
@@ -88,7 +99,7 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         mask_token: str = MASK_TOKEN,
         **load_kwargs,
     ):
-        """Build Orthrus from a Qwen3 causal LM (instance, local directory or hub id).
+        """Build Orthrus from a causal LM of a family in FAMILIES (instance, local directory or hub id).
 
         `mask_token_id=None` adds a dedicated `mask_token` (default `<|mask|>`; the follow-up
         paper's authors named theirs `<|orthrus_mask|>`) at id `len(tokenizer)` (as the
@@ -108,15 +119,19 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
                 from transformers import AutoTokenizer
 
                 tokenizer = AutoTokenizer.from_pretrained(path)
-            base = load_complete(Qwen3ForCausalLM, path, use_safetensors=True, **load_kwargs)
-        config = Qwen3Config.from_dict(base.config.to_dict())
+            base_cls = family(config_model_type(path), path)[0]
+            base = load_complete(base_cls, path, use_safetensors=True, **load_kwargs)
+        family_cls = orthrus_class(getattr(base.config, "model_type", None), type(base).__name__)
+        config = type(base.config).from_dict(base.config.to_dict())
         config.block_size = int(block_size)
         config._attn_implementation = base.config._attn_implementation
-        model = cls(config).to(dtype=base.dtype, device=base.device)
+        model = family_cls(config).to(dtype=base.dtype, device=base.device)
         missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
         missing = [k for k in missing if not cls.is_diffusion_parameter(k) and k != "lm_head.weight"]
         if missing or unexpected:
-            raise ValueError(f"base model does not fit Qwen3: missing {missing}, unexpected {unexpected}")
+            raise ValueError(
+                f"base model does not fit {type(model).__name__}: missing {missing}, unexpected {unexpected}"
+            )
         model.tie_weights()
         model.copy_ar_to_diffusion()
         if mask_token_id is None:
@@ -162,11 +177,16 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         if not isinstance(allow_pickle, bool):  # "no" would be truthy: pickles allowed by accident
             raise ModelError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         path = resolve_checkpoint(path_or_id, allow_pickle=allow_pickle)
-        config = Qwen3Config.from_pretrained(path)
+        target = orthrus_class(config_model_type(path), path)
+        if cls is not target:  # the generic entry point: this checkpoint's family
+            return target.from_pretrained(
+                path, *args, dtype=dtype, attn_implementation=attn_implementation, allow_pickle=allow_pickle, **kwargs
+            )
+        config = family(config_model_type(path), path)[1].from_pretrained(path)
         for key in ("block_size", "mask_token_id"):
             if getattr(config, key, None) is None:
                 raise ModelError(
-                    f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain Qwen3)"
+                    f"{path}/config.json has no {key!r}: not an Orthrus checkpoint (use from_base for a plain causal LM)"
                 )
         check_orthrus_config(path, config)
         config.auto_map = None  # released configs point at remote code; we never use it
@@ -234,8 +254,10 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
 
     def _diffusion_attention(self, attn, hidden, position_embeddings, past_k, past_v, attention_mask):
         shape = (*hidden.shape[:-1], -1, attn.head_dim)
-        q = attn.q_norm_diff(attn.q_proj_diff(hidden).view(shape)).transpose(1, 2)
-        k = attn.k_norm_diff(attn.k_proj_diff(hidden).view(shape)).transpose(1, 2)
+        q, k = attn.q_proj_diff(hidden).view(shape), attn.k_proj_diff(hidden).view(shape)
+        if hasattr(attn, "q_norm_diff"):  # Qwen3 normalises q and k per head; Llama does not
+            q, k = attn.q_norm_diff(q), attn.k_norm_diff(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = attn.v_proj_diff(hidden).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if past_k is not None and past_k.numel():
@@ -243,6 +265,52 @@ class OrthrusForCausalLM(Qwen3ForCausalLM):
         interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, is_causal=False)
         return attn.o_proj_diff(out.reshape(*hidden.shape[:-1], -1).contiguous())
+
+
+class OrthrusForCausalLM(OrthrusMixin, Qwen3ForCausalLM):
+    """Orthrus on Qwen3 (the released checkpoints' family), and the entry point for every family:
+    `from_base` and `from_pretrained` return the class of the backbone's family."""
+
+
+class OrthrusLlamaForCausalLM(OrthrusMixin, LlamaForCausalLM):
+    """Orthrus on the Llama family (SmolLM2, Llama 2/3, ...): no q/k norms, so only the four
+    projections have diffusion twins."""
+
+
+# model_type -> (the backbone's causal LM, its config class, the Orthrus class); `orthrus` is the
+# authors' released format (a Qwen3 config under another model_type)
+FAMILIES = {
+    "qwen3": (Qwen3ForCausalLM, Qwen3Config, OrthrusForCausalLM),
+    "orthrus": (Qwen3ForCausalLM, Qwen3Config, OrthrusForCausalLM),
+    "llama": (LlamaForCausalLM, LlamaConfig, OrthrusLlamaForCausalLM),
+}
+assert tuple(FAMILIES) == ORTHRUS_FAMILIES
+
+
+def family(model_type, where) -> tuple:
+    """FAMILIES' row for `model_type` (None, as an old config without the key, reads as Qwen3);
+    an error naming `where` and the families this package runs its loop on otherwise."""
+    if model_type is None:
+        model_type = "qwen3"
+    if model_type not in FAMILIES:
+        raise ModelError(
+            f"{where} is a {model_type!r} model; Orthrus is built on the families {sorted(FAMILIES)} "
+            "(any causal LM works with the decoders that need no diffusion view)"
+        )
+    return FAMILIES[model_type]
+
+
+def orthrus_class(model_type, where):
+    return family(model_type, where)[2]
+
+
+def config_model_type(path) -> str | None:
+    """`model_type` of a model directory's config.json (None where it has none or cannot be read:
+    check_model_files has named what is wrong with it)."""
+    try:
+        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _is_int(x) -> bool:

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from orthrus import contracts
 from orthrus.audit.sampling_config import problems as sampling_problems
 from orthrus.engines.runner import problems as engine_problems
 from orthrus.models.hub import is_hub_id
@@ -100,6 +101,7 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _external_problems(cfg)
     problems += engine_problems(cfg)  # decode.engines, engines.* (orthrus/engines/runner.py)
     problems += _architecture_problems(cfg)
+    problems += _gguf_problems(cfg)
     problems += _frontier_problems(cfg)
     problems += sampling_problems(cfg)
     problems += training_problems(cfg, props, scatter or {})
@@ -194,11 +196,12 @@ def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
             f"({prompts['max_chars']}): every prompt would be dropped"
         )
     eval_file = prompts.get("eval_file")
+    split = prompts.get("eval_file_split")
     if prompts.get("source") == "hf" and not prompts.get("eval") and not eval_file:
         problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
     if eval_file:
         problems.append(_eval_file_problem(eval_file))
-    for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout"):
+    for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout", "eval_file_split"):
         if prompts.get(key) is not None and not eval_file:
             problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
     if corpus.get("source") == "hf":
@@ -209,10 +212,10 @@ def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
                 f"corpus.dataset: the local path {corpus['dataset']!r} has glob characters (* ? [ ] {{ }}), "
                 "which datasets reads as a pattern; rename or link the directory"
             )
-    elif prompts.get("source") == "hf" and not prompts.get("distill"):
+    elif prompts.get("source") == "hf" and not prompts.get("distill") and not (eval_file and split):
         problems.append(
             "prompts.distill: required (non-empty) when corpus.source is generate and prompts.source "
-            "is hf (the teacher answers the distillation prompts)"
+            "is hf without prompts.eval_file_split (the teacher answers the distillation prompts)"
         )
     return problems
 
@@ -302,11 +305,26 @@ def _external_problems(cfg: dict) -> list[str]:
     return problems
 
 
+def _gguf_problems(cfg: dict) -> list[str]:
+    """teacher.source gguf: the file given one way (a path, or a package and the file in it)."""
+    teacher = cfg.get("teacher") or {}
+    g = teacher.get("gguf") or {}
+    if teacher.get("source") != "gguf":
+        return [f"teacher.gguf.{k}: set, but teacher.source is not gguf" for k in sorted(g) if g[k] is not None]
+    if bool(g.get("path")) == bool(g.get("package")):
+        return ["teacher.gguf: give the GGUF file as `path`, or as `package` with `file` (one of the two)"]
+    if g.get("package") and not g.get("file"):
+        return ["teacher.gguf.file: required with teacher.gguf.package (the file's path inside the package)"]
+    if g.get("path") and not Path(os.path.expanduser(g["path"])).is_file():
+        return [f"teacher.gguf.path: no such file: {g['path']!r}"]
+    return []
+
+
 def _architecture_problems(cfg: dict) -> list[str]:
-    """A local hf teacher that is not a Qwen3 (Llama, Mistral, Gemma, Qwen2, ...) is the reference of
-    the decoders that need no diffusion view (ar-ref, assisted, prompt-lookup, ar-batched, external
-    files); what runs this package's loop on it needs a Qwen3, each named by its key. A hub teacher
-    is checked when a stage loads it."""
+    """A local hf teacher of a family Orthrus is not built on (Mistral, Gemma, Qwen2, ...) is the
+    reference of the decoders that need no diffusion view (ar-ref, assisted, prompt-lookup,
+    ar-batched, external files); what runs this package's loop on it needs a family of
+    contracts.ORTHRUS_FAMILIES, each named by its key. A hub teacher is checked when a stage loads it."""
     teacher = cfg.get("teacher") or {}
     path = Path(os.path.expanduser(str(teacher.get("path") or "")))
     if teacher.get("source") != "hf" or not (path / "config.json").is_file():
@@ -315,10 +333,10 @@ def _architecture_problems(cfg: dict) -> list[str]:
         kind = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError):
         return []  # the loader names what is wrong with it
-    if kind in (None, "qwen3"):
+    if kind in (None, *contracts.ORTHRUS_FAMILIES):
         return []
     why = (
-        f"needs a Qwen3 teacher, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
+        f"needs a teacher of the families {list(contracts.ORTHRUS_FAMILIES)}, and teacher.path {teacher['path']!r} is a {kind!r} model (any causal LM is the "
         "reference of ar-ref, assisted, prompt-lookup, ar-batched and decode.external)"
     )
     problems = [

@@ -181,7 +181,7 @@ class Study:
     def model_source_path(self, name: str, source: str, path) -> str:
         """Where a teacher or draft is: the pipeline builds a tiny one under results/, the package
         ships the fixed subject (checked here, before any job), an hf one is a hub id or directory."""
-        if source == "tiny":
+        if source in ("tiny", "gguf"):  # built by a rule (train_teacher, convert_gguf)
             return f"{R}/{name}"
         if source == "shipped":
             _check_shipped_subject()
@@ -193,7 +193,14 @@ class Study:
         return self.model_source_path("teacher", t["source"], t["path"])
 
     def teacher_input(self, wildcards=None):
-        return self.teacher_path() if self.config["teacher"]["source"] == "tiny" else model_files(self.teacher_path())
+        built = self.config["teacher"]["source"] in ("tiny", "gguf")
+        return self.teacher_path() if built else model_files(self.teacher_path())
+
+    def gguf_args(self, wildcards=None) -> list[str]:
+        """`orthrus convert-gguf`'s source arguments for teacher.gguf (an argument list, each quoted by `:q`)."""
+        g = self.config["teacher"].get("gguf") or {}
+        args = ["--gguf", os.path.expanduser(g["path"])] if g.get("path") else ["--package", g["package"], "--file", g["file"]]
+        return args + (["--sha256", g["sha256"]] if g.get("sha256") else [])
 
     def draft_path(self) -> str:
         return self.model_source_path("draft", self.draft["source"], self.draft["path"])

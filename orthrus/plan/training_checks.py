@@ -29,7 +29,8 @@ def distill_prompt_count(cfg: dict) -> int | None:
         return corpus.get("expected_rows")
     n = prompts.get("distill_n", 1000)
     if prompts.get("source") == "hf":
-        n = min(n, sum(int(spec.get("n", 1000)) for spec in prompts.get("distill") or []))
+        specs = sum(int(spec.get("n", 1000)) for spec in prompts.get("distill") or [])
+        n = n if prompts.get("eval_file") and prompts.get("eval_file_split") else min(n, specs)
     return n
 
 

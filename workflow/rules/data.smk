@@ -1,24 +1,51 @@
-rule train_teacher:
-    output:
-        directory(f"{R}/teacher"),
-    params:
-        cfg=lambda w: settings(config["teacher"]["tiny"]),
-        seed=config["seed"],
-    log:
-        f"{R}/logs/train_teacher.log",
-    benchmark:
-        f"{R}/timing/train_teacher.tsv"
-    threads: config["teacher"]["threads"]
-    resources:
-        mem_mb=RES["teacher"]["mem_mb"],
-        runtime=RES["teacher"]["runtime"],
-        gpu=RES["teacher"]["gpus"],
-        slurm_extra=RES["teacher"]["slurm_extra"],
-    conda:
-        ENV
-    shell:
-        "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
-        " --out {output:q} > {log:q} 2>&1"
+# results/teacher is built by one rule, the one of teacher.source: trained (tiny) or converted (gguf)
+if config["teacher"]["source"] == "gguf":
+
+    rule convert_gguf:
+        """The teacher from a GGUF file (teacher.gguf), converted once through transformers' GGUF
+        loader to a Hugging Face directory with its provenance (orthrus/models/gguf.py)."""
+        output:
+            directory(f"{R}/teacher"),
+        params:
+            src=S.gguf_args,
+        log:
+            f"{R}/logs/convert_gguf.log",
+        benchmark:
+            f"{R}/timing/convert_gguf.tsv"
+        threads: config["teacher"]["threads"]
+        resources:
+            mem_mb=RES["teacher"]["mem_mb"],
+            runtime=RES["teacher"]["runtime"],
+            gpu=RES["teacher"]["gpus"],
+            slurm_extra=RES["teacher"]["slurm_extra"],
+        conda:
+            ENV
+        shell:
+            "orthrus convert-gguf {params.src:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+else:
+
+    rule train_teacher:
+        output:
+            directory(f"{R}/teacher"),
+        params:
+            cfg=lambda w: settings(config["teacher"]["tiny"]),
+            seed=config["seed"],
+        log:
+            f"{R}/logs/train_teacher.log",
+        benchmark:
+            f"{R}/timing/train_teacher.tsv"
+        threads: config["teacher"]["threads"]
+        resources:
+            mem_mb=RES["teacher"]["mem_mb"],
+            runtime=RES["teacher"]["runtime"],
+            gpu=RES["teacher"]["gpus"],
+            slurm_extra=RES["teacher"]["slurm_extra"],
+        conda:
+            ENV
+        shell:
+            "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
+            " --out {output:q} > {log:q} 2>&1"
 
 
 rule train_draft:

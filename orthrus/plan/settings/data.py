@@ -70,6 +70,16 @@ PROMPTS = section(
             exclusiveMinimum=0,
             maximum=3600,
         ),
+        "eval_file_split": key(
+            (int, None),
+            None,
+            (
+                "Split `eval_file` into both prompt sets: its first N prompts of each domain evaluate, the rest "
+                "(deduplicated against them) are the distillation prompts, taken a domain at a time in turn up "
+                "to `distill_n` (a real-model study on the authors' prompts alone); null: the whole file evaluates."
+            ),
+            minimum=1,
+        ),
         "eval_duplicates": choices(
             ["error", "first"],
             description=(

