@@ -199,7 +199,10 @@ def test_the_orthrus_loop_and_the_config_check_name_what_needs_an_orthrus_family
             == 2
         )
         err = capsys.readouterr().err
-        assert f"is a 'mistral' model; decoder {decoder} runs this package's loop, which needs a model of the families" in err, err
+        assert (
+            f"is a 'mistral' model; decoder {decoder} runs this package's loop, which needs a model of the families"
+            in err
+        ), err
     cfg = yaml.safe_load((ROOT / "tests/smoke/config.yaml").read_text())
     cfg["teacher"] = {"name": "teacher", "source": "hf", "path": str(teacher)}
     cfg["decode"]["decoders"], cfg["decode"]["controls"] = ["prompt-lookup"], ["oracle", "ar-batched"]

@@ -471,7 +471,8 @@ def test_local_hf_teacher_directory_is_accepted(tmp_path):
 def test_paper_protocol_sources_are_accepted(tmp_path):
     """An eval file (local path or URL), a ready hub corpus and hub ids for the teacher and an
     external model (not local paths: the jobs that download them check them)."""
-    (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"]}')
+    # the domains the smoke's sampled engines test (sampling.two_sample.domains) are in the file
+    (tmp_path / "prompts.json").write_text('{"qa": ["What is 2+2?"], "code": ["def f():"], "math": ["1+1"]}')
     cfg = copy.deepcopy(SMOKE)
     cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
     cfg["prompts"] = {

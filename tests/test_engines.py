@@ -344,3 +344,32 @@ def test_vllm_samples_the_sampled_export_and_its_pairs_get_the_two_sample_test(t
     plain_b, ngram = table[table["engine"] == "plain-b"], table[table["engine"] == "ngram"]
     assert list(plain_b["prompt_id"]) == ["p0", "p1"] and not plain_b["rejected"].any(), table
     assert list(ngram["prompt_id"]) == ["p0", "p1"] and ngram["p_value"].between(0, 1).all(), table
+
+
+# vLLM versions in which the CPU expand fallback is known to leave float outputs unwritten
+# (docs/findings/vllm-cpu-expand-batch-to-tokens.md); any other version must expand them right
+EXPAND_BUG_VERSIONS = {"0.32.0"}
+
+
+@pytest.mark.slow
+def test_vllm_cpu_expand_leaves_float_temperatures_unwritten():
+    """The cause of vLLM's CPU speculative sampling finding, reproduced without a model: on the pinned
+    vLLM the rejection sampler's per-position temperatures are not the request's (the int64 top-k is);
+    a vLLM without the bug makes this test fail, naming the version, so the finding gets revisited."""
+    python = engine_python()
+    res = subprocess.run(
+        [python, str(ROOT / "orthrus/engines/vllm_expand_repro.py")], capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    cases = {c["case"]: c for c in out["cases"]}
+    assert not out["has_triton"]  # the fallback is what runs on a CPU without Triton
+    assert cases["top_k int64"]["correct"], cases["top_k int64"]
+    temperature = cases["temperature float32"]
+    if out["vllm"] in EXPAND_BUG_VERSIONS:
+        assert not temperature["correct"], (
+            f"vLLM {out['vllm']} now expands float32 temperatures right ({temperature['got']}): the finding in "
+            "docs/findings/vllm-cpu-expand-batch-to-tokens.md no longer reproduces here"
+        )
+    else:
+        assert temperature["correct"], f"vLLM {out['vllm']}: float32 temperatures expanded to {temperature['got']}"

@@ -8,9 +8,9 @@ from tokenizers import Tokenizer, models
 from transformers import DynamicCache, PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
-from orthrus.models.modeling import FAMILIES
 from orthrus.decode.loop import diffusion_proposals
 from orthrus.models.cache import cache_kwarg
+from orthrus.models.modeling import FAMILIES
 
 
 def word_tokenizer(n):

@@ -199,7 +199,8 @@ def test_real_model_smoke_through_the_workflow(tmp_path):
     d = cfg["decode"]
     d["max_new_tokens"] = 8
     d["grids"] = {k: {**g, "prompts_per_domain": 1} for k, g in d["grids"].items()}
-    cfg["sampling"].update(max_new_tokens=4, two_sample={**cfg["sampling"]["two_sample"], "n_samples": 20, "m": 2})
+    two_sample = {**cfg["sampling"]["two_sample"], "n_samples": 20, "m": 2, "domains": ["gec-en"]}
+    cfg["sampling"].update(max_new_tokens=4, top_p=[None], two_sample=two_sample)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
@@ -223,3 +224,25 @@ def test_real_model_smoke_through_the_workflow(tmp_path):
     assert len(orth) == 1 and orth.n.iloc[0] == 12 and orth.match_rate.iloc[0] == 1.0
     claims = pd.read_csv(results / "tables" / "claims.csv")
     assert {"fp32-exact", "planted-bug-caught", "sampling-lossless-fp32"} <= set(claims.claim), claims.claim.tolist()
+
+
+def test_a_domain_the_prompt_file_lacks_is_refused_by_name(tmp_path):
+    """sampling.two_sample.domains names a domain the authors' file does not have (their key is
+    `wmt ru-en`, not `translate`): the config check says so before any job, and the sampling stage
+    refuses a prompt set without it instead of testing nothing."""
+    from orthrus.audit.two_sample import two_sample_prompts
+    from orthrus.errors import InputError
+    from orthrus.plan.checks import _eval_file_domain_problems
+
+    file = tmp_path / "prompts.json"
+    file.write_text(json.dumps({"code": ["def f(): pass"], "wmt ru-en": ["Привет"]}))
+    cfg = {"sampling": {"enabled": True, "two_sample": {"domains": ["code", "translate"]}}}
+    assert _eval_file_domain_problems(cfg, str(file)) == [
+        "sampling.two_sample.domains: ['translate'] not in prompts.eval_file's domains ['code', 'wmt ru-en']"
+    ]
+    cfg["sampling"]["two_sample"]["domains"] = ["code", "wmt ru-en"]
+    assert _eval_file_domain_problems(cfg, str(file)) == []
+    prompts = pd.DataFrame({"prompt_id": ["c", "w"], "domain": ["code", "wmt ru-en"], "prompt": ["x", "y"]})
+    with pytest.raises(InputError, match=r"\['translate'\] not among the evaluation prompts' domains"):
+        two_sample_prompts(prompts, {"prompts_per_domain": 1, "domains": ["code", "translate"]})
+    assert two_sample_prompts(prompts, {"prompts_per_domain": 1, "domains": ["code"]}).prompt_id.tolist() == ["c"]

@@ -21,6 +21,13 @@ def test_results_and_readme_blocks_are_rendered_from_the_committed_run():
     assert summary.BEGIN in Path(docs[0]).read_text() and "<!-- claims:begin -->" in Path(docs[1]).read_text()
 
 
+def test_the_real_model_page_is_rendered_from_its_committed_run():
+    """docs/REAL-MODEL.md's numbers are configs/smollm2.yaml's committed run (docs/real-model/)."""
+    page = ROOT / "docs" / "REAL-MODEL.md"
+    assert summary.main(["--tables", str(ROOT / "docs" / "real-model"), "--readme", str(page), "--check"]) == 0
+    assert "| fp32-exact | every fp32 cell |" in page.read_text()
+
+
 def test_a_changed_claim_makes_the_readme_stale(tmp_path):
     tables = tmp_path / "tables"
     shutil.copytree(RUN, tables)

@@ -121,9 +121,7 @@ def convert(path: Path, source: dict, out: str, expected_sha256: str | None = No
     """Write the Hugging Face directory `out` from the GGUF file at `path`; return its provenance."""
     digest = sha256(path)
     if expected_sha256 and digest != expected_sha256.lower():
-        raise ModelError(
-            f"{path}: sha256 {digest} is not the expected {expected_sha256} (another or a truncated file)"
-        )
+        raise ModelError(f"{path}: sha256 {digest} is not the expected {expected_sha256} (another or a truncated file)")
     header = read_header(path)
     model, tok = load(path)
     check_vocabulary(model, tok, path)

@@ -29,8 +29,6 @@ def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]
     return ids
 
 
-
-
 def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str | None = None):
     """(model, tokenizer) for `options.decoder` at its precision, attention and determinism:
     for the decoders that need no diffusion view (transformers' and an engine's file, which the

@@ -201,6 +201,7 @@ def _prompt_and_corpus_problems(cfg: dict) -> list[str]:
         problems.append("prompts.eval: required (non-empty) when prompts.source is hf without prompts.eval_file")
     if eval_file:
         problems.append(_eval_file_problem(eval_file))
+        problems += _eval_file_domain_problems(cfg, eval_file)
     for key in ("eval_file_sha256", "eval_duplicates", "eval_file_timeout", "eval_file_split"):
         if prompts.get(key) is not None and not eval_file:
             problems.append(f"prompts.{key}: set, but there is no prompts.eval_file for it to apply to")
@@ -424,6 +425,25 @@ def _local_file_problem(key: str, value: str, path: str) -> str | None:
     if not p.is_file():
         return f"{key}: no such file: {value!r}" + ("" if path != value else " (nor an http(s)/file URL)")
     return None
+
+
+def _eval_file_domain_problems(cfg: dict, eval_file: str) -> list[str]:
+    """The domains the config names (sampling.two_sample.domains, where the in-process audit or an
+    engine pair samples them) against a local eval_file's; a URL's are checked by the stage that
+    reads it."""
+    sampling = cfg.get("sampling") or {}
+    named = (sampling.get("two_sample") or {}).get("domains") or []
+    path = Path(os.path.expanduser(eval_file))
+    if not (sampling.get("enabled") or sampling.get("engines")) or not named or not path.is_file():
+        return []
+    try:
+        have = set(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return []  # the prompts stage names what is wrong with the file
+    missing = [d for d in named if d not in have]
+    return (
+        [f"sampling.two_sample.domains: {missing} not in prompts.eval_file's domains {sorted(have)}"] if missing else []
+    )
 
 
 def _eval_file_problem(value: str) -> str | None:

@@ -199,7 +199,11 @@ class Study:
     def gguf_args(self, wildcards=None) -> list[str]:
         """`orthrus convert-gguf`'s source arguments for teacher.gguf (an argument list, each quoted by `:q`)."""
         g = self.config["teacher"].get("gguf") or {}
-        args = ["--gguf", os.path.expanduser(g["path"])] if g.get("path") else ["--package", g["package"], "--file", g["file"]]
+        args = (
+            ["--gguf", os.path.expanduser(g["path"])]
+            if g.get("path")
+            else ["--package", g["package"], "--file", g["file"]]
+        )
         return args + (["--sha256", g["sha256"]] if g.get("sha256") else [])
 
     def draft_path(self) -> str:
