@@ -106,7 +106,8 @@ def check_prompt_table(table, path, columns=PROMPT_COLUMNS) -> pd.DataFrame:
     for c in columns:
         for i in df.index[df[c].isna()]:
             problems.append(f"{ids[i]}: column {c!r} is null")
-        for i in df.index[df[c].notna() & ~df[c].fillna("").map(visible)]:
+        # astype(bool): an empty column maps to an empty str series, which `~` and `&` would treat as strings
+        for i in df.index[df[c].notna() & ~df[c].fillna("").map(visible).astype(bool)]:
             problems.append(
                 f"{ids[i]}: column {c!r} is empty (nothing but whitespace, control or zero-width characters)"
             )
