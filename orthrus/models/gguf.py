@@ -140,16 +140,8 @@ def convert(path: Path, source: dict, out: str, expected_sha256: str | None = No
         raise ModelError(f"{path}: the loaded weights do not fill {type(fresh).__name__}: {missing or unexpected}")
     fresh.tie_weights()
     fresh.generation_config = model.generation_config
-    try:
-        import gguf
+    from importlib import metadata
 
-        gguf_version = getattr(gguf, "__version__", None)
-    except ImportError:
-        gguf_version = None
-    if gguf_version is None:
-        from importlib import metadata
-
-        gguf_version = metadata.version("gguf")
     record = {
         **source,
         "sha256": digest,
@@ -160,7 +152,7 @@ def convert(path: Path, source: dict, out: str, expected_sha256: str | None = No
         "saved_dtype": "float32",
         "transformers": transformers.__version__,
         "torch": torch.__version__,
-        "gguf": gguf_version,
+        "gguf": metadata.version("gguf"),  # read_header needed it
     }
     with atomic_path(out) as tmp:
         tmp.mkdir()
