@@ -8,6 +8,7 @@ from orthrus.world.teacher import DEFAULTS as TINY
 
 # the settings of `orthrus train-teacher`, the same keys and defaults for the teacher and its draft
 SOURCES = ("shipped", "tiny", "hf", "gguf")  # where a model comes from (docs/CONFIG.md)
+DRAFT_SOURCES = SOURCES[:3]  # a GGUF file is converted for the teacher only
 TINY_SETTINGS = with_defaults(
     TINY,
     {
@@ -148,7 +149,7 @@ TEACHER = section(
             ),
             {
                 "source": choices(
-                    SOURCES,
+                    DRAFT_SOURCES,
                     "tiny",
                     (
                         "`shipped`: the draft shipped with the package beside the shipped teacher (teacher.source "
