@@ -233,8 +233,8 @@ def test_a_pinned_hub_id_reaches_the_hub_at_its_revision_and_the_commit_is_recor
     commit is what a decoding row records. Local paths and an `@` in them stay as they are."""
     import huggingface_hub
 
+    from orthrus.models.files import resolve_checkpoint
     from orthrus.models.hub import snapshot_commit, split_revision
-    from orthrus.models.modeling import resolve_checkpoint
 
     assert split_revision("Qwen/Qwen3-1.7B@0123abc") == ("Qwen/Qwen3-1.7B", "0123abc")
     assert split_revision("Qwen/Qwen3-1.7B") == ("Qwen/Qwen3-1.7B", None)

@@ -54,7 +54,8 @@ def load_teacher(teacher: str, dtype: str = "fp32", attention: str | None = None
     """(model, tokenizer) through the Auto classes, safetensors only, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.models.modeling import check_model_files, load_complete
+    from orthrus.models.files import check_model_files
+    from orthrus.models.modeling import load_complete
 
     src, pinned = split_revision(teacher)
     src, revision = resolve_teacher(src), revision or pinned

@@ -15,7 +15,8 @@ def load_student(teacher, s: Settings, device=None):
     import torch
     from transformers import AutoTokenizer
 
-    from orthrus.models.modeling import OrthrusForCausalLM, resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
+    from orthrus.models.modeling import OrthrusForCausalLM
 
     path = resolve_checkpoint(teacher)
     tok = AutoTokenizer.from_pretrained(path)

@@ -80,7 +80,7 @@ def setup(s: Settings, teacher, corpus_files, eval_prompts, device) -> Run:
     """Read the corpus, build the student and its optimizer; fails here on bad input, before any step."""
     import torch
 
-    from orthrus.models.modeling import resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
 
     corpus = Corpus(corpus_files, s, verbose=True)
     if eval_prompts is not None and not Path(eval_prompts).is_file():

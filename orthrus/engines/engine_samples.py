@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from orthrus.errors import InputError
     from orthrus.io import write_table
-    from orthrus.models.modeling import resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
 
     ap = argparse.ArgumentParser(prog="orthrus engine-samples", description=__doc__.split("\n")[0])
     ap.add_argument("--export", required=True, help="the sampled export (orthrus export-prompts --sampling)")

@@ -109,7 +109,7 @@ def write_jsonl(path, records: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
-    from orthrus.models.modeling import resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
 
     ap = argparse.ArgumentParser(prog="orthrus export-prompts", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True, help="the reference model (teacher): its tokenizer and configs")

@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     from orthrus.data.prompt_set import read_prompt_set
     from orthrus.engines.export_prompts import stop_ids
     from orthrus.io import write_parquet
-    from orthrus.models.modeling import resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
 
     ap = argparse.ArgumentParser(prog="orthrus ingest", description=__doc__.split("\n")[0])
     ap.add_argument("--file", required=True, help="the engine's trajectory file (JSON Lines)")

@@ -37,7 +37,8 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     the teacher through our loop)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.models.modeling import FAMILIES, OrthrusForCausalLM, family, load_complete, resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
+    from orthrus.models.modeling import FAMILIES, OrthrusForCausalLM, family, load_complete
     from orthrus.models.precision import check_attention, configure
 
     path = resolve_checkpoint(path, revision=revision)
@@ -67,7 +68,7 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
 
 def model_type(path) -> str | None:
     """`model_type` of a model directory's config.json (None where it has none)."""
-    from orthrus.models.modeling import config_model_type
+    from orthrus.models.files import config_model_type
 
     return config_model_type(path)
 
@@ -84,7 +85,8 @@ def load_draft(path: str, model, tokenizer, model_path: str):
     naming both, unless it has the model's tokenizer (same vocabulary and special tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.models.modeling import load_complete, resolve_checkpoint
+    from orthrus.models.files import resolve_checkpoint
+    from orthrus.models.modeling import load_complete
 
     path_ = resolve_checkpoint(path)
     check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(path_), model_path, path)

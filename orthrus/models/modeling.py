@@ -15,7 +15,6 @@ module needs to know which family a model is.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -25,14 +24,12 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb, eager_attention_forward
 
 from orthrus.contracts import ORTHRUS_FAMILIES
-from orthrus.errors import MissingInputError, ModelError
-from orthrus.models.hub import is_hub_id, split_revision
+from orthrus.errors import ModelError
+from orthrus.models.files import check_finite, config_model_type, non_float_tensors, resolve_checkpoint
 
 DIFF_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")
 MASK_TOKEN = "<|mask|>"
 RELEASED_ARCHITECTURE = "OrthrusLM"
-# Only these files are ever fetched from the hub: never code, never pickles unless opted in.
-_HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
 
 
 class OrthrusMixin:
@@ -191,7 +188,7 @@ class OrthrusMixin:
         check_orthrus_config(path, config)
         config.auto_map = None  # released configs point at remote code; we never use it
         check_weights(path, cls, config)
-        bad = _non_float_tensors(path, with_file=True)
+        bad = non_float_tensors(path, with_file=True)
         if bad:  # transformers would cast them to the load dtype without a word: a diffusion view of noise
             raise ModelError(
                 f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}"
@@ -304,15 +301,6 @@ def orthrus_class(model_type, where):
     return family(model_type, where)[2]
 
 
-def config_model_type(path) -> str | None:
-    """`model_type` of a model directory's config.json (None where it has none or cannot be read:
-    check_model_files has named what is wrong with it)."""
-    try:
-        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -367,55 +355,11 @@ def check_weights(path, cls, config) -> None:
         raise ModelError(f"checkpoint {path} does not match the Orthrus architecture: {detail}")
 
 
-def resolve_checkpoint(path_or_id, allow_pickle: bool = False, revision: str | None = None) -> str:
-    """A local directory, or a hub snapshot (at `revision`, or the `@REV` of `owner/name@REV`)
-    holding only configs, tokenizers and safetensors; its files checked (`check_model_files`)."""
-
-    path_or_id, pinned = split_revision(path_or_id)
-    revision = revision or pinned
-    path = Path(os.path.expanduser(str(path_or_id)))
-    if not path.is_dir():
-        if not is_hub_id(path_or_id):
-            raise MissingInputError(f"model path does not exist: {path_or_id}")
-        from huggingface_hub import snapshot_download
-
-        patterns = _HUB_PATTERNS + (["*.bin"] if allow_pickle else [])
-        path = Path(snapshot_download(str(path_or_id), allow_patterns=patterns, revision=revision))
-    check_model_files(path, allow_pickle)
-    return str(path)
-
-
-def check_model_files(path, allow_pickle: bool = False) -> None:
-    """Say in one line what is wrong with a model directory's files before transformers reads
-    them (its own messages about a missing config or a truncated file point elsewhere)."""
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(path)
-    try:
-        json.loads((path / "config.json").read_text())
-    except FileNotFoundError:
-        raise MissingInputError(f"{path}: no config.json (not a model directory)") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path / 'config.json'}: not valid JSON ({e})") from None
-    weights = sorted(path.glob("*.safetensors"))
-    if not weights and not (allow_pickle and any(path.glob("*.bin"))):
-        raise MissingInputError(
-            f"{path}: no *.safetensors weights"
-            + ("" if allow_pickle else " (pickled .bin weights need allow_pickle=True)")
-        )
-    for f in weights:
-        try:
-            with safe_open(f, framework="pt"):
-                pass
-        except SafetensorError as e:  # a cut-off download or copy: the header promises more than the file holds
-            raise ModelError(f"{f}: truncated or corrupt safetensors file ({e})") from None
-
-
 def load_complete(cls, path, **kwargs):
     """`cls.from_pretrained(path, **kwargs)` refusing, with the tensors named, a checkpoint that lacks
     weights of the architecture (transformers would initialise them at random: a teacher of noise),
     holds others or holds them in other shapes or as integers; then `check_finite`."""
-    bad = _non_float_tensors(path) if Path(path).is_dir() else []
+    bad = non_float_tensors(path) if Path(path).is_dir() else []
     if bad:
         raise ModelError(f"{path}: weights stored as integers, not floating point: {', '.join(bad[:8])}")
     model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
@@ -440,25 +384,3 @@ def load_complete(cls, path, **kwargs):
         raise ModelError(f"{path}: the weights do not match {type(model).__name__} ({detail})")
     check_finite(model, path)
     return model
-
-
-def _non_float_tensors(path, with_file: bool = False) -> list[str]:
-    """Tensors of the checkpoint's safetensors files stored as integers or bools (transformers casts
-    them to the load dtype without a word); headers only. `with_file`: each as `FILE:NAME (DTYPE)`."""
-    from safetensors import safe_open
-
-    bad = []
-    for f in sorted(Path(path).glob("*.safetensors")):
-        with safe_open(f, framework="pt") as handle:
-            for k in handle.keys():
-                dtype = handle.get_slice(k).get_dtype()
-                if not dtype.startswith(("F", "BF")):
-                    bad.append(f"{f.name}:{k} ({dtype})" if with_file else k)
-    return sorted(bad)
-
-
-def check_finite(model, source) -> None:
-    """Raise naming the first weight that holds NaN or inf: such a model decodes garbage silently."""
-    for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise ModelError(f"{source}: weight {name} holds non-finite values (NaN or inf)")
