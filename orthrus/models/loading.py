@@ -37,26 +37,27 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
     the teacher through our loop)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.models.files import resolve_checkpoint
+    from orthrus.models.files import config_model_type, resolve_checkpoint
     from orthrus.models.modeling import FAMILIES, OrthrusForCausalLM, family, load_complete
     from orthrus.models.precision import check_attention, configure
 
     path = resolve_checkpoint(path, revision=revision)
+    kind = config_model_type(path)
     dtype = configure(options.precision, deterministic=options.deterministic)
     check_attention(options.attention)
     kw = {"dtype": dtype, "attn_implementation": options.attention}
     if options.decoder in PLAIN_LM_DECODERS:
         model = load_complete(AutoModelForCausalLM, path, use_safetensors=True, **kw)
-    elif model_type(path) not in (None, *FAMILIES):
+    elif kind not in (None, *FAMILIES):
         raise InputError(
-            f"{path} is a {model_type(path)!r} model; decoder {options.decoder} runs this package's loop, "
+            f"{path} is a {kind!r} model; decoder {options.decoder} runs this package's loop, "
             f"which needs a model of the families {sorted(FAMILIES)} or an Orthrus checkpoint (any causal "
             f"LM works with {', '.join(PLAIN_LM_DECODERS)})"
         )
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
     elif options.decoder in ("ar", "oracle"):
-        model = load_complete(family(model_type(path), path)[0], path, use_safetensors=True, **kw)
+        model = load_complete(family(kind, path)[0], path, use_safetensors=True, **kw)
     else:
         raise InputError(
             f"{path} is not an Orthrus checkpoint (its config.json has no block_size/mask_token_id); "
@@ -64,13 +65,6 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
         )
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model.to(device).eval(), tokenizer
-
-
-def model_type(path) -> str | None:
-    """`model_type` of a model directory's config.json (None where it has none)."""
-    from orthrus.models.files import config_model_type
-
-    return config_model_type(path)
 
 
 def is_orthrus_checkpoint(path) -> bool:

@@ -174,12 +174,13 @@ class OrthrusMixin:
         if not isinstance(allow_pickle, bool):  # "no" would be truthy: pickles allowed by accident
             raise ModelError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         path = resolve_checkpoint(path_or_id, allow_pickle=allow_pickle)
-        target = orthrus_class(config_model_type(path), path)
+        kind = config_model_type(path)
+        target = orthrus_class(kind, path)
         if cls is not target:  # the generic entry point: this checkpoint's family
             return target.from_pretrained(
                 path, *args, dtype=dtype, attn_implementation=attn_implementation, allow_pickle=allow_pickle, **kwargs
             )
-        config = family(config_model_type(path), path)[1].from_pretrained(path)
+        config = family(kind, path)[1].from_pretrained(path)
         for key in ("block_size", "mask_token_id"):
             if getattr(config, key, None) is None:
                 raise ModelError(
