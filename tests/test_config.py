@@ -791,6 +791,7 @@ def test_changed_eval_file_and_teacher_weights_rerun_their_dependents(tmp_path):
     cfg["teacher"]["tiny"] |= {"steps": 2, "warmup_steps": 1}  # a warm-up must end within the run
     cfg["teacher"]["draft"]["tiny"] |= {"steps": 1, "warmup_steps": 0}
     cfg["prompts"]["eval_file"] = "eval.json"
+    cfg["sampling"]["two_sample"]["domains"] = ["qa"]  # the sampled engines' domains must be the file's
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "eval.json").write_text('{"qa": ["What is one?", "What is two?"]}')
     targets = ["results/draft", "results/prompts/eval.parquet"]
