@@ -389,6 +389,7 @@ ENGINE_TWO_SAMPLE_COLUMNS = [
     "reference",
     "engine_seed",
     "reference_seed",
+    "patches",
     "prompt_id",
     "domain",
     "temperature",
@@ -454,7 +455,9 @@ TABLE_NOTES = {
     "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
     "sampling_engines.csv": "One row per (engine pair, prompt) of sampling.engines: the sampled file of `engine` "
     "against its `reference`'s (the same engine plain), `n_samples` samples of the first `m` tokens each, "
-    "from the seeds `engine_seed` and `reference_seed`; `p_first` and `p_prefix` describe, `p_value` is the "
+    "from the seeds `engine_seed` and `reference_seed`; `patches` the engine functions corrected for "
+    "`engine`'s run (orthrus/engines/vllm_patches.py; `none` as shipped); `p_first` and `p_prefix` "
+    "describe, `p_value` is the "
     "stratified chi-square of the in-process test; `rejected` by Holm over the pair's `n_prompts` prompts at "
     "family-wise `alpha`.",
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "

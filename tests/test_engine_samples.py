@@ -196,3 +196,68 @@ def test_the_stand_in_samples_the_sampled_export_and_its_pair_passes(tmp_path):
     pld, hot = table[table["engine"] == "pld"], table[table["engine"] == "hot"]
     assert len(pld) == 2 and not pld["rejected"].any() and (pld["p_value"] > 0.05).all()
     assert hot["rejected"].all() and (hot["p_value"] < 1e-3).all()
+
+
+def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
+    """sampling.engines entries with `engine`: their settings only with it, a draft where one proposes,
+    the engine's environment named by key; the plan gives each its own seed and the study's patches."""
+    import sys
+
+    from orthrus.engines import runner
+
+    monkeypatch.delenv(runner.PYTHON_ENV, raising=False)
+    base = {
+        "sampling": {"enabled": False, "seed": 1, "two_sample": {"enabled": True, "precision": "fp32"}},
+        "engines": {"vllm_python": sys.executable},
+        "teacher": {},
+    }
+
+    def config(engines, python=sys.executable):
+        return base | {"sampling": base["sampling"] | {"engines": engines}, "engines": {"vllm_python": python}}
+
+    plain = {"path": "p.jsonl", "engine": "vllm"}
+    monkeypatch.setattr(runner, "python_problem", lambda python, users: None)
+    spec = {"path": "s.jsonl", "engine": "vllm", "speculative": "ngram", "reference": "p"}
+    assert problems(config({"p": plain, "s": spec})) == []
+    bad = {
+        "s": {"path": "s.jsonl", "speculative": "ngram", "patches": ["cpu-expand-float"], "reference": "p"},
+        "t": {"path": "t.jsonl", "engine": "vllm", "stand_in": "ar-ref", "reference": "p"},
+        "u": {"path": "u.jsonl", "engine": "vllm", "speculative": "draft_model", "reference": "p"},
+    }
+    found = problems(config({"p": plain, **bad}))
+    for line in (
+        "sampling.engines.s.speculative: set without engine",
+        "sampling.engines.s.patches: set without engine",
+        "sampling.engines.t: stand_in and engine both write its file",
+        "sampling.engines.u.speculative: draft_model proposes with teacher.draft, which is not set",
+    ):
+        assert any(p.startswith(line) for p in found), (line, found)
+    monkeypatch.undo()
+    monkeypatch.delenv(runner.PYTHON_ENV, raising=False)
+    [line] = problems(config({"p": plain, "s": spec}, python=None))
+    assert line.startswith("engines.vllm_python: not set") and "needed by sampling.engines.p and 1 more" in line
+
+
+def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
+    from orthrus.plan.study import Study
+
+    engines = {
+        "p": {"path": "r/p.jsonl", "engine": "vllm"},
+        "t": {"path": "r/t.jsonl", "stand_in": "ar-ref", "reference": "p"},
+        "s": {"path": "r/s.jsonl", "engine": "vllm", "speculative": "ngram", "k": 3, "reference": "p", "seed": 77},
+        "f": {
+            "path": "r/f.jsonl",
+            "engine": "vllm",
+            "speculative": "ngram",
+            "patches": ["cpu-expand-float"],
+            "reference": "p",
+        },
+    }
+    s = object.__new__(Study)  # the plan's sampling methods read only these two attributes
+    s.sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
+    s.config = {"seed": 0, "engines": {}}
+    runs = {r["name"]: r for r in s.sampled_engine_runs(None)}
+    assert list(runs) == ["p", "s", "f"] and s.sampled_standins() == {"t": ("ar-ref", 1005)}
+    assert [runs[n]["seed"] for n in ("p", "s", "f")] == [5, 77, 3005]
+    assert {r["dtype"] for r in runs.values()} == {"bf16"} and runs["f"]["patches"] == ["cpu-expand-float"]
+    assert runs["s"]["out"] == "r/s.jsonl" and runs["s"]["k"] == 3 and runs["p"]["speculative"] == "none"

@@ -83,7 +83,7 @@ def test_a_missing_or_unrunnable_environment_is_refused_naming_the_key(monkeypat
 )
 def test_a_bad_engine_entry_is_refused_naming_the_key(monkeypatch, entry, message):
     cfg = _config(plain={"engine": "vllm", "precision": "bf16"}, x=entry)
-    monkeypatch.setattr(runner, "_python_problem", lambda python, users: None)
+    monkeypatch.setattr(runner, "python_problem", lambda python, users: None)
     found = runner.problems(cfg)
     assert any(line.startswith(message) for line in found), found
 
@@ -165,7 +165,7 @@ def test_export_prompts_takes_the_studys_options_and_has_no_silent_budget(tmp_pa
 def engine_python() -> str:
     """The engine environment's Python, or a one-line failure saying why there is none."""
     python = os.environ.get(runner.PYTHON_ENV) or str(ROOT / ".venv-vllm" / "bin" / "python")
-    problem = runner._python_problem(python, ["vllm-bf16 (tests/test_engines.py)"])
+    problem = runner.python_problem(python, ["vllm-bf16 (tests/test_engines.py)"])
     if problem:
         pytest.fail(f"vLLM engine environment unusable: {problem}", pytrace=False)
     return python
@@ -285,65 +285,53 @@ def test_the_recipe_writes_a_sampled_export_as_a_sampled_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_vllm_samples_the_sampled_export_and_its_pairs_get_the_two_sample_test(tmp_path):
-    """vLLM sampled (fp32, the shipped teacher): the recipe writes a sampled file per run from the sampled
-    export, each prompt its own seed, and `orthrus engine-samples` tests the pairs. Two plain runs with
-    other seeds are not told apart (the test's level on the engine); the n-gram run gets its test (its
-    verdict is the audit's finding, docs/SAMPLING.md, not asserted here)."""
-    from conftest import prompt_frame
-
-    from orthrus.cli import main as cli
-    from orthrus.decode.options import DecodeOptions
-    from orthrus.world import subject
-
+def test_the_workflow_samples_vllm_shipped_and_corrected_and_the_verdict_follows_the_fix(tmp_path):
+    """configs/vllm-sampling.yaml's sampled arm, cut to two prompts and N = 200, through the workflow
+    (`sampling.engines` entries with `engine: vllm`): each run from its own seed, `patches` in every
+    record's env, and the two-sample test rejects vLLM's shipped n-gram sampling against its plain
+    sampling and does not reject the run with only the expand fallback corrected (on the pinned vLLM,
+    EXPAND_BUG_VERSIONS; the shipped arm's p was below 1e-50 on both prompts at N = 300)."""
     python = engine_python()
-    teacher = str(subject.model_dir("teacher"))
-    prompts = tmp_path / "eval.parquet"
-    prompt_frame(
-        {"p0": ("code", "write a function that adds two numbers"), "p1": ("qa", "who keeps the lighthouse")}
-    ).to_parquet(prompts)
-    two_sample = {"temperature": 0.7, "top_p": None, "n_samples": 200, "m": 4, "prompts_per_domain": 1, "domains": None}
-    export = tmp_path / "sampled.jsonl"
-    options = DecodeOptions(decoder="external", precision="fp32", attention="sdpa", max_new_tokens=128)
-    args = ["--model-path", teacher, "--prompts", str(prompts), "--options", options.to_json()]
-    assert cli(["export-prompts", *args, "--sampling", json.dumps(two_sample), "--out", str(export)]) == 0
-    runs = {
-        "model": teacher,
-        "runs": [
-            {"name": "plain", "out": str(tmp_path / "plain.jsonl"), "dtype": "fp32", "seed": 1},
-            {"name": "plain-b", "out": str(tmp_path / "plain-b.jsonl"), "dtype": "fp32", "seed": 500},
-            {
-                "name": "ngram",
-                "out": str(tmp_path / "ngram.jsonl"),
-                "dtype": "fp32",
-                "speculative": "ngram",
-                "k": 3,
-                "seed": 1000,
-            },
-        ],
-    }
-    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    cfg = yaml.safe_load((ROOT / "configs/vllm-sampling.yaml").read_text())
+    cfg["decode"]["engines"] = {}
+    cfg["engines"] = {"vllm_python": python}
+    # alpha 0.01: the corrected arm's false rejection stays rare; the shipped arm's p is far below it
+    cfg["sampling"]["two_sample"] |= {"n_samples": 200, "domains": ["math", "qa-ru"], "alpha": 0.01}
+    keep = ("plain", "ngram-1", "ngram-patched-1")
+    cfg["sampling"]["engines"] = {n: e for n, e in cfg["sampling"]["engines"].items() if n in keep}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     res = subprocess.run(
-        [python, str(runner.RECIPE), "--prompts", str(export), "--runs", str(tmp_path / "runs.json")],
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+            "--cores",
+            "2",
+            "results/tables/sampling_engines.csv",
+        ],
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1800,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    first = json.loads((tmp_path / "ngram.jsonl").read_text().splitlines()[0])
-    assert len(first["samples"]) == 200 and first["env"]["seed"] == 1000 and first["env"]["temperature"] == 0.7
-    entries = {
-        "plain": {"path": str(tmp_path / "plain.jsonl")},
-        "plain-b": {"path": str(tmp_path / "plain-b.jsonl"), "reference": "plain"},
-        "ngram": {"path": str(tmp_path / "ngram.jsonl"), "reference": "plain"},
-    }
-    out = tmp_path / "sampling_engines.csv"
-    cmd = ["engine-samples", "--export", str(export), "--model-path", teacher, "--entries", json.dumps(entries)]
-    assert cli([*cmd, "--out", str(out)]) == 0
-    table = pd.read_csv(out)
-    plain_b, ngram = table[table["engine"] == "plain-b"], table[table["engine"] == "ngram"]
-    assert list(plain_b["prompt_id"]) == ["p0", "p1"] and not plain_b["rejected"].any(), table
-    assert list(ngram["prompt_id"]) == ["p0", "p1"] and ngram["p_value"].between(0, 1).all(), table
+    table = pd.read_csv(tmp_path / "results/tables/sampling_engines.csv")
+    assert sorted(table["engine"].unique()) == ["ngram-1", "ngram-patched-1"] and len(table) == 4, table
+    assert set(table["patches"]) == {"none", "cpu-expand-float"}
+    assert (table["engine_seed"] != table["reference_seed"]).all()
+    log = (tmp_path / "results/logs/sampling/vllm.log").read_text()
+    assert "[vllm_patches] cpu-expand-float" in log  # the fix reached the process that samples
+    shipped, fixed = (table[table["engine"] == n] for n in ("ngram-1", "ngram-patched-1"))
+    version = json.loads((tmp_path / "results/engine/sampled/ngram-1.jsonl").read_text().splitlines()[0])["env"]
+    assert version["patches"] == [] and version["temperature"] == 0.7
+    if version["version"] in EXPAND_BUG_VERSIONS:
+        assert shipped["rejected"].all(), shipped[["prompt_id", "p_value"]]
+    assert not fixed["rejected"].any(), fixed[["prompt_id", "p_value"]]
 
 
 # vLLM versions in which the CPU expand fallback is known to leave float outputs unwritten
@@ -354,8 +342,9 @@ EXPAND_BUG_VERSIONS = {"0.32.0"}
 @pytest.mark.slow
 def test_vllm_cpu_expand_leaves_float_temperatures_unwritten():
     """The cause of vLLM's CPU speculative sampling finding, reproduced without a model: on the pinned
-    vLLM the rejection sampler's per-position temperatures are not the request's (the int64 top-k is);
-    a vLLM without the bug makes this test fail, naming the version, so the finding gets revisited."""
+    vLLM the rejection sampler's per-position temperature, top-p (float32) and top-k (int32) are not
+    the request's (an int64 tensor is); a vLLM without the bug makes this test fail, naming the
+    version, so the finding gets revisited."""
     python = engine_python()
     res = subprocess.run(
         [python, str(ROOT / "orthrus/engines/vllm_expand_repro.py")], capture_output=True, text=True, timeout=600
@@ -365,11 +354,55 @@ def test_vllm_cpu_expand_leaves_float_temperatures_unwritten():
     cases = {c["case"]: c for c in out["cases"]}
     assert not out["has_triton"]  # the fallback is what runs on a CPU without Triton
     assert cases["top_k int64"]["correct"], cases["top_k int64"]
-    temperature = cases["temperature float32"]
+    vllms = [cases[c] for c in ("temperature float32", "top_p float32", "top_k int32")]
     if out["vllm"] in EXPAND_BUG_VERSIONS:
-        assert not temperature["correct"], (
-            f"vLLM {out['vllm']} now expands float32 temperatures right ({temperature['got']}): the finding in "
+        # uninitialised memory may by chance hold the right values in one case, not in all three
+        assert not all(c["correct"] for c in vllms), (
+            f"vLLM {out['vllm']} now expands its sampling tensors right ({vllms}): the finding in "
             "docs/findings/vllm-cpu-expand-batch-to-tokens.md no longer reproduces here"
         )
     else:
-        assert temperature["correct"], f"vLLM {out['vllm']}: float32 temperatures expanded to {temperature['got']}"
+        assert all(c["correct"] for c in vllms), f"vLLM {out['vllm']}: {vllms}"
+
+
+@pytest.mark.slow
+def test_the_expand_patch_makes_vllms_cpu_fallback_expand_floats_right():
+    """The fix-controlled experiment's one change (orthrus/engines/vllm_patches.py cpu-expand-float),
+    in vLLM's own process: every case comes out right, and the patch says it ran."""
+    python = engine_python()
+    cmd = [python, str(ROOT / "orthrus/engines/vllm_expand_repro.py"), "--patch", "cpu-expand-float"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["patches"] == ["cpu-expand-float"] and "[vllm_patches] cpu-expand-float" in res.stderr
+    assert all(c["correct"] for c in out["cases"]), out["cases"]
+
+
+def test_the_expand_patch_has_the_triton_kernels_semantics():
+    """Each request's value over its positions, replace_from replaced by replace_to, in the output's
+    own dtype; positions past the last request's end untouched (the Triton kernel masks them)."""
+    import torch
+
+    from orthrus.engines import vllm_patches
+
+    out = torch.full((7,), -9.0)
+    vllm_patches._expand_float(out, torch.tensor([0.7, -1.0, 0.25]), torch.tensor([2, 2, 5], dtype=torch.int32), -1, 1)
+    assert out.tolist() == pytest.approx([0.7, 0.7, 0.25, 0.25, 0.25, -9.0, -9.0])
+    # an int64 output goes to vLLM's own kernel, which the project's environment lacks
+    vllm_patches._ORIGINAL["cpu-expand-float"] = lambda *a: a[0].fill_(3)
+    try:
+        ints = torch.zeros(2, dtype=torch.int64)
+        vllm_patches._expand_float(ints, torch.tensor([1, 2]), torch.tensor([1, 2]), 0, 0)
+        assert ints.tolist() == [3, 3]
+    finally:
+        vllm_patches._ORIGINAL.pop("cpu-expand-float")
+
+
+def test_the_recipe_refuses_an_unknown_patch_and_records_the_runs():
+    run = {"name": "a", "out": "a.jsonl", "dtype": "fp32", "patches": ["cpu-expand-floats"]}
+    with pytest.raises(recipe.RecipeError, match=r"runs\[0\]\.patches: \['cpu-expand-floats'\], not a list of"):
+        recipe.check_run("r.json", 0, run)
+    assert recipe.check_run("r.json", 0, {"name": "a", "out": "a.jsonl", "dtype": "fp32"})["patches"] == []
+    cfg = _config(a={"engine": "vllm", "precision": "fp32", "patches": ["cpu-expand-float"]})
+    [run] = runner.runs_spec(cfg, ["a"], "results", None)
+    assert run["patches"] == ["cpu-expand-float"] and recipe.check_run("r.json", 0, dict(run))

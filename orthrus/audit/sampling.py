@@ -280,7 +280,9 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
     from orthrus.models.loading import eos_ids
 
     ts = cfg["two_sample"]
-    options = base.replace(temperature=float(ts["temperature"]), top_p=ts["top_p"], max_new_tokens=ts["m"])
+    options = base.replace(
+        temperature=float(ts["temperature"]), top_p=ts["top_p"], top_k=ts.get("top_k"), max_new_tokens=ts["m"]
+    )
     eos = set(eos_ids(model, options.eos))
     n, m, seed = ts["n_samples"], ts["m"], int(cfg["seed"]) * 100_003
     rows = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 def problems(config: dict) -> list[str]:
     """The sampling section's cross-key rules, one line per problem naming the key."""
     s = config.get("sampling") or {}
-    out = engine_problems(s)
+    out = engine_problems(s, config)
     if not s.get("enabled", False):
         return out
     models = list(config.get("models") or {}) + list(config.get("external_models") or {})
@@ -29,9 +29,10 @@ def problems(config: dict) -> list[str]:
     return out
 
 
-def engine_problems(s: dict) -> list[str]:
+def engine_problems(s: dict, config: dict) -> list[str]:
     """sampling.engines: at least one pair, each reference another entry that is only a reference, the
-    two-sample test (whose settings it takes) on, a seed only where a stand-in samples with it."""
+    two-sample test (whose settings it takes) on, a seed only where the workflow samples, an engine's
+    settings only with `engine`, and the engine's environment where an entry needs it."""
     engines = s.get("engines") or {}
     if not engines:
         return []
@@ -52,6 +53,24 @@ def engine_problems(s: dict) -> list[str]:
             out.append(
                 f"sampling.engines.{n}.reference: {ref!r} must be a plain run, an entry with no reference of its own"
             )
-        if e.get("seed") is not None and not e.get("stand_in"):
-            out.append(f"sampling.engines.{n}.seed: only a stand_in samples with it; the engine's file states its own")
+        if e.get("seed") is not None and not (e.get("stand_in") or e.get("engine")):
+            out.append(
+                f"sampling.engines.{n}.seed: only a stand_in or an engine samples with it; a given file states its own"
+            )
+        if e.get("stand_in") and e.get("engine"):
+            out.append(f"sampling.engines.{n}: stand_in and engine both write its file; give one")
+        if not e.get("engine"):
+            out += [
+                f"sampling.engines.{n}.{k}: set without engine (only the workflow's engine run takes it)"
+                for k in ("speculative", "k", "patches")
+                if k in e and e[k] not in (None, [], "none")
+            ]
+        elif e.get("speculative") == "draft_model" and not (config.get("teacher") or {}).get("draft"):
+            out.append(f"sampling.engines.{n}.speculative: draft_model proposes with teacher.draft, which is not set")
+    users = [f"sampling.engines.{n}" for n, e in engines.items() if e.get("engine")]
+    if users:
+        from orthrus.engines.runner import python_problem, vllm_python
+
+        problem = python_problem(vllm_python(config), users)
+        out += [problem] if problem else []
     return out

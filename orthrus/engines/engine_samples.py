@@ -129,6 +129,8 @@ def pair_rows(name: str, ref: str, files: dict, export: dict[str, dict], vocab: 
                 "reference": ref,
                 "engine_seed": a_env["seed"],
                 "reference_seed": b_env["seed"],
+                # the vLLM functions corrected for the speculative arm (orthrus/engines/vllm_patches.py)
+                "patches": "+".join(a_env.get("patches") or []) or "none",
                 "prompt_id": pid,
                 "domain": e["domain"],
                 "temperature": e["temperature"],

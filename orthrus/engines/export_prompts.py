@@ -82,7 +82,7 @@ def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, mes
     return records
 
 
-def sampled_records(records: list[dict], two_sample: dict, top_k: int | None) -> list[dict]:
+def sampled_records(records: list[dict], two_sample: dict) -> list[dict]:
     """The sampled export: the records of the two-sample test's prompts (`two_sample` the validated
     sampling.two_sample section), each with its sampling settings and `max_new_tokens` its m."""
     from orthrus.audit.two_sample import two_sample_prompts
@@ -92,7 +92,7 @@ def sampled_records(records: list[dict], two_sample: dict, top_k: int | None) ->
         "max_new_tokens": int(two_sample["m"]),
         "temperature": float(two_sample["temperature"]),
         "top_p": two_sample["top_p"],
-        "top_k": top_k,
+        "top_k": two_sample.get("top_k"),
         "n_samples": int(two_sample["n_samples"]),
     }
     return [r | settings for r in records if r["prompt_id"] in ids]
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.sampling is not None:
         try:
-            records = sampled_records(records, json.loads(args.sampling), options.top_k)
+            records = sampled_records(records, json.loads(args.sampling))
         except (json.JSONDecodeError, KeyError) as e:
             raise InputError(f"--sampling: not the sampling.two_sample section as JSON ({e!r})") from None
     write_jsonl(args.out, records)

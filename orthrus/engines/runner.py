@@ -50,10 +50,10 @@ def vllm_python(config: dict) -> str | None:
     return (config.get("engines") or {}).get("vllm_python") or os.environ.get(PYTHON_ENV) or None
 
 
-def _python_problem(python: str | None, users: list[str]) -> str | None:
+def python_problem(python: str | None, users: list[str]) -> str | None:
     """Why the engine environment cannot run the recipe, naming the key; None where it can. Cheap
     (no vLLM import): the interpreter starts and finds vllm; the recipe checks the rest."""
-    need = f"needed by decode.engines.{users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+    need = f"needed by {users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
     if not python:
         return (
             f"{PYTHON_KEY}: not set (nor {PYTHON_ENV}), {need}: build the environment with `{BUILD}` and set "
@@ -133,7 +133,7 @@ def problems(config: dict) -> list[str]:
             )
         out += _entry_problems(name, entry or {}, config)
     if found:
-        problem = _python_problem(vllm_python(config), sorted(found))
+        problem = python_problem(vllm_python(config), [f"decode.engines.{n}" for n in sorted(found)])
         out += [problem] if problem else []
     return out
 
@@ -164,28 +164,34 @@ def by_precision(config: dict) -> dict[str, list[str]]:
     return groups
 
 
-def runs_spec(config: dict, names: list[str], results: str, draft: str | None) -> list[dict]:
-    """The recipe's runs (orthrus/engines/vllm_recipe.py) of the engine entries `names`."""
+def run_spec(name: str, entry: dict, out: str, precision: str, seed: int, config: dict, draft: str | None) -> dict:
+    """The recipe's run (orthrus/engines/vllm_recipe.py) of one engine entry, greedy or sampled."""
     engines = config.get("engines") or {}
-    runs = []
-    for name in names:
-        e = entries(config)[name]
-        run = {
-            "name": name,
-            "out": engine_file(results, name),
-            "dtype": e["precision"],
-            "speculative": e.get("speculative", "none"),
-            "k": e.get("k", 4),
-            "seed": config.get("seed", 0),
-            "compile": bool(engines.get("compile", False)),
-            "kv_cache_gib": engines.get("kv_cache_gib", 1),
-        }
-        if run["speculative"] in ("draft_model", "eagle3"):
-            run["draft"] = e.get("draft") or draft
-        if e.get("batch_invariant"):
-            run["batch_invariant"] = True
-        runs.append(run)
-    return runs
+    run = {
+        "name": name,
+        "out": out,
+        "dtype": precision,
+        "speculative": entry.get("speculative", "none"),
+        "k": entry.get("k", 4),
+        "seed": seed,
+        "compile": bool(engines.get("compile", False)),
+        "kv_cache_gib": engines.get("kv_cache_gib", 1),
+        "patches": list(entry.get("patches") or []),
+    }
+    if run["speculative"] in ("draft_model", "eagle3"):
+        run["draft"] = entry.get("draft") or draft
+    if entry.get("batch_invariant"):
+        run["batch_invariant"] = True
+    return run
+
+
+def runs_spec(config: dict, names: list[str], results: str, draft: str | None) -> list[dict]:
+    """The recipe's runs of the decode.engines entries `names`."""
+    found = entries(config)
+    return [
+        run_spec(n, found[n], engine_file(results, n), found[n]["precision"], config.get("seed", 0), config, draft)
+        for n in names
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", required=True, help="JSON: the recipe's runs (runs_spec)")
     args = ap.parse_args(argv)
     runs = json.loads(args.runs)
-    problem = _python_problem(args.python, [r["name"] for r in runs])
+    problem = python_problem(args.python, [f"run {r['name']}" for r in runs])
     if problem:
         raise InputError(problem)
     with tempfile.TemporaryDirectory() as tmp:

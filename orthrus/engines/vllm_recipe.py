@@ -10,7 +10,9 @@ runs.json and call it (workflow/rules/engines.smk); by hand it is the same comma
 runs.json: {"model": TEACHER_DIR, "runs": [RUN, ...]}, each RUN
     {"name": "vllm-ngram", "out": "results/engine/vllm-ngram.jsonl", "dtype": "bf16",
      "speculative": "none" | "ngram" | "draft_model" | "eagle" | "eagle3", "k": 4,
-     "draft": DRAFT_DIR (draft_model, eagle, eagle3), "seed": 0, "batch_invariant": false}
+     "draft": DRAFT_DIR (draft_model, eagle, eagle3), "seed": 0, "batch_invariant": false,
+     "patches": ["cpu-expand-float"] (vllm_patches.py: opt-in corrections of one vLLM function each,
+     for fix-controlled experiments; none by default; named in every record's env)}
 The runs share one process: vLLM and torch are imported once; each run still starts its own engine
 (vLLM fixes dtype and the speculative config when an engine starts), so the workflow groups one
 dtype's runs into one call.
@@ -52,6 +54,15 @@ import platform
 import sys
 import time
 
+try:  # imported from the package (the project's tests)
+    from . import vllm_patches
+except ImportError:  # run as a script in the engine's environment: its directory is on sys.path
+    import vllm_patches
+
+# the engine core, spawned, imports this file again: the run's patches reach it through the environment
+if vllm_patches.from_env():
+    vllm_patches.apply(vllm_patches.from_env())
+
 DTYPES = {
     "fp32": "float32",
     "float32": "float32",
@@ -74,6 +85,7 @@ RUN_KEYS = {
     "max_num_seqs",
     "kv_cache_gib",
     "compile",
+    "patches",
 }
 SETTINGS = ("max_new_tokens", "stop_token_ids", "message", "temperature")
 # a sampled export (orthrus export-prompts --sampling) adds these; its records become sampled files
@@ -151,6 +163,9 @@ def check_run(path: str, i: int, run) -> dict:
         raise RecipeError(f"{where}.k: must be an integer >= 1, got {k!r}")
     if method in NEEDS_DRAFT and not run.get("draft"):
         raise RecipeError(f"{where}.draft: speculative {method} needs the draft model's directory")
+    patches = run.setdefault("patches", [])
+    if not isinstance(patches, list) or any(p not in vllm_patches.PATCHES for p in patches):
+        raise RecipeError(f"{where}.patches: {patches!r}, not a list of {', '.join(vllm_patches.PATCHES)}")
     return run
 
 
@@ -245,6 +260,7 @@ def environment(run: dict, kernel: str, batch: int) -> dict:
         "batch_invariant": bool(run.get("batch_invariant")),
         "compiled": bool(run.get("compile", False)),
         "logprobs": f"top-{TOP} raw",
+        "patches": sorted(run["patches"]),
     }
 
 
@@ -264,6 +280,7 @@ def serve(model: str, run: dict, prompts: list[dict]) -> dict:
 
     # read by vLLM when the engine starts (and by the spawned worker, which inherits it)
     os.environ["VLLM_BATCH_INVARIANT"] = "1" if run.get("batch_invariant") else "0"
+    os.environ[vllm_patches.ENV] = ",".join(vllm_patches.apply(run["patches"]))
     t0 = time.perf_counter()
     batch = int(run.get("max_num_seqs") or len(prompts))
     spec = speculative_config(run)

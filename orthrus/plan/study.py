@@ -397,13 +397,31 @@ class Study:
         """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`."""
         return self.sampling["engines"]
 
-    def sampled_standins(self) -> dict[str, tuple[str, int]]:
-        """The sampling.engines entries the workflow samples itself: name -> (stand_in, first seed)."""
+    def _sampled_seeds(self) -> dict[str, int]:
+        """The first seed of each sampling.engines entry the workflow samples (a stand-in or an engine):
+        its own, else its rank x 1000 + sampling.seed, so no two share one."""
         return {
-            n: (e["stand_in"], e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"]))
+            n: e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"])
             for rank, (n, e) in enumerate(self.sampled_engines().items())
-            if e.get("stand_in")
+            if e.get("stand_in") or e.get("engine")
         }
+
+    def sampled_standins(self) -> dict[str, tuple[str, int]]:
+        """The sampling.engines entries transformers samples: name -> (stand_in, first seed)."""
+        seeds = self._sampled_seeds()
+        return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
+
+    def sampled_engine_runs(self, draft: str | None) -> list[dict]:
+        """The recipe's runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries an
+        engine samples, at two_sample's precision, each from its first seed."""
+        from orthrus.engines.runner import run_spec
+
+        seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
+        return [
+            run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
+            for n, e in self.sampled_engines().items()
+            if e.get("engine")
+        ]
 
     # ------------------------------------------------------------------ forensics
 

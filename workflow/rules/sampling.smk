@@ -126,6 +126,43 @@ for _name, (_stand_in, _seed) in S.sampled_standins().items():
             " --seed {params.seed:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
+import json
+
+from orthrus.engines.runner import vllm_python
+
+# sampling.engines entries with `engine`: the project's vLLM recipe samples the sampled export, every
+# such entry in one job (vLLM imported once; each run starts its own engine, with its own patches)
+_SAMPLED_RUNS = S.sampled_engine_runs(S.draft_path() if DRAFT else None)
+_SAMPLED_DRAFT = [S.draft_path()] if any(r.get("draft") for r in _SAMPLED_RUNS) else []
+if _SAMPLED_RUNS:
+
+    rule sampled_vllm:
+        input:
+            S.teacher_input,
+            ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if _SAMPLED_DRAFT else [],
+            prompts=rules.export_sampled_prompts.output[0],
+        output:
+            [r["out"] for r in _SAMPLED_RUNS],
+        params:
+            python=vllm_python(config),
+            teacher=S.teacher_path(),
+            weights=lambda w: weights_fingerprint(S.teacher_path(), *_SAMPLED_DRAFT),  # new weights inside the directory rerun this
+            runs=json.dumps(_SAMPLED_RUNS),
+        log:
+            f"{R}/logs/sampling/vllm.log",
+        threads: config["threads"]
+        resources:
+            mem_mb=RES["sampling"]["mem_mb"],
+            runtime=RES["sampling"]["runtime"],
+            gpu=RES["sampling"]["gpus"],
+            slurm_extra=RES["sampling"]["slurm_extra"],
+        conda:
+            ENV
+        shell:
+            "orthrus engine-run --python {params.python:q} --model-path {params.teacher:q} --prompts {input.prompts:q}"
+            " --runs {params.runs:q} > {log:q} 2>&1"
+
+
 rule sampling_engines:
     input:
         S.teacher_input,

@@ -13,7 +13,17 @@ from orthrus.decode.options import (
     PREFILL_LOGITS,
     DecodeOptions,
 )
-from orthrus.plan.settings.keys import ATTENTION, MESSAGE, NAMES, PRECISION, array, choices, key, section
+from orthrus.plan.settings.keys import (
+    ATTENTION,
+    MESSAGE,
+    NAMES,
+    PRECISION,
+    VLLM_PATCH_LIST,
+    array,
+    choices,
+    key,
+    section,
+)
 
 OPTIONS = {f.name: f.default for f in dataclasses.fields(DecodeOptions)}
 
@@ -252,6 +262,7 @@ DECODE = section(
                     "batch_invariant": key(
                         bool, False, "VLLM_BATCH_INVARIANT=1; refused on CPU, where vLLM 0.32's worker crashes with it."
                     ),
+                    "patches": VLLM_PATCH_LIST,
                 },
                 required=["engine", "precision"],
             ),

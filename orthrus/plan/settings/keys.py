@@ -11,6 +11,7 @@ of them is a union, e.g. `(int, None)`. Rules keep their JSON Schema names (`min
 from __future__ import annotations
 
 from orthrus.contracts import ATTENTIONS, PRECISIONS
+from orthrus.engines.vllm_patches import PATCHES as _VLLM_PATCHES
 
 _TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object", None: "null"}
 _UNSET = object()
@@ -103,3 +104,16 @@ def _before_description(spec: dict, **rules) -> dict:
     if "description" in spec:
         out["description"] = spec["description"]
     return out
+
+
+# decode.engines / sampling.engines: vLLM functions the recipe corrects for a fix-controlled run
+VLLM_PATCH_LIST = array(
+    choices(_VLLM_PATCHES),
+    [],
+    (
+        "vLLM functions corrected for this run only (orthrus/engines/vllm_patches.py; none by default), named "
+        "in every record's env: cpu-expand-float corrects the CPU fallback of the rejection sampler's expand "
+        "kernel (docs/findings/vllm-cpu-expand-batch-to-tokens.md)."
+    ),
+    uniqueItems=True,
+)

@@ -5,7 +5,17 @@ from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.decode.frontier import BASE
 from orthrus.decode.frontier import DEFAULTS as FRONTIER
 from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
-from orthrus.plan.settings.keys import ATTENTION, MESSAGE, NAMES, PRECISION, array, choices, key, section
+from orthrus.plan.settings.keys import (
+    ATTENTION,
+    MESSAGE,
+    NAMES,
+    PRECISION,
+    VLLM_PATCH_LIST,
+    array,
+    choices,
+    key,
+    section,
+)
 
 TPF = section(
     (
@@ -167,6 +177,7 @@ SAMPLING = section(
                     maximum=100,
                 ),
                 "top_p": key((float, None), None, "Its top-p (null is none).", exclusiveMinimum=0, maximum=1),
+                "top_k": key((int, None), None, "Its top-k (null is none).", minimum=1),
                 "n_samples": key(int, 300, "Samples per arm and prompt.", minimum=10, maximum=1000000),
                 "m": key(int, 6, "Tokens per sample (the prefix tested).", minimum=2, maximum=1000),
                 "prompts_per_domain": key(int, 1, "Prompts per domain.", minimum=1, maximum=1000),
@@ -203,7 +214,7 @@ SAMPLING = section(
                         str,
                         description=(
                             'The sampled file (JSON Lines, one record per prompt: docs/DESIGN.md, "Sampled engine '
-                            'file"); it must exist when the study runs, unless stand_in writes it.'
+                            'file"); it must exist when the study runs, unless stand_in or engine writes it.'
                         ),
                         minLength=1,
                     ),
@@ -222,11 +233,31 @@ SAMPLING = section(
                             "(`prompt-lookup`), in two_sample's precision and the first of decode.attentions."
                         ),
                     ),
+                    "engine": choices(
+                        ["vllm"],
+                        description=(
+                            "The workflow writes `path` itself with this engine (the project's vLLM recipe in "
+                            "engines.vllm_python, one job for every such entry) sampling the sampled export in "
+                            "two_sample's precision."
+                        ),
+                    ),
+                    "speculative": choices(
+                        ["none", "ngram", "draft_model"],
+                        "none",
+                        "With engine: plain sampling, or speculative as in decode.engines (draft_model: teacher.draft).",
+                    ),
+                    "k": key(
+                        int,
+                        description="With engine: draft tokens proposed per step (left out, 4).",
+                        minimum=1,
+                        maximum=64,
+                    ),
+                    "patches": VLLM_PATCH_LIST,
                     "seed": key(
                         int,
                         description=(
-                            "With stand_in: the first prompt's seed (each next prompt + 1); left out, the entry's "
-                            "rank x 1000 + sampling.seed, so no two stand-ins share one."
+                            "With stand_in or engine: the first prompt's seed (each next prompt + 1); left out, the "
+                            "entry's rank x 1000 + sampling.seed, so no two entries the workflow samples share one."
                         ),
                         minimum=0,
                     ),
