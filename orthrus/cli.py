@@ -19,6 +19,7 @@ COMMANDS = {
     "engine-standin": "orthrus.engines.engine_standin",
     "engine-samples": "orthrus.engines.engine_samples",
     "engine-run": "orthrus.engines.runner",
+    "gguf-export": "orthrus.engines.gguf_export",
     "gather": "orthrus.data.gather",
     "analyze": "orthrus.analysis",
     "perplexity": "orthrus.analysis.perplexity",

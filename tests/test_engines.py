@@ -96,7 +96,7 @@ def test_entries_become_external_entries_and_one_run_list_per_precision():
     )
     ext = runner.external_entries(cfg, "results")
     assert ext["b"] == {"path": "results/engine/b.jsonl", "precision": "bf16", "attention": "sdpa", "reference": "a"}
-    assert runner.by_precision(cfg) == {"bf16": ["a", "b"], "fp32": ["c"]}
+    assert runner.jobs(cfg) == {"vllm-bf16": ["a", "b"], "vllm-fp32": ["c"]}
     runs = runner.runs_spec(cfg, ["a", "b"], "results", "/draft")
     assert [r["speculative"] for r in runs] == ["none", "draft_model"] and runs[1]["draft"] == "/draft"
     assert runs[1]["k"] == 3 and "draft" not in runs[0]
@@ -406,3 +406,53 @@ def test_the_recipe_refuses_an_unknown_patch_and_records_the_runs():
     cfg = _config(a={"engine": "vllm", "precision": "fp32", "patches": ["cpu-expand-float"]})
     [run] = runner.runs_spec(cfg, ["a"], "results", None)
     assert run["patches"] == ["cpu-expand-float"] and recipe.check_run("r.json", 0, dict(run))
+
+
+def test_llamacpp_entries_are_checked_naming_the_key(monkeypatch, tmp_path):
+    monkeypatch.delenv(runner.SERVER_ENV, raising=False)
+    cfg = _config(plain={"engine": "llamacpp", "precision": "bf16"})
+    [line] = runner.problems(cfg)
+    assert line.startswith(
+        "engines.llamacpp_server: not set (nor ORTHRUS_LLAMACPP_SERVER), needed by decode.engines.plain"
+    )
+    server = tmp_path / "bin" / "llama-server"
+    server.parent.mkdir()
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    cfg["engines"]["llamacpp_server"] = str(server)
+    [line] = runner.problems(cfg)  # a bf16 entry converts the teacher: the converter must be beside it
+    assert "no converter beside" in line and "bash envs/build-llamacpp.sh" in line
+    (tmp_path / "convert").mkdir()
+    (tmp_path / "convert" / "convert_hf_to_gguf.py").write_text("")
+    assert runner.problems(cfg) == []
+    bad = {
+        "e": {"engine": "llamacpp", "precision": "bf16", "speculative": "eagle3", "draft": "x"},
+        "p": {"engine": "llamacpp", "precision": "bf16", "patches": ["cpu-expand-float"]},
+        "g": {"engine": "llamacpp", "precision": "bf16", "gguf": str(tmp_path / "none.gguf")},
+        "s": {"engine": "llamacpp", "precision": "bf16", "gguf": "self"},
+    }
+    found = runner.problems(_config(**bad) | {"engines": cfg["engines"]})
+    for line in (
+        "decode.engines.e.speculative: eagle3 is vllm's",
+        "decode.engines.p.patches: a vllm setting",
+        "decode.engines.g.gguf: '",
+        "decode.engines.s.gguf: self is a draft's value",
+    ):
+        assert any(p.startswith(line) for p in found), (line, found)
+
+
+def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own():
+    given = "/models/q4.gguf"
+    cfg = _config(
+        a={"engine": "llamacpp", "precision": "bf16"},
+        b={"engine": "llamacpp", "precision": "bf16", "speculative": "draft_model", "k": 2, "reference": "a"},
+        c={"engine": "llamacpp", "precision": "fp32", "gguf": given, "speculative": "draft_model", "draft": "self"},
+        d={"engine": "vllm", "precision": "fp32"},
+    )
+    assert runner.jobs(cfg) == {"llamacpp": ["a", "b", "c"], "vllm-fp32": ["d"]}
+    runs = {r["name"]: r for r in runner.runs_spec(cfg, ["a", "b", "c"], "results", None, "teacher")}
+    assert runs["a"]["model"] == "results/gguf/teacher-bf16.gguf" and "draft" not in runs["a"]
+    assert runs["b"]["draft"] == "results/gguf/draft-bf16.gguf" and runs["b"]["k"] == 2
+    assert runs["c"]["model"] == given and runs["c"]["draft"] == given  # the model as its own draft
+    files = runner.llamacpp_files(cfg, ["a", "b", "c"], "results", "teacher")
+    assert files == ["results/gguf/teacher-bf16.gguf", "results/gguf/draft-bf16.gguf", given]

@@ -344,7 +344,7 @@ def engine_top(env, t: int) -> list | None:
     """The engine's own top log-probabilities at generated position `t`, where its file gave them
     (`orthrus ingest` keeps them in the row's env as `engine_logprobs`)."""
     top = env_record(env).get("engine_logprobs")
-    return top[t] if isinstance(top, list) and t < len(top) else None
+    return (top[t] or None) if isinstance(top, list) and t < len(top) else None  # [] : none reported there
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,15 +62,27 @@ def engine_problems(s: dict, config: dict) -> list[str]:
         if not e.get("engine"):
             out += [
                 f"sampling.engines.{n}.{k}: set without engine (only the workflow's engine run takes it)"
-                for k in ("speculative", "k", "patches")
+                for k in ("speculative", "k", "patches", "gguf", "draft")
                 if k in e and e[k] not in (None, [], "none")
             ]
-        elif e.get("speculative") == "draft_model" and not (config.get("teacher") or {}).get("draft"):
+        elif e["engine"] == "llamacpp" and e.get("patches"):
+            out.append(f"sampling.engines.{n}.patches: a vllm setting; llamacpp takes none")
+        elif e["engine"] == "vllm" and (e.get("gguf") or e.get("draft")):
+            out.append(f"sampling.engines.{n}: gguf and draft are llamacpp's; vllm proposes with teacher.draft")
+        elif (
+            e.get("speculative") == "draft_model"
+            and not e.get("draft")
+            and not (config.get("teacher") or {}).get("draft")
+        ):
             out.append(f"sampling.engines.{n}.speculative: draft_model proposes with teacher.draft, which is not set")
-    users = [f"sampling.engines.{n}" for n, e in engines.items() if e.get("engine")]
-    if users:
-        from orthrus.engines.runner import python_problem, vllm_python
 
-        problem = python_problem(vllm_python(config), users)
-        out += [problem] if problem else []
-    return out
+    from orthrus.engines.runner import llamacpp_server, python_problem, server_problem, vllm_python
+
+    users = {
+        x: [f"sampling.engines.{n}" for n, e in engines.items() if e.get("engine") == x] for x in ("vllm", "llamacpp")
+    }
+    problems = [
+        python_problem(vllm_python(config), users["vllm"]) if users["vllm"] else None,
+        server_problem(llamacpp_server(config), users["llamacpp"], convert=True) if users["llamacpp"] else None,
+    ]
+    return out + [p for p in problems if p]

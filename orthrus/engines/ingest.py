@@ -350,7 +350,9 @@ def _seconds(where: str, seconds) -> float | None:
 def _logprobs(where: str, value, tokens: list[int], vocab: int) -> list | None:
     """`logprobs`: the engine's own top log-probabilities at every generated position, [[id, logprob],
     ...] (at least 2 pairs, in rank order, logprobs finite and not increasing): what a verdict needs
-    to ask whether the engine emitted its own argmax and by what margin (orthrus.audit.verdict)."""
+    to ask whether the engine emitted its own argmax and by what margin (orthrus.audit.verdict). An
+    empty list is a position the engine reported nothing for (llama.cpp's server at the tokens its
+    speculation emits): a divergence there gets the reference's verdict alone."""
     if value is None:
         return None
     field = f"{where}: field 'logprobs'"
@@ -358,9 +360,11 @@ def _logprobs(where: str, value, tokens: list[int], vocab: int) -> list | None:
         n = len(value) if isinstance(value, list) else type(value).__name__
         raise ExternalFileError(f"{field}: must be a list with one entry per token_ids item ({len(tokens)}), got {n}")
     for t, top in enumerate(value):
+        if top == []:
+            continue
         if not isinstance(top, list) or len(top) < 2:
             raise ExternalFileError(
-                f"{field}: position {t}: must be a list of at least 2 [token_id, logprob] pairs (the engine's top 2)"
+                f"{field}: position {t}: must be a list of at least 2 [token_id, logprob] pairs (the engine's top 2), or empty (none reported)"
             )
         for pair in top:
             if (

@@ -27,9 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "llamacpp")
 SPECULATIVE = ("none", "ngram", "draft_model", "eagle3")
 PYTHON_KEY, PYTHON_ENV = "engines.vllm_python", "ORTHRUS_VLLM_PYTHON"
+SERVER_KEY, SERVER_ENV = "engines.llamacpp_server", "ORTHRUS_LLAMACPP_SERVER"
+LLAMACPP_BUILD = "bash envs/build-llamacpp.sh"
+# a precision's GGUF type: what `gguf` defaults to for a llamacpp entry
+GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 RECIPE = Path(__file__).with_name("vllm_recipe.py")
 BUILD = "bash envs/build-vllm.sh"
 # vLLM 0.32's CPU worker crashes on VLLM_BATCH_INVARIANT=1 ("'function' object is not subscriptable"
@@ -43,6 +47,45 @@ BATCH_INVARIANT_CPU = (
 
 def entries(config: dict) -> dict:
     return (config.get("decode") or {}).get("engines") or {}
+
+
+def llamacpp_server(config: dict) -> str | None:
+    """llama.cpp's server: engines.llamacpp_server, else $ORTHRUS_LLAMACPP_SERVER, else None."""
+    return (config.get("engines") or {}).get("llamacpp_server") or os.environ.get(SERVER_ENV) or None
+
+
+def converter(server: str) -> str:
+    """The converter envs/build-llamacpp.sh copies beside the server (BIN/../convert)."""
+    return str(Path(server).resolve().parent.parent / "convert")
+
+
+def server_problem(server: str | None, users: list[str], convert: bool) -> str | None:
+    """Why llama.cpp's server cannot run, naming the key; None where it can."""
+    need = f"needed by {users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+    if not server:
+        return (
+            f"{SERVER_KEY}: not set (nor {SERVER_ENV}), {need}: build it with `{LLAMACPP_BUILD}` and set "
+            f"{SERVER_KEY}: .llamacpp/bin/llama-server"
+        )
+    exe = shutil.which(server) or server
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        return f"{SERVER_KEY}: {server!r} is not an executable file ({need}; build it with `{LLAMACPP_BUILD}`)"
+    if convert and not (Path(converter(exe)) / "convert_hf_to_gguf.py").is_file():
+        return (
+            f"{SERVER_KEY}: no converter beside {server!r} ({converter(exe)}/convert_hf_to_gguf.py), {need} to "
+            f"convert the teacher to GGUF; `{LLAMACPP_BUILD}` puts it there"
+        )
+    return None
+
+
+def gguf_of(entry: dict) -> str:
+    """A llamacpp entry's model file: a GGUF type (f32, bf16, f16) to convert the teacher to, or a path."""
+    return entry.get("gguf") or GGUF_TYPES[entry["precision"]]
+
+
+def gguf_path(results: str, model: str, gguf: str) -> str:
+    """Where a GGUF type's file of `model` (the teacher's name, or `draft`) is written; a path as given."""
+    return f"{results}/gguf/{model}-{gguf}.gguf" if gguf in GGUF_TYPES.values() else gguf
 
 
 def vllm_python(config: dict) -> str | None:
@@ -78,9 +121,32 @@ def python_problem(python: str | None, users: list[str]) -> str | None:
     return None
 
 
+def _llamacpp_problems(key: str, entry: dict, config: dict) -> list[str]:
+    out = []
+    if entry.get("speculative") == "eagle3":
+        out.append(f"{key}.speculative: eagle3 is vllm's; llamacpp runs none, ngram or draft_model")
+    for k in ("patches", "batch_invariant"):
+        if entry.get(k):
+            out.append(f"{key}.{k}: a vllm setting; llamacpp takes none")
+    for k in ("gguf", "draft"):
+        value = entry.get(k)
+        if value and value not in GGUF_TYPES.values() and value != "self" and not Path(value).expanduser().is_file():
+            out.append(
+                f"{key}.{k}: {value!r} is neither a GGUF type (f32, bf16, f16){' nor self' if k == 'draft' else ''} "
+                "nor a GGUF file"
+            )
+    if entry.get("gguf") == "self":
+        out.append(f"{key}.gguf: self is a draft's value; give a GGUF type or file")
+    return out
+
+
 def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
     key, out = f"decode.engines.{name}", []
     decode = config.get("decode") or {}
+    if entry.get("engine") == "llamacpp":
+        out += _llamacpp_problems(key, entry, config)
+    elif entry.get("kv_cache"):
+        out.append(f"{key}.kv_cache: llamacpp's setting (vLLM's KV cache is the model's dtype)")
     if entry.get("precision") not in (decode.get("precisions") or []):
         out.append(
             f"{key}.precision: {entry.get('precision')!r} not in decode.precisions (its ar-ref reference runs "
@@ -95,7 +161,7 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
         and not (config.get("teacher") or {}).get("draft")
     ):
         out.append(f"{key}.draft: speculative draft_model needs a draft: set it, or teacher.draft")
-    if entry.get("speculative") == "eagle3" and not entry.get("draft"):
+    if entry.get("speculative") == "eagle3" and not entry.get("draft") and entry.get("engine") == "vllm":
         out.append(f"{key}.draft: speculative eagle3 needs the EAGLE-3 head's directory")
     if entry.get("batch_invariant") and decode.get("device", "cpu") == "cpu":
         out.append(f"{key}.batch_invariant: {BATCH_INVARIANT_CPU}")
@@ -132,8 +198,17 @@ def problems(config: dict) -> list[str]:
                 f"decode.engines.{name}: the name is taken (teacher, models, external_models or decode.external)"
             )
         out += _entry_problems(name, entry or {}, config)
-    if found:
-        problem = python_problem(vllm_python(config), [f"decode.engines.{n}" for n in sorted(found)])
+    users = {e: [f"decode.engines.{n}" for n in sorted(found) if found[n].get("engine") == e] for e in ENGINES}
+    if users["vllm"]:
+        problem = python_problem(vllm_python(config), users["vllm"])
+        out += [problem] if problem else []
+    if users["llamacpp"]:
+        convert = any(
+            gguf_of(found[n]) in GGUF_TYPES.values() or found[n].get("speculative") == "draft_model"
+            for n in found
+            if found[n].get("engine") == "llamacpp"
+        )
+        problem = server_problem(llamacpp_server(config), users["llamacpp"], convert)
         out += [problem] if problem else []
     return out
 
@@ -156,12 +231,46 @@ def external_entries(config: dict, results: str) -> dict:
     }
 
 
-def by_precision(config: dict) -> dict[str, list[str]]:
-    """{precision: the names of its engine runs}: one job, one engine process, per precision."""
+def jobs(config: dict) -> dict[str, list[str]]:
+    """{job: the names of its engine runs}: vLLM one job, one process, per precision (`vllm-PRECISION`);
+    llama.cpp one job for all its runs (`llamacpp`: a server per run, nothing imported)."""
     groups: dict[str, list[str]] = {}
     for name, e in entries(config).items():
-        groups.setdefault(e["precision"], []).append(name)
+        label = "llamacpp" if e["engine"] == "llamacpp" else f"vllm-{e['precision']}"
+        groups.setdefault(label, []).append(name)
     return groups
+
+
+def draft_file(entry: dict, results: str, model_file: str) -> str:
+    """A llamacpp draft_model run's draft: the served file itself (`self`), a GGUF file given, or
+    teacher.draft converted to the type given (default: the served model's type, else the precision's)."""
+    given = entry.get("draft")
+    if given == "self":
+        return model_file
+    model = gguf_of(entry)
+    return gguf_path(
+        results, "draft", given or (model if model in GGUF_TYPES.values() else GGUF_TYPES[entry["precision"]])
+    )
+
+
+def llamacpp_run(run: dict, entry: dict, results: str, teacher: str) -> dict:
+    """A run of a llamacpp entry: its GGUF file, its KV cache's type, and its draft's file where a
+    draft model proposes."""
+    run = run | {"model": gguf_path(results, teacher, gguf_of(entry)), "kv_cache": entry.get("kv_cache") or "f16"}
+    if run["speculative"] == "draft_model":
+        run["draft"] = draft_file(entry, results, run["model"])
+    return run
+
+
+def llamacpp_files(config: dict, names: list[str], results: str, teacher: str, found: dict | None = None) -> list[str]:
+    """The GGUF files the llamacpp runs `names` (of decode.engines, or of `found`) serve and draft with
+    (results/gguf/ ones a rule converts)."""
+    files = []
+    for n in names:
+        e = (found or entries(config))[n]
+        model = gguf_path(results, teacher, gguf_of(e))
+        files += [model] + ([draft_file(e, results, model)] if e.get("speculative") == "draft_model" else [])
+    return list(dict.fromkeys(files))
 
 
 def run_spec(name: str, entry: dict, out: str, precision: str, seed: int, config: dict, draft: str | None) -> dict:
@@ -185,42 +294,59 @@ def run_spec(name: str, entry: dict, out: str, precision: str, seed: int, config
     return run
 
 
-def runs_spec(config: dict, names: list[str], results: str, draft: str | None) -> list[dict]:
-    """The recipe's runs of the decode.engines entries `names`."""
-    found = entries(config)
-    return [
-        run_spec(n, found[n], engine_file(results, n), found[n]["precision"], config.get("seed", 0), config, draft)
-        for n in names
-    ]
+def runs_spec(config: dict, names: list[str], results: str, draft: str | None, teacher: str = "") -> list[dict]:
+    """The recipe's runs of the decode.engines entries `names` (llamacpp: with their GGUF files;
+    `teacher` the teacher's name, which the converted files carry)."""
+    found, runs = entries(config), []
+    for n in names:
+        e = found[n]
+        run = run_spec(n, e, engine_file(results, n), e["precision"], config.get("seed", 0), config, draft)
+        runs.append(llamacpp_run(run, e, results, teacher) if e["engine"] == "llamacpp" else run)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     from orthrus.errors import InputError
 
     ap = argparse.ArgumentParser(prog="orthrus engine-run", description=__doc__.split("\n")[0])
-    ap.add_argument("--python", required=True, help=f"the engine environment's Python ({PYTHON_KEY})")
-    ap.add_argument("--model-path", required=True, help="the teacher's directory, the model vLLM serves")
+    ap.add_argument("--engine", choices=ENGINES, default="vllm")
+    ap.add_argument("--python", help=f"vllm: the engine environment's Python ({PYTHON_KEY})")
+    ap.add_argument("--server", help=f"llamacpp: the server binary ({SERVER_KEY})")
+    ap.add_argument("--model-path", help="vllm: the teacher's directory, the model vLLM serves")
     ap.add_argument("--prompts", required=True, help="the export (orthrus export-prompts)")
-    ap.add_argument("--runs", required=True, help="JSON: the recipe's runs (runs_spec)")
+    ap.add_argument("--runs", required=True, help="JSON: the runs (runs_spec)")
+    ap.add_argument("--threads", type=int, default=1, help="llamacpp: the server's threads")
     args = ap.parse_args(argv)
     runs = json.loads(args.runs)
-    problem = python_problem(args.python, [f"run {r['name']}" for r in runs])
-    if problem:
-        raise InputError(problem)
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = Path(tmp) / "runs.json"
-        spec.write_text(json.dumps({"model": str(Path(args.model_path).resolve()), "runs": runs}))
-        # the recipe's own import path must not see this package's (another transformers)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        rc = subprocess.run(
-            [args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)], env=env
-        ).returncode
-    if rc:
-        raise InputError(
-            f"the vLLM recipe failed (exit {rc}) on runs {', '.join(r['name'] for r in runs)}: its log above"
-        )
+    users = [f"run {r['name']}" for r in runs]
+    if args.engine == "llamacpp":
+        problem = server_problem(args.server, users, convert=False)
+        if problem:
+            raise InputError(problem)
+        from orthrus.engines import llamacpp
+
+        try:
+            llamacpp.run_all(args.server, args.prompts, runs, args.threads)
+        except llamacpp.LlamaCppError as e:
+            raise InputError(f"llama.cpp: {e}") from None
+    else:
+        problem = python_problem(args.python, users)
+        if problem:
+            raise InputError(problem)
+        with tempfile.TemporaryDirectory() as tmp:
+            spec = Path(tmp) / "runs.json"
+            spec.write_text(json.dumps({"model": str(Path(args.model_path).resolve()), "runs": runs}))
+            # the recipe's own import path must not see this package's (another transformers)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            rc = subprocess.run(
+                [args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)], env=env
+            ).returncode
+        if rc:
+            raise InputError(
+                f"the vLLM recipe failed (exit {rc}) on runs {', '.join(r['name'] for r in runs)}: its log above"
+            )
     missing = [r["out"] for r in runs if not Path(r["out"]).is_file()]
     if missing:
-        raise InputError(f"the vLLM recipe exited 0 but wrote no {', '.join(missing)}")
+        raise InputError(f"the {args.engine} runs exited 0 but wrote no {', '.join(missing)}")
     print(f"[engine-run] {len(runs)} runs -> {', '.join(r['out'] for r in runs)}", file=sys.stderr)
     return 0

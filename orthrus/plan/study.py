@@ -411,17 +411,21 @@ class Study:
         seeds = self._sampled_seeds()
         return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
 
-    def sampled_engine_runs(self, draft: str | None) -> list[dict]:
-        """The recipe's runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries an
-        engine samples, at two_sample's precision, each from its first seed."""
-        from orthrus.engines.runner import run_spec
+    def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
+        """The runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries `engine`
+        samples, at two_sample's precision, each from its first seed (llamacpp: with their GGUF files)."""
+        from orthrus.engines.runner import llamacpp_run, run_spec
 
         seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
-        return [
-            run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
-            for n, e in self.sampled_engines().items()
-            if e.get("engine")
-        ]
+        runs = []
+        for n, e in self.sampled_engines().items():
+            if e.get("engine") != engine:
+                continue
+            run = run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
+            runs.append(
+                llamacpp_run(run, e | {"precision": precision}, R, self.teacher) if engine == "llamacpp" else run
+            )
+        return runs
 
     # ------------------------------------------------------------------ forensics
 

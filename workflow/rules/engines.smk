@@ -1,34 +1,50 @@
-# decode.engines: engines the workflow runs itself. The project's vLLM recipe
-# (orthrus/engines/vllm_recipe.py) runs in the engine's own environment (engines.vllm_python, built by
-# `bash envs/build-vllm.sh`) on the exported prompts; each entry's file is a decode.external entry
-# (the plan adds them to its external entries), so external.smk ingests it and runs its forensics.
+# decode.engines: engines the workflow runs itself (orthrus/engines/runner.py). vLLM: the project's recipe
+# (orthrus/engines/vllm_recipe.py) in the engine's own environment (engines.vllm_python, built by
+# `bash envs/build-vllm.sh`), one job per precision. llama.cpp: its server (engines.llamacpp_server, built by
+# `bash envs/build-llamacpp.sh`) started on the loopback for each run (orthrus/engines/llamacpp.py), one job,
+# serving GGUF files the gguf_export rule converts with llama.cpp's own converter. Each entry's file is a
+# decode.external entry (the plan adds them to its external entries), so external.smk ingests it and runs
+# its forensics.
 import json
 
-from orthrus.engines.runner import by_precision, engine_file, entries as engine_entries_of, runs_spec, vllm_python
+from orthrus.engines.runner import (
+    converter,
+    engine_file,
+    entries as engine_entries_of,
+    jobs as engine_jobs,
+    llamacpp_files,
+    llamacpp_server,
+    runs_spec,
+    vllm_python,
+)
 
 _ENGINE_RULES = set()
 _USES_DRAFT = any(e.get("speculative") == "draft_model" and not e.get("draft") for e in engine_entries_of(config).values())
-for _precision, _names in by_precision(config).items():
+_DRAFT_INPUT = ([S.draft_path()] if DRAFT and DRAFT["source"] == "tiny" else model_files(S.draft_path()) if DRAFT else []) if _USES_DRAFT else []
+for _job, _names in engine_jobs(config).items():
+    _llamacpp = _job == "llamacpp"
 
-    # one job, one process, per precision: vLLM and torch are imported once for its runs (each run
-    # still starts its own engine: vLLM fixes the dtype and the speculative method at start-up)
+    # vLLM: one job, one process, per precision (vLLM and torch imported once; each run still starts its own
+    # engine: vLLM fixes the dtype and the speculative method at start-up). llama.cpp: one job, a server a run.
     rule:
         name:
-            rule_name(f"engine_vllm_{_precision}", _ENGINE_RULES)
+            rule_name(f"engine_{_job.replace('-', '_')}", _ENGINE_RULES)
         input:
-            S.teacher_input,
+            llamacpp_files(config, _names, R, S.teacher) if _llamacpp else S.teacher_input,
             # the study's draft (teacher.draft) where a draft_model run proposes with it
-            ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if _USES_DRAFT else [],
+            [] if _llamacpp else _DRAFT_INPUT,
             prompts=rules.export_prompts.output[0],
         output:
             [engine_file(R, n) for n in _names],
         params:
-            python=vllm_python(config),
-            teacher=S.teacher_path(),
+            engine="llamacpp" if _llamacpp else "vllm",
+            server=(llamacpp_server(config) or "") if _llamacpp else "",
+            python="" if _llamacpp else (vllm_python(config) or ""),
+            model="" if _llamacpp else S.teacher_path(),
             weights=lambda w: weights_fingerprint(S.teacher_path(), *([S.draft_path()] if _USES_DRAFT else [])),  # new weights inside the directory rerun this
-            runs=json.dumps(runs_spec(config, _names, R, S.draft_path() if _USES_DRAFT else None)),
+            runs=json.dumps(runs_spec(config, _names, R, S.draft_path() if _USES_DRAFT else None, S.teacher)),
         log:
-            f"{R}/logs/engines/vllm-{_precision}.log",
+            f"{R}/logs/engines/{_job}.log",
         threads: config["threads"]
         resources:
             mem_mb=RES["decode"]["mem_mb"],
@@ -38,5 +54,31 @@ for _precision, _names in by_precision(config).items():
         conda:
             ENV
         shell:
-            "orthrus engine-run --python {params.python:q} --model-path {params.teacher:q} --prompts {input.prompts:q}"
-            " --runs {params.runs:q} > {log:q} 2>&1"
+            "orthrus engine-run --engine {params.engine:q} --server={params.server:q} --python={params.python:q}"
+            " --model-path={params.model:q} --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q}"
+            " > {log:q} 2>&1"
+
+
+if any(e.get("engine") == "llamacpp" for e in [*engine_entries_of(config).values(), *S.sampled_engines().values()]):
+
+    rule gguf_export:
+        """The teacher (or teacher.draft) as a GGUF file of one type, by llama.cpp's own converter."""
+        input:
+            lambda w: S.teacher_input() if w.model == S.teacher else [S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path()),
+        output:
+            f"{R}/gguf/{{model}}-{{gguf_type}}.gguf",
+        wildcard_constraints:
+            gguf_type="f32|bf16|f16",
+        params:
+            path=lambda w: S.teacher_path() if w.model == S.teacher else S.draft_path(),
+            converter=converter(llamacpp_server(config) or "."),
+        log:
+            f"{R}/logs/gguf/{{model}}-{{gguf_type}}.log",
+        resources:
+            mem_mb=RES["decode"]["mem_mb"],
+            runtime=RES["decode"]["runtime"],
+        conda:
+            ENV
+        shell:
+            "orthrus gguf-export --model-path {params.path:q} --outtype {wildcards.gguf_type:q}"
+            " --converter {params.converter:q} --out {output:q} > {log:q} 2>&1"

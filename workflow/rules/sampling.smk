@@ -128,28 +128,36 @@ for _name, (_stand_in, _seed) in S.sampled_standins().items():
 
 import json
 
-from orthrus.engines.runner import vllm_python
+from orthrus.engines.runner import llamacpp_server, vllm_python
 
-# sampling.engines entries with `engine`: the project's vLLM recipe samples the sampled export, every
-# such entry in one job (vLLM imported once; each run starts its own engine, with its own patches)
-_SAMPLED_RUNS = S.sampled_engine_runs(S.draft_path() if DRAFT else None)
-_SAMPLED_DRAFT = [S.draft_path()] if any(r.get("draft") for r in _SAMPLED_RUNS) else []
-if _SAMPLED_RUNS:
+# sampling.engines entries with `engine`: the engine samples the sampled export, one job per engine
+# (vLLM: the project's recipe, imported once, each run its own engine with its own patches; llama.cpp:
+# a server per run on the loopback, serving the GGUF files engines.smk's gguf_export converts)
+_SAMPLED_RULES = set()
+for _engine in ("vllm", "llamacpp"):
+    _runs = S.sampled_engine_runs(S.draft_path() if DRAFT else None, _engine)
+    if not _runs:
+        continue
+    _draft = [S.draft_path()] if any(r.get("draft") for r in _runs) and _engine == "vllm" else []
 
-    rule sampled_vllm:
+    rule:
+        name:
+            rule_name(f"sampled_{_engine}", _SAMPLED_RULES)
         input:
-            S.teacher_input,
-            ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if _SAMPLED_DRAFT else [],
+            sorted({f for r in _runs for f in (r["model"], r.get("draft")) if f}) if _engine == "llamacpp" else S.teacher_input,
+            ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if _draft else [],
             prompts=rules.export_sampled_prompts.output[0],
         output:
-            [r["out"] for r in _SAMPLED_RUNS],
+            [r["out"] for r in _runs],
         params:
-            python=vllm_python(config),
-            teacher=S.teacher_path(),
-            weights=lambda w: weights_fingerprint(S.teacher_path(), *_SAMPLED_DRAFT),  # new weights inside the directory rerun this
-            runs=json.dumps(_SAMPLED_RUNS),
+            engine=_engine,
+            server=(llamacpp_server(config) or "") if _engine == "llamacpp" else "",
+            python="" if _engine == "llamacpp" else (vllm_python(config) or ""),
+            model="" if _engine == "llamacpp" else S.teacher_path(),
+            weights=lambda w, _draft=_draft: weights_fingerprint(S.teacher_path(), *_draft),  # new weights inside the directory rerun this
+            runs=json.dumps(_runs),
         log:
-            f"{R}/logs/sampling/vllm.log",
+            f"{R}/logs/sampling/{_engine}.log",
         threads: config["threads"]
         resources:
             mem_mb=RES["sampling"]["mem_mb"],
@@ -159,8 +167,9 @@ if _SAMPLED_RUNS:
         conda:
             ENV
         shell:
-            "orthrus engine-run --python {params.python:q} --model-path {params.teacher:q} --prompts {input.prompts:q}"
-            " --runs {params.runs:q} > {log:q} 2>&1"
+            "orthrus engine-run --engine {params.engine:q} --server={params.server:q} --python={params.python:q}"
+            " --model-path={params.model:q} --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q}"
+            " > {log:q} 2>&1"
 
 
 rule sampling_engines:

@@ -209,9 +209,10 @@ DECODE = section(
             {},
             (
                 "Engines the workflow runs itself (orthrus/engines/runner.py, docs/ENGINES.md): {name: {engine, "
-                "speculative, k, precision, attention, reference}}. Each runs the project's vLLM recipe "
+                "speculative, k, precision, attention, reference}}. A vllm entry runs the project's vLLM recipe "
                 "(orthrus/engines/vllm_recipe.py) in the engine's own environment (engines.vllm_python) on the "
-                "exported prompts, one process per precision, and its file joins the study as a decode.external "
+                "exported prompts, one process per precision; a llamacpp entry starts llama.cpp's server on the "
+                "loopback for its run (orthrus/engines/llamacpp.py). Each file joins the study as a decode.external "
                 "entry of that name (results/engine/NAME.jsonl): ingest, every table, tokens per forward from the"
                 " engine's accepted counts, and verdicts from its own top-2 log-probabilities. Names are unique "
                 "across the teacher, models, external_models, decode.external and these."
@@ -220,7 +221,22 @@ DECODE = section(
             additionalProperties=section(
                 None,
                 {
-                    "engine": choices(["vllm"], description="The engine: vllm (its environment: engines.vllm_python)."),
+                    "engine": choices(
+                        ["vllm", "llamacpp"],
+                        description=(
+                            "The engine: vllm (its environment: engines.vllm_python) or llamacpp (llama.cpp's server, "
+                            "engines.llamacpp_server, serving the GGUF file of `gguf`)."
+                        ),
+                    ),
+                    "gguf": key(
+                        str,
+                        description=(
+                            "llamacpp: the model file the server runs: f32, bf16 or f16 (the teacher converted by "
+                            "llama.cpp's own converter, results/gguf/TEACHER-TYPE.gguf), or the path of a GGUF file "
+                            "(e.g. a registry's quantized one); left out, the type of `precision`."
+                        ),
+                        minLength=1,
+                    ),
                     "speculative": choices(
                         ["none", "ngram", "draft_model", "eagle3"],
                         "none",
@@ -251,11 +267,19 @@ DECODE = section(
                             "kernels)."
                         ),
                     ),
+                    "kv_cache": choices(
+                        ["f32", "f16", "bf16"],
+                        description=(
+                            "llamacpp: the KV cache's type (-ctk/-ctv); left out, llama.cpp's default f16, whatever the "
+                            "weights' type."
+                        ),
+                    ),
                     "draft": key(
                         str,
                         description=(
-                            "draft_model: the draft's directory (default: teacher.draft's); eagle3: the EAGLE-3 head's "
-                            "(required)."
+                            "draft_model: the draft's directory (default: teacher.draft's; llamacpp: a GGUF file, `self` "
+                            "for the served model itself, default teacher.draft converted to the model's type); eagle3: "
+                            "the EAGLE-3 head's (required)."
                         ),
                         minLength=1,
                     ),
@@ -341,6 +365,16 @@ ENGINES = section(
                 "The Python of vLLM's environment (built by `bash envs/build-vllm.sh` from envs/vllm-cpu.txt: "
                 ".venv-vllm/bin/python); null: the environment variable ORTHRUS_VLLM_PYTHON. A config with "
                 "decode.engines is refused before any job where neither names a Python that finds vllm."
+            ),
+        ),
+        "llamacpp_server": key(
+            (str, None),
+            None,
+            (
+                "llama.cpp's server binary (built by `bash envs/build-llamacpp.sh`: .llamacpp/bin/llama-server; "
+                "its converter beside it in .llamacpp/convert); null: the environment variable "
+                "ORTHRUS_LLAMACPP_SERVER. A config with llamacpp entries is refused before any job where neither "
+                "names an executable file."
             ),
         ),
         "compile": key(

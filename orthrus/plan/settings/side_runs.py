@@ -234,12 +234,22 @@ SAMPLING = section(
                         ),
                     ),
                     "engine": choices(
-                        ["vllm"],
+                        ["vllm", "llamacpp"],
                         description=(
                             "The workflow writes `path` itself with this engine (the project's vLLM recipe in "
-                            "engines.vllm_python, one job for every such entry) sampling the sampled export in "
-                            "two_sample's precision."
+                            "engines.vllm_python, or llama.cpp's server, engines.llamacpp_server; one job per engine) "
+                            "sampling the sampled export in two_sample's precision."
                         ),
+                    ),
+                    "gguf": key(
+                        str,
+                        description="llamacpp: the model file, as decode.engines' `gguf` (left out, two_sample's precision's type).",
+                        minLength=1,
+                    ),
+                    "draft": key(
+                        str,
+                        description="llamacpp draft_model: as decode.engines' `draft` (a GGUF type or file, or self).",
+                        minLength=1,
                     ),
                     "speculative": choices(
                         ["none", "ngram", "draft_model"],

@@ -1,0 +1,329 @@
+"""llama.cpp's server as an engine: started on the loopback, sent the exported prompts as token ids,
+stopped on every exit path; its answers written as engine trajectory files.
+
+    orthrus engine-run --engine llamacpp --server .llamacpp/bin/llama-server
+        --prompts results/export/prompts.jsonl --runs RUNS_JSON
+
+The server is one binary built by `bash envs/build-llamacpp.sh` (CPU only, from the llama.cpp tree
+that the registry's llama-cpp-python 0.3.36 source archive vendors); this module needs nothing but
+the standard library to drive it. The runs are the vLLM recipe's ([RUN, ...], each RUN {"name",
+"out", "model": M.gguf, "speculative": "none" | "ngram" | "draft_model", "k", "draft": DRAFT.gguf,
+"seed"}), each run one server: llama.cpp fixes the model and the speculative method when it starts.
+
+Each output line is one record of docs/DESIGN.md's "External trajectory file":
+  - `token_ids`: the server's `tokens` (return_tokens), cut after the first of the export's stop ids;
+  - `logprobs`: the server's own top-2 log-probabilities at every position (`n_probs: 2`, before
+    sampling: a softmax of the raw logits, so a difference of two equals their logits');
+  - `forwards`: a plain run's one per token; a speculative run's len(token_ids) - draft_n_accepted
+    (every verify forward emits one token of its own plus the drafts it accepted), from the server's
+    `timings`; `accepted` is not given (the server reports totals, not steps). The server reports no
+    probabilities for the tokens its speculation emits (tools/server/server-context.cpp: "TODO: set
+    result.probs"): those positions are empty lists;
+  - `env`: engine, version (the server's `--version`), build (envs/build-llamacpp.sh's build.json:
+    the archive's sha256, compiler, CMake flags), the model file's name, size and GGUF file type
+    (`weights`; `dtype` the float type a float file computes in, none for a quantized one),
+    threads, the speculative method and width, device.
+Greedy is `temperature: -1` with `top_k: 1`: the server then samples greedily and still reports the
+softmax of the logits (a temperature of 0 reports the one chosen token at probability 1).
+
+On a sampled export (`orthrus export-prompts --sampling`) each run samples instead: n_samples
+requests a prompt at the export's temperature, top-k and top-p (min-p off, the chain
+temperature -> top-k -> top-p), sample j of prompt i seeded from the run's seed + i and j, written as
+a sampled file (docs/DESIGN.md, "Sampled engine file") with env.seed the run's seed + i.
+
+No server outlives its run: it is stopped in a `finally` (SIGTERM, then SIGKILL after 10 s), it
+listens on 127.0.0.1 only, and a port taken between choosing it and binding it is retried on another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HOST = "127.0.0.1"  # loopback only: nothing listens beyond this machine
+SPECULATIVE = ("none", "ngram", "draft_model")
+TOP = 2
+# the KV cache's type: llama.cpp's default is f16 whatever the weights (an F32 file does not run in fp32)
+KV_DEFAULT = "f16"
+KV_TYPES = ("f32", "f16", "bf16")
+START_TIMEOUT_S = 300
+REQUEST_TIMEOUT_S = 600
+
+
+class LlamaCppError(Exception):
+    """The server could not start, died, or answered something the study cannot use; names which."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def server_args(run: dict, model: str, port: int, threads: int, ctx: int) -> list[str]:
+    """The server's command line for one run (the binary excluded)."""
+    args = ["-m", model, "--host", HOST, "--port", str(port), "-c", str(ctx), "-np", "1", "-t", str(threads)]
+    args += ["--seed", str(int(run.get("seed", 0))), "--no-webui"]
+    kv = run.get("kv_cache") or KV_DEFAULT
+    args += ["-ctk", kv, "-ctv", kv]
+    method, k = run.get("speculative", "none"), int(run.get("k", 4))
+    if method == "ngram":  # prompt lookup: the draft is what followed the last matching n-gram
+        args += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", str(k)]
+    elif method == "draft_model":
+        args += ["--spec-type", "draft-simple", "-md", run["draft"], "--spec-draft-n-max", str(k)]
+        args += ["--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-ctkd", kv, "-ctvd", kv]
+    elif method != "none":
+        raise LlamaCppError(f"run {run.get('name')}: speculative {method!r}, not one of {', '.join(SPECULATIVE)}")
+    return args
+
+
+class Server:
+    """`with Server(binary, args_for_port, log) as url:` a started server's base URL; stopped on exit."""
+
+    def __init__(self, binary: str, args_for_port, log_path: str, tries: int = 3):
+        self.binary, self.args_for_port, self.log_path, self.tries = binary, args_for_port, log_path, tries
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        for attempt in range(self.tries):
+            port = free_port()
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.binary, *self.args_for_port(port)], stdout=log, stderr=subprocess.STDOUT
+                )
+            url = f"http://{HOST}:{port}"
+            try:
+                self._wait(url)
+                return url
+            except LlamaCppError:
+                self.stop()
+                text = Path(self.log_path).read_text(errors="replace")[-3000:]
+                if "bind" in text.lower() and attempt + 1 < self.tries:
+                    continue  # the port was taken after we chose it: another one
+                raise LlamaCppError(f"llama-server did not start: {self.log_path} ends:\n{text}") from None
+        raise LlamaCppError("llama-server did not start")  # unreachable: the last try raises
+
+    def _wait(self, url: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LlamaCppError(f"llama-server exited with {self.proc.returncode} while starting")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass  # still loading (503) or not yet listening
+            time.sleep(0.25)
+        raise LlamaCppError(f"llama-server not healthy after {START_TIMEOUT_S} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        f"{url}/completion", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise LlamaCppError(f"llama-server answered {e.code}: {e.read()[:500]!r}") from None
+
+
+def greedy_body(prompt: dict) -> dict:
+    return {
+        "prompt": prompt["prompt_token_ids"],
+        "n_predict": prompt["max_new_tokens"],
+        "temperature": -1.0,
+        "top_k": 1,
+        "n_probs": TOP,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "ignore_eos": False,
+        "stream": False,
+    }
+
+
+# sampled: the export's settings and nothing else (llama.cpp's default chain adds min-p 0.05, typical
+# and DRY), temperature first as transformers and vLLM apply it
+SAMPLERS = ["temperature", "top_k", "top_p"]
+
+
+def sample_body(prompt: dict, seed: int) -> dict:
+    return {
+        "prompt": prompt["prompt_token_ids"],
+        "n_predict": prompt["max_new_tokens"],
+        "temperature": prompt["temperature"],
+        "top_k": prompt["top_k"] or 0,  # 0: every token
+        "top_p": 1.0 if prompt["top_p"] is None else prompt["top_p"],
+        "min_p": 0.0,
+        "samplers": SAMPLERS,
+        "seed": seed,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "stream": False,
+    }
+
+
+def request_seed(prompt_seed: int, j: int) -> int:
+    """Sample j of a prompt: its own seed, a function of the prompt's (env.seed) and j."""
+    return (prompt_seed * 100_003 + j) % 2**31
+
+
+def sampled_record(prompt: dict, url: str, env: dict, prompt_seed: int) -> dict:
+    samples = [
+        cut_at_stop(
+            [int(t) for t in post(url, sample_body(prompt, request_seed(prompt_seed, j))).get("tokens") or []],
+            prompt["stop_token_ids"],
+        )
+        for j in range(prompt["n_samples"])
+    ]
+    settings = {k: prompt[k] for k in ("temperature", "top_p", "top_k")}
+    return {"prompt_id": prompt["prompt_id"], "samples": samples, "env": env | settings | {"seed": prompt_seed}}
+
+
+def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:
+    """The ids up to and including the first stop id (the server may go on past an id that is not
+    its model's end-of-generation token)."""
+    for i, t in enumerate(ids):
+        if t in stop:
+            return ids[: i + 1]
+    return ids
+
+
+def top_logprobs(position: dict) -> list[list]:
+    return [[int(t["id"]), float(t["logprob"])] for t in position.get("top_logprobs", [])][:TOP]
+
+
+def greedy_record(prompt: dict, answer: dict, env: dict, speculative: bool) -> dict:
+    ids = cut_at_stop([int(t) for t in answer.get("tokens") or []], prompt["stop_token_ids"])
+    probs = answer.get("completion_probabilities") or []
+    if len(probs) < len(ids):
+        raise LlamaCppError(f"prompt {prompt['prompt_id']}: {len(ids)} tokens but {len(probs)} probability entries")
+    timings = answer.get("timings") or {}
+    accepted = int(timings.get("draft_n_accepted", 0))
+    rec = {
+        "prompt_id": prompt["prompt_id"],
+        "token_ids": ids,
+        "finish_reason": "stop" if ids and ids[-1] in prompt["stop_token_ids"] else "length",
+        "prompt_token_ids": prompt["prompt_token_ids"],
+        "settings": {k: prompt[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature")},
+        "env": env,
+        "logprobs": [top_logprobs(p) for p in probs[: len(ids)]],
+        "forwards": max(len(ids) - accepted, 1) if speculative else max(len(ids), 1),
+        "extra": {"draft_n": int(timings.get("draft_n", 0)), "draft_n_accepted": accepted},
+    }
+    return rec
+
+
+def gguf_file_type(path: str) -> str:
+    """The GGUF's `general.file_type` (F32, BF16, Q4_1, ...), read from its header with the
+    standard library (the gguf package is the project's, not needed here); `unknown` if absent."""
+    names = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 32: "BF16"}
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+        key = b"general.file_type"
+        at = head.index(key) + len(key)
+        kind = int.from_bytes(head[at : at + 4], "little")
+        if kind == 4:  # uint32
+            return names.get(int.from_bytes(head[at + 4 : at + 8], "little"), "other")
+    except (OSError, ValueError):
+        pass
+    return "unknown"
+
+
+def environment(binary: str, model: str, run: dict, threads: int) -> dict:
+    build_json = Path(binary).resolve().parent.parent / "build.json"
+    build = json.loads(build_json.read_text()) if build_json.is_file() else {}
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    method = run.get("speculative", "none")
+    return {
+        "engine": "llama.cpp",
+        "version": " ".join((version.stdout + version.stderr).split("\n")[0:1]).strip() or "unknown",
+        "build": build,
+        "model_file": os.path.basename(model),
+        "model_bytes": os.path.getsize(model),
+        # the weights' type as the file holds them; dtype the one a float file computes in (ingest checks
+        # it against the precision the run is compared at), none for a quantized file
+        "weights": gguf_file_type(model),
+        "dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(gguf_file_type(model)),
+        "kernel": "ggml-cpu",
+        "kv_cache": run.get("kv_cache") or KV_DEFAULT,
+        "batch_size": 1,
+        "threads": threads,
+        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "speculative": method if method == "none" else f"{method} k={run.get('k', 4)}",
+        "logprobs": f"top-{TOP} raw",
+    }
+
+
+def write_jsonl(path: str, records: list[dict]) -> None:
+    """Atomically: a run killed mid-write leaves no file that looks complete."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+def serve(binary: str, model: str, run: dict, prompts: list[dict], threads: int, log: str) -> dict:
+    """One server for one run: start, decode every prompt, stop; write the file; its timings."""
+    longest = max(len(p["prompt_token_ids"]) for p in prompts) + max(p["max_new_tokens"] for p in prompts)
+    ctx = max(256, longest + 16)
+    t0 = time.perf_counter()
+    env = environment(binary, model, run, threads)
+    speculative = run.get("speculative", "none") != "none"
+    seed = int(run.get("seed", 0))
+    with Server(binary, lambda port: server_args(run, model, port, threads, ctx), log) as url:
+        started = time.perf_counter()
+        if "n_samples" in prompts[0]:  # a sampled export: N samples a prompt, prompt i from seed + i
+            env = {k: v for k, v in env.items() if k != "logprobs"} | {"samplers": SAMPLERS}
+            records = [sampled_record(p, url, env, seed + i) for i, p in enumerate(prompts)]
+        else:
+            records = [greedy_record(p, post(url, greedy_body(p)), env, speculative) for p in prompts]
+    done = time.perf_counter()
+    timing = {"startup_s": round(started - t0, 3), "generate_s": round(done - started, 3)}
+    for r in records:
+        r["extra"] = r.get("extra", {}) | {"run": run["name"]} | timing
+    write_jsonl(run["out"], records)
+    return timing
+
+
+def run_all(server: str, prompts_path: str, runs: list[dict], threads: int) -> None:
+    """Every run, one server each, the server's log into this process's stderr."""
+    with open(prompts_path, encoding="utf-8") as f:
+        prompts = [json.loads(line) for line in f if line.strip()]
+    if not prompts:
+        raise LlamaCppError(f"{prompts_path}: no prompts")
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in runs:
+            log = os.path.join(tmp, f"{run['name']}.log")
+            try:
+                timing = serve(server, run["model"], run, prompts, threads, log)
+            finally:
+                if os.path.exists(log):  # the server's own log, into the job's
+                    sys.stderr.write(Path(log).read_text(errors="replace")[-20000:])
+            print(f"[llamacpp] {run['name']}: {len(prompts)} prompts, {timing} -> {run['out']}", file=sys.stderr)

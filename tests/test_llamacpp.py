@@ -1,0 +1,171 @@
+"""llama.cpp's server as an engine (orthrus/engines/llamacpp.py, issue 45): the server's lifecycle
+and records against a stand-in server (a few lines of http.server that answer as llama-server does),
+so these run without the binary; the real server is tests/test_engines.py's slow arm."""
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from orthrus.engines import llamacpp
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+FAKE = textwrap.dedent(
+    """
+    import json, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    args = sys.argv[1:]
+    if "--version" in args:
+        print("version: 0 (fake)"); sys.exit(0)
+    if "--die" in args:
+        print("error: model file is not GGUF"); sys.exit(1)
+    port = int(args[args.index("--port") + 1])
+    host = args[args.index("--host") + 1]
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n = body["n_predict"]
+            toks = [(body["prompt"][-1] + i) % 50 for i in range(1, n + 1)]
+            probs = [{"id": t, "logprob": -0.1, "top_logprobs": [{"id": t, "logprob": -0.1},
+                      {"id": t + 1, "logprob": -2.5}, {"id": t + 2, "logprob": -3.0}]} for t in toks]
+            out = {"tokens": toks, "completion_probabilities": probs,
+                   "timings": {"draft_n": 6, "draft_n_accepted": 4} if "--spec-type" in args else {}}
+            data = json.dumps(out).encode()
+            self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
+            self.wfile.write(data)
+
+    HTTPServer((host, port), H).serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def fake_server(tmp_path):
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE)
+    exe = tmp_path / "llama-server"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def _prompts():
+    common = {"max_new_tokens": 6, "stop_token_ids": [9], "message": "empty", "temperature": 0.0}
+    return [
+        {"prompt_id": "a", "prompt_token_ids": [1, 2, 3]} | common,  # 4, 5, ..., 9: cut at the stop id 9
+        {"prompt_id": "b", "prompt_token_ids": [10, 20]} | common,  # 21 .. 26: no stop, length
+    ]
+
+
+def test_a_run_writes_records_and_leaves_no_server(fake_server, tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 60)
+    out = tmp_path / "plain.jsonl"
+    log = str(tmp_path / "server.log")
+    run = {"name": "plain", "out": str(out), "speculative": "none"}
+    llamacpp.serve(fake_server, str(model), run, _prompts(), threads=1, log=log)
+    a, b = (json.loads(line) for line in out.read_text().splitlines())
+    assert a["token_ids"] == [4, 5, 6, 7, 8, 9] and a["finish_reason"] == "stop" and a["forwards"] == 6
+    assert b["token_ids"] == [21, 22, 23, 24, 25, 26] and b["finish_reason"] == "length"
+    assert a["logprobs"][0] == [[4, -0.1], [5, -2.5]]  # the top 2 only, in rank order
+    assert a["env"]["engine"] == "llama.cpp" and a["env"]["version"] == "version: 0 (fake)"
+    # no server is left listening: nothing of the fake is among the processes
+    assert not any("fake_server.py" in _cmdline(p) for p in os.listdir("/proc") if p.isdigit())
+
+
+def test_a_speculative_run_counts_forwards_from_the_accepted_drafts(fake_server, tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    out = tmp_path / "ngram.jsonl"
+    run = {"name": "ngram", "out": str(out), "speculative": "ngram", "k": 3}
+    llamacpp.serve(fake_server, str(model), run, _prompts()[1:], threads=1, log=str(tmp_path / "s.log"))
+    rec = json.loads(out.read_text())
+    assert rec["forwards"] == 6 - 4 and rec["extra"]["draft_n_accepted"] == 4
+
+
+def test_a_server_that_dies_at_start_is_named_with_its_log(fake_server, tmp_path):
+    log = tmp_path / "s.log"
+    with pytest.raises(llamacpp.LlamaCppError, match="model file is not GGUF"):
+        with llamacpp.Server(fake_server, lambda port: ["--die", "--port", str(port)], str(log)):
+            pass
+
+
+def test_server_arguments_listen_on_the_loopback_and_name_the_method():
+    args = llamacpp.server_args({"speculative": "draft_model", "k": 5, "draft": "d.gguf"}, "m.gguf", 1234, 2, 512)
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-md") + 1] == "d.gguf"
+    assert args[args.index("--spec-draft-n-max") + 1] == "5"
+    with pytest.raises(llamacpp.LlamaCppError, match="speculative 'eagle3'"):
+        llamacpp.server_args({"name": "x", "speculative": "eagle3"}, "m.gguf", 1, 1, 1)
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def llamacpp_server() -> str:
+    """The built server, or a one-line failure saying why there is none (a skip would hide a broken arm)."""
+    from orthrus.engines import runner
+
+    server = os.environ.get(runner.SERVER_ENV) or str(ROOT / ".llamacpp" / "bin" / "llama-server")
+    problem = runner.server_problem(server, ["tests/test_llamacpp.py"], convert=True)
+    if problem:
+        pytest.fail(f"llama.cpp's server unusable: {problem}", pytrace=False)
+    return server
+
+
+@pytest.mark.slow
+def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
+    """configs/llamacpp.yaml cut to two prompts a domain and 32 tokens: the shipped teacher and draft
+    converted to GGUF by llama.cpp's converter, served plain, with n-gram speculation and with the draft
+    model, greedy and sampled, through the workflow: every table has their rows, tokens per forward come
+    from the server's counts, the verdicts from its own probabilities, and no server is left running."""
+    import subprocess
+
+    import pandas as pd
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs/llamacpp.yaml").read_text())
+    cfg["engines"] = {"llamacpp_server": llamacpp_server()}
+    cfg["prompts"]["eval_per_domain"] = 2
+    cfg["decode"]["max_new_tokens"] = 32
+    keep = ("llamacpp-f32", "llamacpp-ngram-f32", "llamacpp-draft-f32", "llamacpp-bf16")
+    cfg["decode"]["engines"] = {n: e for n, e in cfg["decode"]["engines"].items() if n in keep}
+    cfg["sampling"]["two_sample"] |= {"n_samples": 60, "domains": ["math", "qa"]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
+    res = subprocess.run(
+        [*cmd, "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    tables = tmp_path / "results" / "tables"
+    decoders = pd.read_csv(tables / "decoders.csv").set_index("model")
+    assert set(keep) <= set(decoders.index), sorted(decoders.index)
+    assert decoders.loc["llamacpp-ngram-f32", "tpf_verify"] > 1 and decoders.loc["llamacpp-f32", "tpf_verify"] == 1
+    assert decoders.loc["llamacpp-draft-f32", "tpf_verify"] > 1
+    first = json.loads((tmp_path / "results/engine/llamacpp-bf16.jsonl").read_text().splitlines()[0])
+    assert (
+        first["env"]["weights"] == "BF16" and first["env"]["dtype"] == "bfloat16" and first["env"]["kv_cache"] == "f16"
+    )
+    assert all(len(top) == 2 for top in first["logprobs"])  # a plain run reports its top 2 everywhere
+    sampled = pd.read_csv(tables / "sampling_engines.csv")
+    assert sorted(sampled["engine"].unique()) == ["llamacpp-draft", "llamacpp-ngram"] and len(sampled) == 4
+    assert sampled["p_value"].between(0, 1).all() and (sampled["engine_seed"] != sampled["reference_seed"]).all()
+    assert not any("llama-server" in _cmdline(p) for p in os.listdir("/proc") if p.isdigit())
