@@ -456,3 +456,24 @@ def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own()
     assert runs["c"]["model"] == given and runs["c"]["draft"] == given  # the model as its own draft
     files = runner.llamacpp_files(cfg, ["a", "b", "c"], "results", "teacher")
     assert files == ["results/gguf/teacher-bf16.gguf", "results/gguf/draft-bf16.gguf", given]
+
+
+def test_gguf_source_is_the_teachers_own_file(tmp_path, monkeypatch):
+    """`gguf: source` serves teacher.gguf's file as shipped (a registry's quantized GGUF), and is
+    refused, naming the key, where the teacher does not come from a GGUF file."""
+    monkeypatch.setattr(runner, "server_problem", lambda *a: None)
+    shipped = tmp_path / "model.Q4_1.gguf"
+    shipped.write_bytes(b"GGUF")
+    cfg = _config(
+        q={"engine": "llamacpp", "precision": "fp32", "gguf": "source", "speculative": "draft_model", "draft": "self"}
+    )
+    cfg["teacher"] = {"name": "t", "source": "gguf", "gguf": {"path": str(shipped)}}
+    assert runner.problems(cfg) == []
+    [run] = runner.runs_spec(cfg, ["q"], "results", None, "t")
+    assert run["model"] == str(shipped) and run["draft"] == str(shipped)
+    assert runner.llamacpp_files(cfg, ["q"], "results", "t") == [str(shipped)]
+    cfg["teacher"] = {"name": "t", "source": "shipped"}
+    [line] = runner.problems(cfg)
+    assert line.startswith(
+        "decode.engines.q.gguf: gguf: source names teacher.gguf's file, and teacher.source is not gguf"
+    )

@@ -166,6 +166,61 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     )
     assert all(len(top) == 2 for top in first["logprobs"])  # a plain run reports its top 2 everywhere
     sampled = pd.read_csv(tables / "sampling_engines.csv")
-    assert sorted(sampled["engine"].unique()) == ["llamacpp-draft", "llamacpp-ngram"] and len(sampled) == 4
+    assert sorted(sampled["engine"].unique()) == ["llamacpp-draft", "llamacpp-ngram", "llamacpp-plain-b"]
+    assert len(sampled) == 6
     assert sampled["p_value"].between(0, 1).all() and (sampled["engine_seed"] != sampled["reference_seed"]).all()
     assert not any("llama-server" in _cmdline(p) for p in os.listdir("/proc") if p.isdigit())
+
+
+def test_probabilities_that_are_not_the_tokens_own_are_left_out():
+    """The server drops the entry of a token that ends inside a UTF-8 character: each entry goes to the
+    next token of its id, the dropped ones are empty, an ambiguous pair (a dropped token beside a
+    matched one of its id) is empty both; entries that match no token leave a speculative record without
+    logprobs and refuse a plain one."""
+    prompt = _prompts()[1]
+    e = lambda t: {"id": t, "top_logprobs": [{"id": t, "logprob": -0.5}, {"id": 0, "logprob": -1.0}]}  # noqa: E731
+    toks = [155, 249, 80, 80, 21]  # 155 and the first 80 end inside a character: no entry
+    top, aligned = llamacpp.align_probs(toks, [e(249), e(80), e(21)])
+    assert aligned and top == [[], [[249, -0.5], [0, -1.0]], [], [], [[21, -0.5], [0, -1.0]]]
+    shifted = {"tokens": [21, 22, 23], "completion_probabilities": [e(22), e(21)]}
+    rec = llamacpp.greedy_record(prompt, shifted, {}, speculative=True)
+    assert "logprobs" not in rec and rec["extra"]["probs_aligned"] is False
+    with pytest.raises(llamacpp.LlamaCppError, match="are not its 3 tokens'"):
+        llamacpp.greedy_record(prompt, shifted, {}, speculative=False)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_killed_job_leaves_no_server(fake_server, tmp_path, signal_name):
+    """The job that started a server is killed (SIGTERM: its `finally` stops it; SIGKILL: the kernel's
+    parent-death signal does): the server is gone too."""
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "job.py"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(_prompts()[0]) + "\n")
+    run = {"name": "x", "out": str(tmp_path / "x.jsonl"), "model": str(tmp_path / "m.gguf")}
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    script.write_text(
+        "import json, sys, time\n"
+        "from orthrus.engines import llamacpp\n"
+        "llamacpp.post = lambda url, body: time.sleep(600)\n"  # the job hangs inside a request
+        f"llamacpp.run_all({fake_server!r}, {str(prompts)!r}, [json.loads({json.dumps(json.dumps(run))})], 1)\n"
+    )
+    job = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _servers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _servers(tmp_path), "the fake server never started"
+    time.sleep(1.0)  # started and healthy: the job now waits on its request
+    job.send_signal(getattr(signal, signal_name))
+    job.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _servers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _servers(tmp_path)
+
+
+def _servers(tmp_path) -> list[str]:
+    return [p for p in os.listdir("/proc") if p.isdigit() and f"{tmp_path}/fake_server.py" in _cmdline(p)]

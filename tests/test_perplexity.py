@@ -22,7 +22,6 @@ def test_response_scores_ppl_entropy_margins_of_the_response_only():
     assert math.isclose(s["entropy"], ent, rel_tol=1e-5)
     top = logits.topk(2, dim=-1).values
     assert s["margins"] == (top[:, 0] - top[:, 1]).tolist() and len(s["margins"]) == len(response)
-    assert all(m >= 0 for m in s["margins"])
     empty = response_scores(model, prompt, [])
     assert math.isnan(empty["ppl"]) and empty["margins"] == []
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from orthrus.audit.sampling import step_distribution, total_variation, tv_summary
-from orthrus.audit.two_sample import END, binomial_upper, chi2_homogeneity, holm, stratified_chi2, two_sample_test
+from orthrus.audit.two_sample import END, chi2_homogeneity, holm, stratified_chi2, two_sample_test
 
 V, K = 3, 3  # a vocabulary of 3 tokens, a block of K - 1 = 2 drafts and the bonus
 
@@ -157,7 +157,6 @@ def test_two_sample_level_on_a_fair_case():
         for _ in range(trials)
     )
     assert rejected / trials <= alpha
-    assert binomial_upper(rejected, trials, alpha) > 0.01
 
 
 def test_two_sample_power_on_the_planted_bias():

@@ -515,8 +515,10 @@ def test_smoke_engine_files_join_every_table(smoke):
     tpf = _table(smoke, "tpf_by_domain.csv")
     assert tpf.loc[(tpf.decoder == "external") & (tpf.domain == "all"), "tpf_verify"].notna().all()
     fx = pd.read_parquet(smoke / "results/forensics.parquet")
-    assert set(fx.loc[fx.decoder == "external", "model"]) <= {"engine-pld"}
-    assert set(fx.loc[fx.decoder == "external", "verdict"]) <= {"tie", "rounding"}
+    # engine-pld's divergences from engine-ar, each explained (none where it matched on every prompt)
+    ext_fx = fx[fx.decoder == "external"]
+    assert set(ext_fx["model"]) == ({"engine-pld"} if ext.match_rate["engine-pld"] < 1 else set())
+    assert set(ext_fx["verdict"]) <= {"tie", "rounding"} and ext_fx["verdict"].notna().all()
     assert {"engine-ar", "engine-pld"} <= set(_table(smoke, "pairwise_match.csv").a_model)
 
 

@@ -95,13 +95,6 @@ def holm(pvalues, alpha: float) -> list[bool]:
     return reject
 
 
-def binomial_upper(k: int, n: int, level: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, level): how surprising k rejections of n fair tests are."""
-    from scipy.stats import binom
-
-    return float(binom.sf(k - 1, n, level)) if n else 1.0
-
-
 def two_sample_prompts(prompts: pd.DataFrame, ts: dict) -> pd.DataFrame:
     """The prompts of the two-sample test (the `sampling.two_sample` section): the first of each
     domain, of its domains where it names them; engines sample the same (export-prompts --sampling)."""

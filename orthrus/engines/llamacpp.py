@@ -18,7 +18,10 @@ Each output line is one record of docs/DESIGN.md's "External trajectory file":
     (every verify forward emits one token of its own plus the drafts it accepted), from the server's
     `timings`; `accepted` is not given (the server reports totals, not steps). The server reports no
     probabilities for the tokens its speculation emits (tools/server/server-context.cpp: "TODO: set
-    result.probs"): those positions are empty lists;
+    result.probs"): those positions are empty lists, as are the tokens that end inside a UTF-8
+    character, whose entries the server drops (`align_probs`); where a speculative run's entries
+    cannot be matched to its tokens at all, the record has no `logprobs` (`extra.probs_aligned`
+    false) and its divergences get the reference's verdict alone;
   - `env`: engine, version (the server's `--version`), build (envs/build-llamacpp.sh's build.json:
     the archive's sha256, compiler, CMake flags), the model file's name, size and GGUF file type
     (`weights`; `dtype` the float type a float file computes in, none for a quantized one),
@@ -28,7 +31,7 @@ softmax of the logits (a temperature of 0 reports the one chosen token at probab
 
 On a sampled export (`orthrus export-prompts --sampling`) each run samples instead: n_samples
 requests a prompt at the export's temperature, top-k and top-p (min-p off, the chain
-temperature -> top-k -> top-p), sample j of prompt i seeded from the run's seed + i and j, written as
+temperature -> top-k -> top-p; the prompt's prefill cached across its requests), sample j of prompt i seeded from the run's seed + i and j, written as
 a sampled file (docs/DESIGN.md, "Sampled engine file") with env.seed the run's seed + i.
 
 No server outlives its run: it is stopped in a `finally` (SIGTERM, then SIGKILL after 10 s), it
@@ -86,6 +89,16 @@ def server_args(run: dict, model: str, port: int, threads: int, ctx: int) -> lis
     return args
 
 
+def _die_with_parent() -> None:
+    """In the server's process, before it runs: on Linux, the kernel sends it SIGTERM when the process
+    that started it dies, even by SIGKILL, where no `finally` runs."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Server:
     """`with Server(binary, args_for_port, log) as url:` a started server's base URL; stopped on exit."""
 
@@ -98,7 +111,10 @@ class Server:
             port = free_port()
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [self.binary, *self.args_for_port(port)], stdout=log, stderr=subprocess.STDOUT
+                    [self.binary, *self.args_for_port(port)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
                 )
             url = f"http://{HOST}:{port}"
             try:
@@ -181,7 +197,9 @@ def sample_body(prompt: dict, seed: int) -> dict:
         "samplers": SAMPLERS,
         "seed": seed,
         "return_tokens": True,
-        "cache_prompt": False,
+        # a prompt's N samples share its cached prefill (all but the first evaluate only its last token):
+        # both arms of a pair alike, and without it a real model re-reads its prompt N times
+        "cache_prompt": True,
         "stream": False,
     }
 
@@ -217,10 +235,10 @@ def top_logprobs(position: dict) -> list[list]:
 
 
 def greedy_record(prompt: dict, answer: dict, env: dict, speculative: bool) -> dict:
-    ids = cut_at_stop([int(t) for t in answer.get("tokens") or []], prompt["stop_token_ids"])
-    probs = answer.get("completion_probabilities") or []
-    if len(probs) < len(ids):
-        raise LlamaCppError(f"prompt {prompt['prompt_id']}: {len(ids)} tokens but {len(probs)} probability entries")
+    every = [int(t) for t in answer.get("tokens") or []]
+    ids = cut_at_stop(every, prompt["stop_token_ids"])
+    top, aligned = align_probs(every, answer.get("completion_probabilities") or [])
+    top = top[: len(ids)]
     timings = answer.get("timings") or {}
     accepted = int(timings.get("draft_n_accepted", 0))
     rec = {
@@ -230,11 +248,40 @@ def greedy_record(prompt: dict, answer: dict, env: dict, speculative: bool) -> d
         "prompt_token_ids": prompt["prompt_token_ids"],
         "settings": {k: prompt[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature")},
         "env": env,
-        "logprobs": [top_logprobs(p) for p in probs[: len(ids)]],
         "forwards": max(len(ids) - accepted, 1) if speculative else max(len(ids), 1),
-        "extra": {"draft_n": int(timings.get("draft_n", 0)), "draft_n_accepted": accepted},
+        "extra": {"draft_n": int(timings.get("draft_n", 0)), "draft_n_accepted": accepted, "probs_aligned": aligned},
     }
+    if aligned:
+        rec["logprobs"] = top
+    elif not speculative:
+        raise LlamaCppError(
+            f"prompt {prompt['prompt_id']}: a plain run's probability entries are not its {len(every)} tokens' "
+            "(an entry whose id no later token has)"
+        )
     return rec
+
+
+def align_probs(ids: list[int], probs: list[dict]) -> tuple[list[list], bool]:
+    """(each token's top-2, or [] where the server gave none; whether every entry found its token).
+    The server drops the entry of a token that ends inside a UTF-8 character (tools/server/
+    server-context.cpp: `incomplete`), so the entries are a subsequence of the tokens: each is matched
+    to the next token of its id. Where a token without an entry sits beside a matched one of the same
+    id, which of the two the entry was is ambiguous: both are left empty."""
+    out, matched, j = [], [], 0
+    for t in ids:
+        if j < len(probs) and int(probs[j].get("id", -1)) == t:
+            out.append(top_logprobs(probs[j]))
+            matched.append(True)
+            j += 1
+        else:
+            out.append([])
+            matched.append(False)
+    for k, t in enumerate(ids):
+        if not matched[k]:
+            for n in (k - 1, k + 1):
+                if 0 <= n < len(ids) and matched[n] and ids[n] == t:
+                    out[n] = []
+    return out, j == len(probs)
 
 
 def gguf_file_type(path: str) -> str:
@@ -312,8 +359,16 @@ def serve(binary: str, model: str, run: dict, prompts: list[dict], threads: int,
     return timing
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # the `finally` that stops the server runs
+
+
 def run_all(server: str, prompts_path: str, runs: list[dict], threads: int) -> None:
-    """Every run, one server each, the server's log into this process's stderr."""
+    """Every run, one server each, the server's log into this process's stderr. A job killed with
+    SIGTERM (Snakemake's way) stops its server on the way out."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with open(prompts_path, encoding="utf-8") as f:
         prompts = [json.loads(line) for line in f if line.strip()]
     if not prompts:

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from orthrus.errors import InputError
+
 ENGINES = ("vllm", "llamacpp")
 SPECULATIVE = ("none", "ngram", "draft_model", "eagle3")
 PYTHON_KEY, PYTHON_ENV = "engines.vllm_python", "ORTHRUS_VLLM_PYTHON"
@@ -76,6 +78,21 @@ def server_problem(server: str | None, users: list[str], convert: bool) -> str |
             f"convert the teacher to GGUF; `{LLAMACPP_BUILD}` puts it there"
         )
     return None
+
+
+def source_gguf(config: dict) -> str:
+    """teacher.gguf's own file (`gguf: source`: the file the teacher was converted from, as shipped)."""
+    from orthrus.models.gguf import locate
+
+    g = (config.get("teacher") or {}).get("gguf") or {}
+    if (config.get("teacher") or {}).get("source") != "gguf":
+        raise InputError("gguf: source names teacher.gguf's file, and teacher.source is not gguf")
+    return str(locate(g.get("path"), g.get("package"), g.get("file"))[0])
+
+
+def resolved(entry: dict, config: dict) -> dict:
+    """A llamacpp entry with `gguf: source` / `draft: source` replaced by teacher.gguf's file."""
+    return entry | {k: source_gguf(config) for k in ("gguf", "draft") if entry.get(k) == "source"}
 
 
 def gguf_of(entry: dict) -> str:
@@ -130,6 +147,12 @@ def _llamacpp_problems(key: str, entry: dict, config: dict) -> list[str]:
             out.append(f"{key}.{k}: a vllm setting; llamacpp takes none")
     for k in ("gguf", "draft"):
         value = entry.get(k)
+        if value == "source":
+            try:
+                source_gguf(config)
+            except InputError as e:
+                out.append(f"{key}.{k}: {e}")
+            continue
         if value and value not in GGUF_TYPES.values() and value != "self" and not Path(value).expanduser().is_file():
             out.append(
                 f"{key}.{k}: {value!r} is neither a GGUF type (f32, bf16, f16){' nor self' if k == 'draft' else ''} "
@@ -267,7 +290,7 @@ def llamacpp_files(config: dict, names: list[str], results: str, teacher: str, f
     (results/gguf/ ones a rule converts)."""
     files = []
     for n in names:
-        e = (found or entries(config))[n]
+        e = resolved((found or entries(config))[n], config)
         model = gguf_path(results, teacher, gguf_of(e))
         files += [model] + ([draft_file(e, results, model)] if e.get("speculative") == "draft_model" else [])
     return list(dict.fromkeys(files))
@@ -301,13 +324,11 @@ def runs_spec(config: dict, names: list[str], results: str, draft: str | None, t
     for n in names:
         e = found[n]
         run = run_spec(n, e, engine_file(results, n), e["precision"], config.get("seed", 0), config, draft)
-        runs.append(llamacpp_run(run, e, results, teacher) if e["engine"] == "llamacpp" else run)
+        runs.append(llamacpp_run(run, resolved(e, config), results, teacher) if e["engine"] == "llamacpp" else run)
     return runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orthrus.errors import InputError
-
     ap = argparse.ArgumentParser(prog="orthrus engine-run", description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=ENGINES, default="vllm")
     ap.add_argument("--python", help=f"vllm: the engine environment's Python ({PYTHON_KEY})")

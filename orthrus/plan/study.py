@@ -414,7 +414,7 @@ class Study:
     def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
         """The runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries `engine`
         samples, at two_sample's precision, each from its first seed (llamacpp: with their GGUF files)."""
-        from orthrus.engines.runner import llamacpp_run, run_spec
+        from orthrus.engines.runner import llamacpp_run, resolved, run_spec
 
         seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
         runs = []
@@ -423,7 +423,9 @@ class Study:
                 continue
             run = run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
             runs.append(
-                llamacpp_run(run, e | {"precision": precision}, R, self.teacher) if engine == "llamacpp" else run
+                llamacpp_run(run, resolved(e, self.config) | {"precision": precision}, R, self.teacher)
+                if engine == "llamacpp"
+                else run
             )
         return runs
 

@@ -232,8 +232,9 @@ DECODE = section(
                         str,
                         description=(
                             "llamacpp: the model file the server runs: f32, bf16 or f16 (the teacher converted by "
-                            "llama.cpp's own converter, results/gguf/TEACHER-TYPE.gguf), or the path of a GGUF file "
-                            "(e.g. a registry's quantized one); left out, the type of `precision`."
+                            "llama.cpp's own converter, results/gguf/TEACHER-TYPE.gguf), `source` (teacher.gguf's own "
+                            "file, as shipped: e.g. a registry's quantized one), or the path of a GGUF file; left out, "
+                            "the type of `precision`."
                         ),
                         minLength=1,
                     ),
