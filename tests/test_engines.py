@@ -477,3 +477,42 @@ def test_gguf_source_is_the_teachers_own_file(tmp_path, monkeypatch):
     assert line.startswith(
         "decode.engines.q.gguf: gguf: source names teacher.gguf's file, and teacher.source is not gguf"
     )
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_killed_engine_run_leaves_no_recipe(tmp_path, signal_name):
+    """`orthrus engine-run` killed while vLLM's recipe runs (Snakemake's SIGTERM, or SIGKILL): the
+    recipe goes too (subprocess.run unwinds; the parent-death signal), so no engine outlives its job."""
+    import signal
+    import time
+
+    marker = f"fake-recipe-{signal_name}-{os.getpid()}"
+    fake = tmp_path / "python"  # answers the environment check, then 'runs the recipe' by sleeping
+    sleeper = f'exec {sys.executable} -c "import time; time.sleep(600)" {marker}'
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exit 0; fi\n{sleeper}\n')
+    fake.chmod(0o755)
+    (tmp_path / "p.jsonl").write_text("{}\n")
+    runs = json.dumps([{"name": "a", "out": str(tmp_path / "a.jsonl")}])
+    cmd = [sys.executable, "-m", "orthrus.cli", "engine-run", "--python", str(fake), "--model-path", str(tmp_path)]
+    job = subprocess.Popen([*cmd, "--prompts", str(tmp_path / "p.jsonl"), "--runs", runs], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(marker), "the fake recipe never started"
+    job.send_signal(getattr(signal, signal_name))
+    job.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(marker)
+
+
+def _running(marker: str) -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    return True
+        except OSError:
+            pass
+    return False

@@ -89,7 +89,7 @@ def server_args(run: dict, model: str, port: int, threads: int, ctx: int) -> lis
     return args
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the server's process, before it runs: on Linux, the kernel sends it SIGTERM when the process
     that started it dies, even by SIGKILL, where no `finally` runs."""
     if sys.platform.startswith("linux"):
@@ -114,7 +114,7 @@ class Server:
                     [self.binary, *self.args_for_port(port)],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             url = f"http://{HOST}:{port}"
             try:
@@ -359,7 +359,7 @@ def serve(binary: str, model: str, run: dict, prompts: list[dict], threads: int,
     return timing
 
 
-def _exit_on_sigterm(signum, frame):
+def exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)  # the `finally` that stops the server runs
 
 
@@ -368,7 +368,7 @@ def run_all(server: str, prompts_path: str, runs: list[dict], threads: int) -> N
     SIGTERM (Snakemake's way) stops its server on the way out."""
     import signal
 
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     with open(prompts_path, encoding="utf-8") as f:
         prompts = [json.loads(line) for line in f if line.strip()]
     if not prompts:

@@ -354,14 +354,20 @@ def main(argv: list[str] | None = None) -> int:
         problem = python_problem(args.python, users)
         if problem:
             raise InputError(problem)
+        import signal
+
+        from orthrus.engines.llamacpp import die_with_parent, exit_on_sigterm
+
+        # a killed job takes the recipe with it (and vLLM its engine core): SIGTERM unwinds
+        # subprocess.run, which kills its child; SIGKILL reaches the recipe as its parent-death signal
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
         with tempfile.TemporaryDirectory() as tmp:
             spec = Path(tmp) / "runs.json"
             spec.write_text(json.dumps({"model": str(Path(args.model_path).resolve()), "runs": runs}))
             # the recipe's own import path must not see this package's (another transformers)
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            rc = subprocess.run(
-                [args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)], env=env
-            ).returncode
+            cmd = [args.python, str(RECIPE), "--prompts", args.prompts, "--runs", str(spec)]
+            rc = subprocess.run(cmd, env=env, preexec_fn=die_with_parent).returncode
         if rc:
             raise InputError(
                 f"the vLLM recipe failed (exit {rc}) on runs {', '.join(r['name'] for r in runs)}: its log above"
