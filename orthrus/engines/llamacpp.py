@@ -5,8 +5,8 @@ stopped on every exit path; its answers written as engine trajectory files.
         --prompts results/export/prompts.jsonl --runs RUNS_JSON
 
 The server is one binary built by `bash envs/build-llamacpp.sh` (CPU only, from the llama.cpp tree
-that the registry's llama-cpp-python 0.3.36 source archive vendors); this module needs nothing but
-the standard library to drive it. The runs are the vLLM recipe's ([RUN, ...], each RUN {"name",
+that the registry's llama-cpp-python 0.3.36 source archive vendors); this module drives it with the
+standard library (HTTP on the loopback) and writes through orthrus.io. The runs are the vLLM recipe's ([RUN, ...], each RUN {"name",
 "out", "model": M.gguf, "speculative": "none" | "ngram" | "draft_model", "k", "draft": DRAFT.gguf,
 "seed"}), each run one server: llama.cpp fixes the model and the speculative method when it starts.
 
@@ -327,13 +327,11 @@ def environment(binary: str, model: str, run: dict, threads: int) -> dict:
 
 
 def write_jsonl(path: str, records: list[dict]) -> None:
-    """Atomically: a run killed mid-write leaves no file that looks complete."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
+    """Atomically (orthrus.io.atomic_path): a run killed mid-write leaves no file that looks complete."""
+    from orthrus.io import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
 
 
 def serve(binary: str, model: str, run: dict, prompts: list[dict], threads: int, log: str) -> dict:
