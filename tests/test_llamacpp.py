@@ -23,6 +23,8 @@ FAKE = textwrap.dedent(
         print("version: 0 (fake)"); sys.exit(0)
     if "--die" in args:
         print("error: model file is not GGUF"); sys.exit(1)
+    if "--taken" in args:
+        print("couldn't bind HTTP server socket, hostname: 127.0.0.1"); sys.exit(1)
     port = int(args[args.index("--port") + 1])
     host = args[args.index("--host") + 1]
 
@@ -98,6 +100,20 @@ def test_a_server_that_dies_at_start_is_named_with_its_log(fake_server, tmp_path
     log = tmp_path / "s.log"
     with pytest.raises(llamacpp.LlamaCppError, match="model file is not GGUF"):
         with llamacpp.Server(fake_server, lambda port: ["--die", "--port", str(port)], str(log)):
+            pass
+
+
+def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(fake_server, tmp_path):
+    ports = []
+
+    def args(port):  # the first start finds its port taken (between choosing it and binding it)
+        ports.append(port)
+        return ["--port", str(port), "--host", "127.0.0.1", *(["--taken"] if len(ports) == 1 else [])]
+
+    with llamacpp.Server(fake_server, args, str(tmp_path / "s.log")) as url:
+        assert url.endswith(f":{ports[-1]}") and len(ports) == 2
+    with pytest.raises(llamacpp.LlamaCppError, match="couldn't bind"):  # taken every time: named, not looped
+        with llamacpp.Server(fake_server, lambda port: ["--port", str(port), "--taken"], str(tmp_path / "t.log")):
             pass
 
 
