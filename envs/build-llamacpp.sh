@@ -29,7 +29,9 @@ archive="$work/llama_cpp_python-$version.tar.gz"
 echo "$sha256  $archive" | sha256sum -c --quiet
 tar -xzf "$archive" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
-cmake -S "$src" -B "$work/build" -G Ninja "${flags[@]}" > "$work/cmake.log"
+generator="Unix Makefiles"
+command -v ninja > /dev/null && generator=Ninja
+cmake -S "$src" -B "$work/build" -G "$generator" "${flags[@]}" > "$work/cmake.log"
 cmake --build "$work/build" --target llama-server -j "$(nproc)"
 mkdir -p "$dir/bin"
 cp "$work/build/bin/llama-server" "$dir/bin/llama-server.tmp" && mv "$dir/bin/llama-server.tmp" "$dir/bin/llama-server"
