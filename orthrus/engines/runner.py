@@ -64,17 +64,22 @@ def converter(server: str) -> str:
     return str(Path(server).resolve().parent.parent / "convert")
 
 
+def _executable_problem(key: str, env: str, value: str | None, users: list[str], build: str, example: str):
+    """(the executable's path, "needed by ..." for later messages), or (None, why it is unusable)."""
+    need = f"needed by {users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+    if not value:
+        return None, f"{key}: not set (nor {env}), {need}: build it with `{build}` and set {key}: {example}"
+    exe = shutil.which(value) or value
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        return None, f"{key}: {value!r} is not an executable file ({need}; build it with `{build}`)"
+    return exe, need
+
+
 def server_problem(server: str | None, users: list[str], convert: bool) -> str | None:
     """Why llama.cpp's server cannot run, naming the key; None where it can."""
-    need = f"needed by {users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
-    if not server:
-        return (
-            f"{SERVER_KEY}: not set (nor {SERVER_ENV}), {need}: build it with `{LLAMACPP_BUILD}` and set "
-            f"{SERVER_KEY}: .llamacpp/bin/llama-server"
-        )
-    exe = shutil.which(server) or server
-    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-        return f"{SERVER_KEY}: {server!r} is not an executable file ({need}; build it with `{LLAMACPP_BUILD}`)"
+    exe, need = _executable_problem(SERVER_KEY, SERVER_ENV, server, users, LLAMACPP_BUILD, ".llamacpp/bin/llama-server")
+    if exe is None:
+        return need
     if convert and not (Path(converter(exe)) / "convert_hf_to_gguf.py").is_file():
         return (
             f"{SERVER_KEY}: no converter beside {server!r} ({converter(exe)}/convert_hf_to_gguf.py), {need} to "
@@ -116,15 +121,9 @@ def vllm_python(config: dict) -> str | None:
 def python_problem(python: str | None, users: list[str]) -> str | None:
     """Why the engine environment cannot run the recipe, naming the key; None where it can. Cheap
     (no vLLM import): the interpreter starts and finds vllm; the recipe checks the rest."""
-    need = f"needed by {users[0]}" + (f" and {len(users) - 1} more" if len(users) > 1 else "")
-    if not python:
-        return (
-            f"{PYTHON_KEY}: not set (nor {PYTHON_ENV}), {need}: build the environment with `{BUILD}` and set "
-            f"{PYTHON_KEY}: .venv-vllm/bin/python"
-        )
-    exe = shutil.which(python) or python
-    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-        return f"{PYTHON_KEY}: {python!r} is not an executable file ({need}; build it with `{BUILD}`)"
+    exe, need = _executable_problem(PYTHON_KEY, PYTHON_ENV, python, users, BUILD, ".venv-vllm/bin/python")
+    if exe is None:
+        return need
     try:
         found = (
             subprocess.run(
