@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from orthrus.plan import PlanError, Study
-from orthrus.plan.study import cell_options, fingerprint, rule_name, scatter_index, weights_fingerprint
+from orthrus.plan.fingerprints import fingerprint, weights_fingerprint
+from orthrus.plan.rule_args import cell_options, rule_name, scatter_index
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -198,7 +199,7 @@ def test_fingerprints_change_with_the_weights_and_prefer_the_writers_sidecar(tmp
     (tmp_path / "m" / "model.safetensors.sha256").write_text(
         json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "cafe"})
     )
-    from orthrus.plan.study import file_fingerprint
+    from orthrus.plan.fingerprints import file_fingerprint
 
     assert file_fingerprint(f) == "cafe" and fingerprint([]) == ""
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import glob
 import hashlib
-import json
 import os
-import re
 
 from orthrus import contracts
-from orthrus.decode.options import DecodeOptions
 from orthrus.errors import InputError
+from orthrus.plan.fingerprints import file_fingerprint, fingerprint, model_files, weights_fingerprint
+from orthrus.plan.sampling_plan import SamplingPlan
 from orthrus.world import subject as shipped_subject
 
 R = "results"
@@ -33,101 +32,7 @@ class PlanError(InputError):
         super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def settings(section) -> str:
-    """A config section as JSON for `orthrus <command> --config {params.cfg:q}`."""
-    return json.dumps(section, sort_keys=True)
-
-
-def launcher(gpus: int) -> str:
-    """`orthrus`, or torchrun with one process per GPU when a job holds several."""
-    return f"torchrun --standalone --nproc_per_node {gpus} -m orthrus.cli" if gpus > 1 else "orthrus"
-
-
-def scatter_index(item: str) -> tuple[int, int]:
-    """'2-of-4' -> (1, 4): the 0-based shard and the shard count."""
-    i, n = item.split("-of-")
-    return int(i) - 1, int(n)
-
-
-def rule_name(base: str, used: set) -> str:
-    """`base` made a valid identifier for a rule, not one in `used` (a suffix makes it unique)."""
-    name = re.sub(r"\W", "_", base)
-    unique, i = name, 1
-    while unique in used:
-        i += 1
-        unique = f"{name}_{i}"
-    used.add(unique)
-    return unique
-
-
-def cell_options(section: dict, decoder: str, precision: str, attention: str) -> str:
-    """One decoding cell's whole setting as `DecodeOptions` JSON, built from the validated config
-    (`section`: `decode`, or `decode` updated by `tpf`) by the one function that does it."""
-    return DecodeOptions.from_config(section, decoder, precision, attention).to_json()
-
-
-# Content fingerprints as params: Snakemake reruns a job whose params changed, and evaluates them
-# again once the jobs before it have run. A directory output's timestamp is its own
-# `.snakemake_timestamp`, so new weights inside results/teacher would otherwise go unseen, as
-# would a changed eval file or local dataset (no Snakemake inputs).
-def file_fingerprint(path) -> str:
-    """A file's SHA-256 from the sidecar its writer stored (`FILE.sha256`, orthrus/models/checkpoint.py)
-    while that still describes it, else its size and modification time: cheap for every DAG build
-    (weights and datasets can be gigabytes), and new whenever the file is written again."""
-    st = os.stat(path)
-    try:
-        with open(f"{path}.sha256", encoding="utf-8") as f:
-            meta = json.load(f)
-        if (meta["size"], meta["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
-            return meta["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return f"{st.st_size}:{st.st_mtime_ns}"
-
-
-def fingerprint(files, root="") -> str:
-    """One digest of `files` (names relative to `root`) and their fingerprints; '' for none."""
-    if not files:
-        return ""
-    h = hashlib.sha256()
-    for f in sorted(files):
-        h.update(f"{os.path.relpath(f, root) if root else f}\0{file_fingerprint(f)}\n".encode())
-    return h.hexdigest()
-
-
-def weights_fingerprint(*paths) -> str:
-    """The config and weight files of each local model directory in `paths` (a hub id has none:
-    `revisions` pins it); '' before the directory exists."""
-    parts = []
-    for path in paths:
-        d = os.path.expanduser(path)
-        files = (
-            [
-                os.path.join(d, f)
-                for f in sorted(os.listdir(d))
-                if f == "config.json" or f.endswith((".safetensors", ".bin"))
-            ]
-            if os.path.isdir(d)
-            else []
-        )
-        parts.append(fingerprint(files, d))
-    return ",".join(parts)
-
-
-def model_files(path) -> list[str]:
-    """The config and weight files of a local model directory given in the config (none for a
-    hub id): they are inputs, so that new weights at the same path rerun what depends on them.
-    Snakemake reads braces even in what an input function returns as wildcards, with no escape,
-    so a path with braces gives no inputs: its weights_fingerprint param (taken from the path, not
-    as a wildcard pattern) still reruns what depends on it. Glob characters are escaped."""
-    path = os.path.expanduser(path)
-    if not os.path.isdir(path) or "{" in path or "}" in path:
-        return []
-    d = glob.escape(path)
-    return sorted(glob.glob(os.path.join(d, "*.json")) + glob.glob(os.path.join(d, "*.safetensors")))
-
-
-class Study:
+class Study(SamplingPlan):
     """The study of one validated config (schema defaults filled in, cross-key checks passed).
 
     Methods named like Snakemake input functions take its `wildcards` object (anything with the
@@ -377,57 +282,6 @@ class Study:
         if not self.frontier["enabled"] or not self.orthrus_models:
             return []
         return [f"{R}/frontier/{self.frontier['model'] or self.orthrus_models[0]}.parquet"]
-
-    def sampling_model(self) -> str | None:
-        """The model the sampling audit measures (sampling.enabled): its own, or the first Orthrus model."""
-        if not self.sampling["enabled"] or not self.orthrus_models:
-            return None
-        return self.sampling["model"] or self.orthrus_models[0]
-
-    def sampling_tables(self) -> list[str]:
-        """The sampling audit's tables (none when it is off): the claims read them."""
-        return [f"{R}/tables/{t}" for t in contracts.SAMPLING_TABLES] if self.sampling_model() else []
-
-    def sampling_outputs(self) -> list[str]:
-        figures = [f"{R}/figures/{contracts.SAMPLING_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
-        engines = [f"{R}/tables/{t}" for t in contracts.SAMPLING_ENGINE_TABLES] if self.sampled_engines() else []
-        return self.sampling_tables() + (figures if self.sampling_model() else []) + engines
-
-    def sampled_engines(self) -> dict:
-        """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`."""
-        return self.sampling["engines"]
-
-    def _sampled_seeds(self) -> dict[str, int]:
-        """The first seed of each sampling.engines entry the workflow samples (a stand-in or an engine):
-        its own, else its rank x 1000 + sampling.seed, so no two share one."""
-        return {
-            n: e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"])
-            for rank, (n, e) in enumerate(self.sampled_engines().items())
-            if e.get("stand_in") or e.get("engine")
-        }
-
-    def sampled_standins(self) -> dict[str, tuple[str, int]]:
-        """The sampling.engines entries transformers samples: name -> (stand_in, first seed)."""
-        seeds = self._sampled_seeds()
-        return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
-
-    def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
-        """The runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries `engine`
-        samples, at two_sample's precision, each from its first seed (llamacpp: with their GGUF files)."""
-        from orthrus.engines.runner import llamacpp_run, resolved, run_spec
-
-        seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
-        runs = []
-        for n, e in self.sampled_engines().items():
-            if e.get("engine") != engine:
-                continue
-            run = run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
-            runs.append(
-                llamacpp_run(run, resolved(e, self.config) | {"precision": precision}, R, self.teacher)
-                if engine == "llamacpp"
-                else run
-            )
-        return runs
 
     # ------------------------------------------------------------------ forensics
 

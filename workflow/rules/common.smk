@@ -12,7 +12,8 @@ from snakemake.utils import update_config
 sys.path.insert(0, workflow.basedir)
 from orthrus import contracts
 from orthrus.plan import PlanError, Study
-from orthrus.plan.study import cell_options, launcher, model_files, rule_name, scatter_index, settings, weights_fingerprint
+from orthrus.plan.fingerprints import model_files, weights_fingerprint
+from orthrus.plan.rule_args import cell_options, launcher, rule_name, scatter_index, settings
 
 _SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 # `--config` values typed by the schema: a nested override arrives with every value a string

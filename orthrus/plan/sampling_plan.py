@@ -1,0 +1,62 @@
+"""The plan of the sampled side runs (`sampling.*`): the in-process audit's model and tables, and
+the engines' sampled files (sampling.engines), each entry its own seed. A mixin of
+orthrus/plan/study.py's Study, which holds `sampling`, `config`, `teacher` and `orthrus_models`."""
+
+from __future__ import annotations
+
+from orthrus import contracts
+
+R = "results"
+
+
+class SamplingPlan:
+    def sampling_model(self) -> str | None:
+        """The model the sampling audit measures (sampling.enabled): its own, or the first Orthrus model."""
+        if not self.sampling["enabled"] or not self.orthrus_models:
+            return None
+        return self.sampling["model"] or self.orthrus_models[0]
+
+    def sampling_tables(self) -> list[str]:
+        """The sampling audit's tables (none when it is off): the claims read them."""
+        return [f"{R}/tables/{t}" for t in contracts.SAMPLING_TABLES] if self.sampling_model() else []
+
+    def sampling_outputs(self) -> list[str]:
+        figures = [f"{R}/figures/{contracts.SAMPLING_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
+        engines = [f"{R}/tables/{t}" for t in contracts.SAMPLING_ENGINE_TABLES] if self.sampled_engines() else []
+        return self.sampling_tables() + (figures if self.sampling_model() else []) + engines
+
+    def sampled_engines(self) -> dict:
+        """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`."""
+        return self.sampling["engines"]
+
+    def _sampled_seeds(self) -> dict[str, int]:
+        """The first seed of each sampling.engines entry the workflow samples (a stand-in or an engine):
+        its own, else its rank x 1000 + sampling.seed, so no two share one."""
+        return {
+            n: e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"])
+            for rank, (n, e) in enumerate(self.sampled_engines().items())
+            if e.get("stand_in") or e.get("engine")
+        }
+
+    def sampled_standins(self) -> dict[str, tuple[str, int]]:
+        """The sampling.engines entries transformers samples: name -> (stand_in, first seed)."""
+        seeds = self._sampled_seeds()
+        return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
+
+    def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
+        """The runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries `engine`
+        samples, at two_sample's precision, each from its first seed (llamacpp: with their GGUF files)."""
+        from orthrus.engines.runner import llamacpp_run, resolved, run_spec
+
+        seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
+        runs = []
+        for n, e in self.sampled_engines().items():
+            if e.get("engine") != engine:
+                continue
+            run = run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
+            runs.append(
+                llamacpp_run(run, resolved(e, self.config) | {"precision": precision}, R, self.teacher)
+                if engine == "llamacpp"
+                else run
+            )
+        return runs
