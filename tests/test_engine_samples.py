@@ -239,7 +239,7 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
 
 
 def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
-    from orthrus.plan.study import Study
+    from orthrus.plan.sampling_plan import SamplingPlan
 
     engines = {
         "p": {"path": "r/p.jsonl", "engine": "vllm"},
@@ -253,9 +253,9 @@ def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
             "reference": "p",
         },
     }
-    s = object.__new__(Study)  # the plan's sampling methods read only these two attributes
+    s = SamplingPlan()  # Study's sampled side runs: they read sampling, config and teacher
     s.sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
-    s.config = {"seed": 0, "engines": {}}
+    s.config, s.teacher = {"seed": 0, "engines": {}}, "teacher"
     runs = {r["name"]: r for r in s.sampled_engine_runs(None)}
     assert list(runs) == ["p", "s", "f"] and s.sampled_standins() == {"t": ("ar-ref", 1005)}
     assert [runs[n]["seed"] for n in ("p", "s", "f")] == [5, 77, 3005]
