@@ -289,14 +289,16 @@ def test_the_workflow_samples_vllm_shipped_and_corrected_and_the_verdict_follows
     """configs/vllm-sampling.yaml's sampled arm, cut to two prompts and N = 200, through the workflow
     (`sampling.engines` entries with `engine: vllm`): each run from its own seed, `patches` in every
     record's env, and the two-sample test rejects vLLM's shipped n-gram sampling against its plain
-    sampling and does not reject the run with only the expand fallback corrected (on the pinned vLLM,
-    EXPAND_BUG_VERSIONS; the shipped arm's p was below 1e-50 on both prompts at N = 300)."""
+    sampling on at least one prompt and does not reject the run with only the expand fallback corrected
+    on any (on the pinned vLLM, EXPAND_BUG_VERSIONS). The shipped arm samples at whatever the unwritten
+    memory holds, so which prompts it moves varies by machine: math-0000, p below 1e-100 here, was not
+    moved on CI's machine (p = 1.0); gec-en and qa-ru were rejected in all three runs here."""
     python = engine_python()
     cfg = yaml.safe_load((ROOT / "configs/vllm-sampling.yaml").read_text())
     cfg["decode"]["engines"] = {}
     cfg["engines"] = {"vllm_python": python}
     # alpha 0.01: the corrected arm's false rejection stays rare; the shipped arm's p is far below it
-    cfg["sampling"]["two_sample"] |= {"n_samples": 200, "domains": ["math", "qa-ru"], "alpha": 0.01}
+    cfg["sampling"]["two_sample"] |= {"n_samples": 200, "domains": ["gec-en", "qa-ru"], "alpha": 0.01}
     keep = ("plain", "ngram-1", "ngram-patched-1")
     cfg["sampling"]["engines"] = {n: e for n, e in cfg["sampling"]["engines"].items() if n in keep}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -330,7 +332,7 @@ def test_the_workflow_samples_vllm_shipped_and_corrected_and_the_verdict_follows
     version = json.loads((tmp_path / "results/engine/sampled/ngram-1.jsonl").read_text().splitlines()[0])["env"]
     assert version["patches"] == [] and version["temperature"] == 0.7
     if version["version"] in EXPAND_BUG_VERSIONS:
-        assert shipped["rejected"].all(), shipped[["prompt_id", "p_value"]]
+        assert shipped["rejected"].any(), shipped[["prompt_id", "p_value"]]
     assert not fixed["rejected"].any(), fixed[["prompt_id", "p_value"]]
 
 
