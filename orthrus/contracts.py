@@ -208,6 +208,20 @@ DECODERS_COLUMNS = (
     + VERDICT_COUNTS
     + ["audit"]
 )
+# the verify-width table (orthrus.analysis.widths): one row per external speculative configuration
+ENGINE_WIDTH_COLUMNS = CONFIG + [
+    "reference",
+    "method",
+    "k",
+    "n",
+    "match_rate",
+    "ci_low",
+    "ci_high",
+    "n_diverged",
+    "first_divergence_median",
+    "first_divergence_min",
+    "tpf_verify",
+]
 FORENSICS_SUMMARY_COLUMNS = (
     CONFIG
     + [
@@ -261,6 +275,7 @@ TABLES = {
     "forensics_rows.parquet": FORENSICS_ROW_COLUMNS,
     "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
     "decoders.csv": DECODERS_COLUMNS + [ERRORS],
+    "engine_widths.csv": ENGINE_WIDTH_COLUMNS + [ERRORS],
 }
 # the benchmark tables (`orthrus lm-eval table`)
 BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
@@ -424,6 +439,12 @@ TABLE_NOTES = {
     "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
     "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
     "verdict).",
+    "engine_widths.csv": "One row per engine run that speculated (its engine record's `speculative`, 'METHOD k=K'): "
+    "`k` its "
+    "draft width, the match rate against its `reference` (Wilson CI), `n_diverged` its diverging prompts, "
+    "`first_divergence_median` and `first_divergence_min` the token position of their first divergence, "
+    "`tpf_verify` its mean tokens per verifying forward. A width sweep is the rows sharing `reference` and "
+    "`method`.",
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
     "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
     "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "

@@ -549,3 +549,37 @@ def test_the_engines_own_logprobs_reach_the_rows_and_fill_the_verdict_columns(tm
     # without them (a file that does not give them): the reference alone, verify columns empty
     cols = judge_external(logits, 7, 6, "bf16", {"bf16": 4.0}, True, None)
     assert cols["verify_argmax"] is None and cols["verdict"] == "rounding" and "unchecked" in cols["verdict_note"]
+
+
+def test_an_engines_width_sweep_is_one_row_per_width_with_where_it_forks(tmp_path):
+    """engine_widths.csv: the runs that speculated (env.speculative "METHOD k=K") get a row each, sorted by
+    width within their reference and method, with the match rate against their plain run and the
+    median and smallest first-divergence position of the prompts that diverged; the plain run and a
+    speculative run that records no width get none."""
+    teacher, prompts, ref = world(tmp_path)
+    exported = export(tmp_path, teacher, prompts)
+    plain = engine_run(teacher, exported)
+    files = [ingest_cli(tmp_path, teacher, prompts, write(tmp_path / "plain.jsonl", plain), "eng-ar")[1]]
+    forks = {}
+    for name, spec in (("eng-k4", "draft_model k=4"), ("eng-k1", "draft_model k=1"), ("eng-eagle", "eagle")):
+        records = [dict(r, env={**r["env"], "speculative": spec}) for r in json.loads(json.dumps(plain))]
+        if name == "eng-k4":  # forks on two prompts, each in the middle of its response
+            for r in records[1:3]:
+                q = len(r["token_ids"]) // 2
+                r["token_ids"][q] = 40 if r["token_ids"][q] != 40 else 41
+                r.update(text=None, forwards=max(1, len(r["token_ids"]) // 2))
+                forks[r["prompt_id"]] = q
+        rc, out = ingest_cli(tmp_path, teacher, prompts, write(tmp_path / f"{name}.jsonl", records), name, "eng-ar")
+        assert rc == 0
+        files.append(out)
+    widths = analyze([str(ref), *map(str, files)])["engine_widths.csv"]
+    assert list(widths.columns) == contracts.TABLES["engine_widths.csv"]
+    assert list(widths["model"]) == ["eng-k1", "eng-k4"] and list(widths["k"]) == [1, 4]
+    assert set(widths["reference"]) == {"eng-ar"} and set(widths["method"]) == {"draft_model"}
+    k1, k4 = widths.to_dict("records")
+    assert (k1["n"], k1["match_rate"], k1["n_diverged"]) == (4, 1.0, 0) and pd.isna(k1["first_divergence_median"])
+    assert (k4["n"], k4["match_rate"], k4["n_diverged"]) == (4, 0.5, 2)
+    assert k4["first_divergence_median"] == sum(forks.values()) / 2 and k4["first_divergence_min"] == min(
+        forks.values()
+    )
+    assert k4["tpf_verify"] > k1["tpf_verify"] == 1.0  # two prompts in half the forwards

@@ -32,6 +32,8 @@ was not given are written with their header only):
                            per forward of orthrus, assisted, prompt-lookup and the controls side by
                            side, per precision and attention, with the oracle's match rate, the
                            batched reference's, the verdicts of the first divergences and the audit
+- `engine_widths.csv`      each engine run that speculated, by method and draft width k: match rate
+                           against its reference, where its divergences first fall, tokens per forward
 - `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
                            mean next-token entropy and the share of steps whose top-1/top-2
                            margin is below the near-tie threshold (from the perplexity file)
@@ -63,6 +65,7 @@ from orthrus.analysis.match import (
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
 from orthrus.analysis.tpf import tpf_table
 from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
+from orthrus.analysis.widths import engine_widths
 from orthrus.audit.verdict import ROUNDING_ULPS, rounding_ulps_arg
 from orthrus.contracts import CONFIG, ERRORS, FORENSICS_ROW_COLUMNS, SPECULATIVE, TABLES, TPF_RUN
 from orthrus.io import write_parquet, write_table
@@ -110,6 +113,7 @@ def analyze(
         "forensics_rows.parquet": fx if fx is not None else empty_fx,
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
         "decoders.csv": decoders_table(overall, decode, fx),
+        "engine_widths.csv": engine_widths(traj, decode),
     }
     # a configuration or a domain whose every prompt errored keeps its row, with its error count
     configs, cells = errored_cells(traj, errors, reference, pairs)

@@ -171,7 +171,8 @@ def attach_ppl(traj: pd.DataFrame, ppl: pd.DataFrame | None, pair_ppl: pd.DataFr
     return traj[TRAJECTORY_COLUMNS]
 
 
-def _rate_row(matches) -> dict:
+def rate_row(matches) -> dict:
+    """n, exact-match rate and its Wilson 95% CI of a run of per-prompt matches."""
     m = np.asarray(matches, dtype=bool)
     n, k = int(m.size), int(m.sum())
     low, high = wilson_ci(k, n)
@@ -180,14 +181,14 @@ def _rate_row(matches) -> dict:
 
 def match_overall(traj: pd.DataFrame) -> pd.DataFrame:
     """Exact-match rate of each configuration, Wilson 95% CI."""
-    rows = [dict(zip(CONFIG, key), **_rate_row(g["match"])) for key, g in traj.groupby(CONFIG, sort=True)]
+    rows = [dict(zip(CONFIG, key), **rate_row(g["match"])) for key, g in traj.groupby(CONFIG, sort=True)]
     return pd.DataFrame(rows, columns=MATCH_OVERALL_COLUMNS)
 
 
 def match_by_domain(traj: pd.DataFrame) -> pd.DataFrame:
     """match_overall per domain."""
     keys = CONFIG + ["domain"]
-    rows = [dict(zip(keys, key), **_rate_row(g["match"])) for key, g in traj.groupby(keys, sort=True)]
+    rows = [dict(zip(keys, key), **rate_row(g["match"])) for key, g in traj.groupby(keys, sort=True)]
     return pd.DataFrame(rows, columns=MATCH_BY_DOMAIN_COLUMNS)
 
 
