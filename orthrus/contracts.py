@@ -13,36 +13,34 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from orthrus.decoders import names as decoder_names
+
 # ---- vocabulary
 PRECISIONS = ("bf16", "fp16", "fp32")
 # sort key, most precise first (unknown precisions: len(PRECISION_RANK), last)
 PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
-# ar-ref: the plain teacher through transformers' generate (the reference trajectory); ar: an Orthrus
-# model's own AR view through our loop; assisted / prompt-lookup: transformers' speculative decoders;
-# then the audit's controls (CONTROLS), then `external`: trajectories an engine outside this package
-# decoded (decode.external; `orthrus ingest` turns its file into a decoding result)
-DECODERS = ("ar-ref", "ar", "orthrus", "assisted", "prompt-lookup", "oracle", "ar-batched", "orthrus-lossy", "external")
-REFERENCE_DECODER = "ar-ref"
-EXTERNAL_DECODER = "external"
+# the decoders and what each is (orthrus/decoders.py, the decoder table): the vocabularies below are its
+# columns, so a stage asks the table, never a list of names
+DECODERS = decoder_names()
+REFERENCE_DECODER = decoder_names(role="reference")[0]
+EXTERNAL_DECODER = decoder_names(runner="engine")[0]
 # decoders that run a plain causal LM through transformers' generate()
-HF_DECODERS = ("ar-ref", "assisted", "prompt-lookup", "ar-batched")
+HF_DECODERS = decoder_names(runner="generate")
 # decoders that need no diffusion view and none of this package's loop: their model is any causal LM
 # transformers loads without remote code (Llama, Mistral, Gemma, Qwen2/3, ...), and the loop's options
 # do not apply to them; every other decoder runs `orthrus.generate` on a Qwen3 (or Orthrus) checkpoint
 PLAIN_LM_DECODERS = HF_DECODERS + (EXTERNAL_DECODER,)
-# the decoders under audit
-SPECULATIVE = ("orthrus", "assisted", "prompt-lookup", EXTERNAL_DECODER)
-# Controls that separate numerics from bugs (decode.controls): `oracle`, the consensus loop on the
-# teacher whose drafts are the reference's own tokens (the verify shape's numerics alone);
-# `ar-batched`, the reference through transformers' generate in left-padded batches (the noise a
-# serving engine shows without speculation); `orthrus-lossy`, a planted bug the audit must catch
-# (Orthrus accepting a draft token that is among the AR view's top 2).
-CONTROLS = ("oracle", "ar-batched", "orthrus-lossy")
+# the decoders under audit, and the controls that separate numerics from bugs (decode.controls)
+SPECULATIVE = decoder_names(role="speculative")
+CONTROLS = decoder_names(role="control")
 # controls that run on the teacher (orthrus-lossy runs on each Orthrus model)
-TEACHER_CONTROLS = ("oracle", "ar-batched")
+TEACHER_CONTROLS = decoder_names(role="control", model="teacher")
+# this package's own loop (orthrus.decode.loop.generate), and the decoders that run on each Orthrus model
+LOOP_DECODERS = decoder_names(runner="loop")
+MODEL_DECODERS = decoder_names(model="orthrus")
 # decoders compared against the reference trajectory
-COMPARED_DECODERS = ("orthrus", "ar", "assisted", "prompt-lookup") + CONTROLS + (EXTERNAL_DECODER,)
+COMPARED_DECODERS = tuple(d for d in DECODERS if d != REFERENCE_DECODER)
 # why a first divergence happened (orthrus.audit.verdict)
 VERDICTS = ("tie", "rounding", "structural")
 # the backbones' model_types this package builds Orthrus on and runs its loop on (`orthrus`: the

@@ -50,12 +50,13 @@ from transformers import DynamicCache
 
 from orthrus.analysis.stats import first_divergence
 from orthrus.audit.verdict import ROUNDING_ULPS, engine_verdict, external_verdict, gap_ulps, rounding_ulps_arg, verdict
-from orthrus.contracts import EXTERNAL_DECODER, FORENSICS_COLUMNS
+from orthrus.contracts import FORENSICS_COLUMNS
 from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
-from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, env_record
+from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.decode.stage import batched_generate, batches, hf_generate
+from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import load_draft, load_model
@@ -140,7 +141,7 @@ def replay_generate(model, prompt: list[int], options: DecodeOptions, t: int, dr
     """transformers' decoders replayed with the logits generate returns (`output_logits`): (the
     logits row of generated token `t`, the tokens the replay emitted up to it). `batch` is the
     ar-batched control's batch as (the prompts' ids, this prompt's index in it)."""
-    if options.decoder == "ar-batched":
+    if DECODER[options.decoder].batched:
         prompts, i = batch
         rows, logits = batched_generate(
             model, [torch.tensor(p, device=model.device) for p in prompts], options, logits=True, stop_after=t + 1
@@ -225,7 +226,7 @@ def analyse(
             "max_abs_hidden_diff": [],
             "replay_consistent": int(step_logits.argmax()) == r_tokens[t],
         }
-        if o.decoder == EXTERNAL_DECODER:  # an engine's file: nothing to replay (see judge_external)
+        if DECODER[o.decoder].runner == "engine":  # an engine's file: nothing to replay (see judge_external)
             rows.append(
                 row
                 | judge_external(
@@ -239,9 +240,9 @@ def analyse(
                 )
             )
             continue
-        if o.decoder in LOOP_DECODERS:
+        if DECODER[o.decoder].runner == "loop":
             ver_logits, ver_hidden, replayed, _ = replay_verify(
-                model, prompt, options, t, r_tokens if o.decoder == "oracle" else None
+                model, prompt, options, t, r_tokens if DECODER[o.decoder].takes_reference else None
             )
             diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
             row |= {
@@ -253,7 +254,7 @@ def analyse(
                 batch_of(
                     prompts, tokenizer, options, env_record(o.env), o.prompt_id, model.config.max_position_embeddings
                 )
-                if o.decoder == "ar-batched"
+                if DECODER[o.decoder].batched
                 else None
             )
             ver_logits, replayed = replay_generate(model, prompt, options, t, draft, batch)
@@ -392,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             else load_model(args.model_path, options.replace(precision="fp32"), args.device)[0]
         )
         draft_path = env_record(cases[0][0].env).get("draft")
-        draft = load_draft(draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+        draft = (
+            load_draft(draft_path, model, tokenizer, args.model_path) if DECODER[options.decoder].needs_draft else None
+        )
         if ref_file not in steps:
             steps[ref_file] = reference_steps(
                 model, model32, tokenizer, prompts, [c for f, cs in pairs if f == ref_file for c in cs]

@@ -46,8 +46,9 @@ from orthrus.audit.verdict import ROUNDING_ULPS
 from orthrus.contracts import REFERENCE_DECODER
 from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, env_record
+from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.decode.stage import batched_generate, decode_one
+from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 from orthrus.io import write_json
 from orthrus.models.loading import load_draft, load_model
@@ -220,7 +221,7 @@ def _reference_step(ref: _Side, t: int, k: int, device: str, own: int, other):
 def _decoder_row(dec: _Side, decoder: str, t: int, k: int, own: int, other, draft, oracle, batch):
     """The decoder's own row that emitted its token at t: our loop's verify row (rerun and traced,
     with hidden states), or the logits transformers' generate returns for that token (none)."""
-    if decoder in LOOP_DECODERS:
+    if DECODER[decoder].runner == "loop":
         logits, hidden, emitted, blocks = replay_verify(dec.net, dec.ids, dec.options, t, oracle)
         extra = {"kind": "verify", "block": list(blocks[-1])}
     else:
@@ -270,14 +271,14 @@ def replay(
 
     dec = _side(dec_row, dec_file, results, model_path, text, device)
     draft = None
-    if decoder == "assisted":
+    if DECODER[decoder].needs_draft:
         draft = load_draft(model_location(dec.env.get("draft"), results), dec.net, dec.tokenizer, dec.path)
     ref = _side(ref_row, ref_file, results, reference_path, text, device)
     t = _divergence(dec, ref, f"{model}/{decoder}/{precision}/{attention}", prompt_id)
 
     # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
     # in the batch the decode stage formed
-    oracle = ref.recorded if decoder == "oracle" else None
+    oracle = ref.recorded if DECODER[decoder].takes_reference else None
     batch = (
         batch_of(
             read_prompt_set(prompt_file),
@@ -287,7 +288,7 @@ def replay(
             prompt_id,
             dec.net.config.max_position_embeddings,
         )
-        if decoder == "ar-batched"
+        if DECODER[decoder].batched
         else None
     )
     replayed = _redecode(dec, ref, draft, oracle, batch)

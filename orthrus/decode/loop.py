@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from orthrus.decode.options import LOOP_DECODERS, DecodeOptions, OptionsError
+from orthrus.contracts import LOOP_DECODERS
+from orthrus.decode.options import DecodeOptions, OptionsError
 from orthrus.decode.tpf import tokens_per_forward
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import eos_ids

@@ -20,14 +20,14 @@ import json
 import math
 from dataclasses import dataclass, fields
 
-from orthrus.contracts import ATTENTIONS, DECODERS, EXTERNAL_DECODER, PLAIN_LM_DECODERS, PRECISIONS
+from orthrus.contracts import ATTENTIONS, DECODERS, EXTERNAL_DECODER, LOOP_DECODERS, PLAIN_LM_DECODERS, PRECISIONS
+from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 
 EOS_POLICIES = ("generation_config", "config")
 LAST_BLOCKS = ("full", "shorten")
 PREFILL_LOGITS = ("last", "all")
-# this package's own loop (orthrus.decode.loop.generate): the options below marked "loop" apply to it only
-LOOP_DECODERS = ("ar", "orthrus", "oracle", "orthrus-lossy")
+# the options below marked "loop" apply to this package's own loop (LOOP_DECODERS) only
 LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits", "verify_guard")
 # How a prompt becomes chat messages: "empty" (an empty system message, then the user turn: the
 # follow-up paper's trajectory study), "none" (the user turn alone: the authors' TPF script and
@@ -47,6 +47,8 @@ CONFIG_KEYS = (
 )
 NOISE_BATCH_SIZE = 8  # prompts per left-padded generate() call of the ar-batched control
 ORACLE_BLOCK_SIZE = 8  # tokens per verify block of the oracle control
+# the defaults of the decode-section keys the decoder table's own_options read
+OWN_DEFAULTS = {"noise_batch_size": NOISE_BATCH_SIZE, "oracle_block_size": ORACLE_BLOCK_SIZE}
 
 
 class OptionsError(InputError):
@@ -158,11 +160,12 @@ class DecodeOptions:
         p = self.top_p
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
             raise OptionsError(f"decoding option top_p must be null or a number in (0, 1], got {p!r}")
-        if self.decoder != "prompt-lookup" and self.prompt_lookup_tokens != DecodeOptions.prompt_lookup_tokens:
+        own = dict(DECODER[self.decoder].own_options)
+        if "prompt_lookup_tokens" not in own and self.prompt_lookup_tokens != DecodeOptions.prompt_lookup_tokens:
             raise OptionsError(
                 f"decoding option prompt_lookup_tokens applies to the prompt-lookup decoder only, not {self.decoder}"
             )
-        batched = self.decoder == "ar-batched"
+        batched = "batch_size" in own
         if (
             not _is_int(self.batch_size)
             or self.batch_size < (2 if batched else 1)
@@ -178,7 +181,7 @@ class DecodeOptions:
         if g and self.temperature != 0:
             raise OptionsError("decoding option verify_guard guards the greedy loop: temperature must be 0")
         # orthrus-lossy samples too: its sampled bug is q at temperature 1 in the ratio (the sampling audit)
-        if self.decoder == "oracle" and self.temperature != 0:
+        if DECODER[self.decoder].greedy_only and self.temperature != 0:
             raise OptionsError(f"the {self.decoder} control is greedy: temperature must be 0, got {self.temperature!r}")
         if self.decoder in PLAIN_LM_DECODERS:
             changed = [
@@ -259,10 +262,9 @@ class DecodeOptions:
         given = {k: v for k, v in section.items() if k in names}
         if decoder in PLAIN_LM_DECODERS:
             given = {k: v for k, v in given.items() if k not in LOOP_ONLY}
-        if decoder != "prompt-lookup":
+        own = dict(DECODER[decoder].own_options)
+        if "prompt_lookup_tokens" not in own:
             given.pop("prompt_lookup_tokens", None)
-        if decoder == "ar-batched":
-            given["batch_size"] = section.get("noise_batch_size", NOISE_BATCH_SIZE)
-        if decoder == "oracle":
-            given["block_size"] = section.get("oracle_block_size", ORACLE_BLOCK_SIZE)
+        for field, key in own.items():  # e.g. the oracle's block size is decode.oracle_block_size
+            given[field] = section.get(key, OWN_DEFAULTS.get(key, getattr(cls, field)))
         return cls(**(given | {"decoder": decoder, "precision": precision, "attention": attention} | changes))

@@ -46,11 +46,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from orthrus.contracts import DECODE_COLUMNS, DECODERS, HF_DECODERS, PRECISIONS, REFERENCE_DECODER
+from orthrus.contracts import DECODE_COLUMNS, DECODERS, PRECISIONS, REFERENCE_DECODER
 from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
 from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
+from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.hub import snapshot_commit
 from orthrus.models.loading import eos_ids, load_draft, load_model
@@ -97,6 +98,14 @@ def _stopping(width: int, stop_after: int | None) -> dict:
     return {"stopping_criteria": StoppingCriteriaList([StopAfter(width + stop_after)])}
 
 
+# what transformers' generate() takes for each decoder the decoder table runs through it (runner
+# `generate`), beyond the plain greedy call: the decoder's own function
+GENERATE_ARGS = {
+    "assisted": lambda options, draft: {"assistant_model": draft},
+    "prompt-lookup": lambda options, draft: {"prompt_lookup_num_tokens": options.prompt_lookup_tokens},
+}
+
+
 def hf_generate(
     model, ids: torch.Tensor, options: DecodeOptions, draft=None, logits: bool = False, stop_after: int | None = None
 ):
@@ -106,14 +115,10 @@ def hf_generate(
     `stop_after`: stop once that many tokens are out (the forensics' replays need no more)."""
     eos = eos_ids(model, "generation_config")  # what transformers' generate stops on
     pad = model.generation_config.pad_token_id
-    speculative = {}
-    if options.decoder == "assisted":
-        if draft is None:
-            raise OptionsError("the assisted decoder needs a draft model")
-        speculative["assistant_model"] = draft
-    if options.decoder == "prompt-lookup":
-        speculative["prompt_lookup_num_tokens"] = options.prompt_lookup_tokens
-    if options.decoder == "ar-batched":
+    if DECODER[options.decoder].needs_draft and draft is None:
+        raise OptionsError(f"the {options.decoder} decoder needs a draft model")
+    speculative = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, draft)
+    if DECODER[options.decoder].batched:
         if not logits:
             return batched_generate(model, [ids], options, stop_after=stop_after)[0]
         rows, scores = batched_generate(model, [ids], options, logits=True, stop_after=stop_after)
@@ -216,7 +221,7 @@ def batches(items: list, size: int) -> list[list]:
 def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None, reference=None) -> dict:
     """One trajectory of `options.decoder`; `draft` is assisted's draft model, `reference` the
     oracle's drafts (the prompt's reference trajectory)."""
-    if options.decoder in HF_DECODERS:
+    if DECODER[options.decoder].runner == "generate":
         return hf_generate(model, ids, options, draft)
     out = generate(model, ids, options, oracle=reference)
     s = out.stats
@@ -231,24 +236,32 @@ def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None, ref
     }
 
 
-def speculative_settings(options: DecodeOptions, model, draft, draft_name: str | None) -> dict:
-    """The library settings a transformers speculative decoder ran with (its defaults unless the
-    model's generation config sets them), for the rows' `env`."""
+def _assisted_settings(model, draft, draft_name: str | None) -> dict:
     from transformers import GenerationConfig
 
-    if options.decoder == "assisted":
-        keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-        defaults = GenerationConfig._get_default_generation_params()
-        given = draft.generation_config
-        return {
-            "draft": draft_name,
-            "draft_commit": snapshot_commit(draft.name_or_path),
-            "draft_parameters": sum(p.numel() for p in draft.parameters()),
-        } | {k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
-    if options.decoder == "prompt-lookup":
-        # transformers' PromptLookupCandidateGenerator takes `max_matching_ngram_size or 2`
-        return {"max_matching_ngram_size": getattr(model.generation_config, "max_matching_ngram_size", None) or 2}
-    return {}
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    defaults = GenerationConfig._get_default_generation_params()
+    given = draft.generation_config
+    return {
+        "draft": draft_name,
+        "draft_commit": snapshot_commit(draft.name_or_path),
+        "draft_parameters": sum(p.numel() for p in draft.parameters()),
+    } | {k: getattr(given, k, None) if getattr(given, k, None) is not None else defaults[k] for k in keys}
+
+
+def _lookup_settings(model, draft, draft_name: str | None) -> dict:
+    # transformers' PromptLookupCandidateGenerator takes `max_matching_ngram_size or 2`
+    return {"max_matching_ngram_size": getattr(model.generation_config, "max_matching_ngram_size", None) or 2}
+
+
+# the library settings a transformers speculative decoder ran with (its defaults unless the model's
+# generation config sets them), for the rows' `env`: the decoder's own function
+GENERATE_SETTINGS = {"assisted": _assisted_settings, "prompt-lookup": _lookup_settings}
+
+
+def speculative_settings(options: DecodeOptions, model, draft, draft_name: str | None) -> dict:
+    settings = GENERATE_SETTINGS.get(options.decoder)
+    return settings(model, draft, draft_name) if settings else {}
 
 
 # the decoding columns of a prompt that ended in an error (its `error` says which)
@@ -267,12 +280,12 @@ def _env(model, options: DecodeOptions, draft, draft_name, shard, per_domain) ->
     """The rows' `env`: the numerical environment and the run's provenance (the model as read: a hub
     snapshot's commit, pinned by the config's `revisions` or not; the ar-batched control's batching)."""
     run = {
-        "loop": "transformers.generate" if options.decoder in HF_DECODERS else "orthrus.generate",
+        "loop": "transformers.generate" if DECODER[options.decoder].runner == "generate" else "orthrus.generate",
         "options": options.record(),
         "model_path": str(model.name_or_path),
         "model_commit": snapshot_commit(model.name_or_path),
     } | speculative_settings(options, model, draft, draft_name)
-    if options.decoder == "ar-batched":
+    if DECODER[options.decoder].batched:
         run |= {"shard": shard[0], "num_shards": shard[1], "prompts_per_domain": per_domain}
     return json.dumps(numerical_env(model) | run, sort_keys=True)
 
@@ -314,13 +327,14 @@ def decode_prompts(
             "env": env,
             "error": length_error(len(ids), o.max_new_tokens, positions),
         }
-        if o.decoder == "oracle" and (reference or {}).get(row.prompt_id) is None:
+        if DECODER[o.decoder].takes_reference and (reference or {}).get(row.prompt_id) is None:
             rows[row.prompt_id]["error"] = (
-                "NoReference: the oracle's reference trajectory of this prompt is missing or an error"
+                f"NoReference: the {o.decoder}'s reference trajectory of this prompt is missing or an error"
             )
         if rows[row.prompt_id]["error"] is None:
             todo.append((row.prompt_id, ids))
-    size = o.batch_size if o.decoder == "ar-batched" else 1
+    batched = DECODER[o.decoder].batched
+    size = o.batch_size if batched else 1
     for batch in tqdm(
         batches(todo, size),
         desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
@@ -328,7 +342,7 @@ def decode_prompts(
         file=sys.stderr,
     ):
         try:  # recorded, not dropped: a failing prompt is a result too
-            if o.decoder == "ar-batched":
+            if batched:
                 outs = batched_generate(model, [ids for _, ids in batch], o)
             else:
                 ((pid, ids),) = batch
@@ -449,9 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     cells = cell_options(args)
     if len(args.out) != len(cells):
         ap.error(f"{len(cells)} decoding settings need as many --out files, got {len(args.out)}")
-    if any(o.decoder == "assisted" for o in cells) != bool(args.draft_path):
+    if any(DECODER[o.decoder].needs_draft for o in cells) != bool(args.draft_path):
         ap.error("--draft-path goes with the assisted decoder, and only with it")
-    oracle = [o.decoder == "oracle" for o in cells]
+    oracle = [DECODER[o.decoder].takes_reference for o in cells]
     if any(oracle) != bool(args.reference) or (args.reference and len(args.reference) != len(cells)):
         ap.error("--reference goes with the oracle decoder, one ar-ref decoding result per --out file")
     if not 0 <= args.shard < args.num_shards:
@@ -465,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     for i, (options, out) in enumerate(zip(cells, args.out)):
         model, tokenizer = load_model(args.model_path, options, args.device)
         draft = (
-            load_draft(args.draft_path, model, tokenizer, args.model_path) if options.decoder == "assisted" else None
+            load_draft(args.draft_path, model, tokenizer, args.model_path)
+            if DECODER[options.decoder].needs_draft
+            else None
         )
         reference = reference_tokens(args.reference[i], options) if args.reference else None
         df = decode_prompts(

@@ -14,14 +14,13 @@ import hashlib
 import os
 
 from orthrus import contracts
+from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 from orthrus.plan.fingerprints import file_fingerprint, fingerprint, model_files, weights_fingerprint
 from orthrus.plan.sampling_plan import SamplingPlan
 from orthrus.world import subject as shipped_subject
 
 R = "results"
-# the decoders whose grid a narrowed Orthrus model (decode.grids) sets, unless narrowed themselves
-MODEL_LOOPS = ("orthrus", "ar", "orthrus-lossy")
 
 
 class PlanError(InputError):
@@ -48,8 +47,8 @@ class Study(SamplingPlan):
         # transformers' speculative decoders (decode.decoders) run on the teacher, and so do the
         # oracle and ar-batched controls; orthrus-lossy runs on each Orthrus model like its loop
         self.teacher_decoders = d["decoders"] + [x for x in self.controls if x in contracts.TEACHER_CONTROLS]
-        # decoders that run the teacher through transformers' generate()
-        self.hf_decoders = ["ar-ref"] + self.teacher_decoders
+        # every decoder that runs on the teacher, the reference first
+        self.teacher_runs = [contracts.REFERENCE_DECODER] + self.teacher_decoders
         self.precisions, self.attentions = d["precisions"], d["attentions"]
         self.trained = list(c["models"])
         self.external_models = c["external_models"]
@@ -116,19 +115,23 @@ class Study(SamplingPlan):
 
     def draft_input(self, wildcards):
         """The tiny draft's directory, or a local hf draft's files, for the assisted decoder."""
-        if wildcards.decoder != "assisted":
+        if not DECODER[wildcards.decoder].needs_draft:
             return []
         return [self.draft_path()] if self.draft["source"] == "tiny" else model_files(self.draft_path())
 
     def draft_args(self, wildcards):
         """`--draft-path` for the assisted decoder (an argument list, each quoted by `:q`)."""
-        return ["--draft-path", self.draft_path()] if wildcards.decoder == "assisted" else []
+        return ["--draft-path", self.draft_path()] if DECODER[wildcards.decoder].needs_draft else []
 
     def reference_input(self, wildcards):
         """The oracle's drafts: the ar-ref reference of its cell."""
-        if wildcards.decoder != "oracle":
+        if not DECODER[wildcards.decoder].takes_reference:
             return []
         return [self.decode_file(self.teacher, "ar-ref", wildcards.precision, wildcards.attention)]
+
+    @staticmethod
+    def on_teacher(decoder: str) -> bool:
+        return DECODER[decoder].model == "teacher"
 
     def model_path(self, name: str) -> str:
         """Trained variants live under results/models; external checkpoints are paths or hub ids."""
@@ -140,14 +143,14 @@ class Study(SamplingPlan):
         return model_files(self.external_models[m]) if m in self.external_models else self.model_path(m)
 
     def model_input(self, wildcards):
-        return self.teacher_input() if wildcards.decoder in self.hf_decoders else self.orthrus_input(wildcards)
+        return self.teacher_input() if self.on_teacher(wildcards.decoder) else self.orthrus_input(wildcards)
 
     def model_arg(self, wildcards) -> str:
-        return self.teacher_path() if wildcards.decoder in self.hf_decoders else self.model_path(wildcards.model)
+        return self.teacher_path() if self.on_teacher(wildcards.decoder) else self.model_path(wildcards.model)
 
     def decode_weights(self, wildcards) -> str:
         """weights_fingerprint of a decoding job's model (and the assisted decoder's draft)."""
-        drafts = [self.draft_path()] if wildcards.decoder == "assisted" else []
+        drafts = [self.draft_path()] if DECODER[wildcards.decoder].needs_draft else []
         return weights_fingerprint(self.model_arg(wildcards), *drafts)
 
     def variant_settings(self, name: str) -> dict:
@@ -219,7 +222,7 @@ class Study(SamplingPlan):
     def _grid_of(self, decoder: str, model: str | None) -> dict:
         if decoder in self.grids:
             return self.grids[decoder]
-        if decoder in MODEL_LOOPS and model in self.model_grids:
+        if decoder in contracts.MODEL_DECODERS and model in self.model_grids:
             return self.model_grids[model]
         return {}
 
@@ -231,7 +234,9 @@ class Study(SamplingPlan):
         return ["--prompts-per-domain", n] if n else []
 
     def _per_domain(self, decoder: str, model: str | None, precision: str | None):
-        grid = self.grids.get(decoder) or (self.model_grids.get(model, {}) if decoder in MODEL_LOOPS else {})
+        grid = self.grids.get(decoder) or (
+            self.model_grids.get(model, {}) if decoder in contracts.MODEL_DECODERS else {}
+        )
         n = grid.get("prompts_per_domain")
         return n.get(precision) if isinstance(n, dict) else n
 
@@ -246,7 +251,7 @@ class Study(SamplingPlan):
             self._per_domain(d, m, precision)
             for d, m in [(d, self.teacher) for d in self.teacher_decoders]
             + [(d, m) for m in self.orthrus_models for d in self.model_decoders]
-            if any(p == precision for p, _ in self.cells(d, m if d in MODEL_LOOPS else None))
+            if any(p == precision for p, _ in self.cells(d, m if d in contracts.MODEL_DECODERS else None))
         ]
         return None if not counts or None in counts else max(counts)
 
@@ -257,7 +262,7 @@ class Study(SamplingPlan):
     def decode_files(self) -> list[str]:
         """Every decoding result of the study: the reference and transformers' speculative decoders on
         the teacher, each model's Orthrus loop and AR view, each engine's ingested file."""
-        files = [self.decode_file(self.teacher, d, p, a) for d in self.hf_decoders for p, a in self.cells(d)]
+        files = [self.decode_file(self.teacher, d, p, a) for d in self.teacher_runs for p, a in self.cells(d)]
         files += [
             self.decode_file(m, d, p, a)
             for m in self.orthrus_models

@@ -4,7 +4,7 @@ orthrus/decode/options.py `DecodeOptions`. `engines`: the environment of the eng
 
 import dataclasses
 
-from orthrus.contracts import ATTENTIONS, PRECISIONS
+from orthrus.contracts import ATTENTIONS, CONTROLS, PRECISIONS
 from orthrus.decode.options import (
     EOS_POLICIES,
     LAST_BLOCKS,
@@ -13,6 +13,7 @@ from orthrus.decode.options import (
     PREFILL_LOGITS,
     DecodeOptions,
 )
+from orthrus.decoders import names as decoder_names
 from orthrus.plan.settings.keys import (
     ATTENTION,
     MESSAGE,
@@ -49,7 +50,7 @@ DECODE = section(
             bool, True, "Also decode each Orthrus model's own AR view with our loop (a second reference)."
         ),
         "decoders": array(
-            choices(["assisted", "prompt-lookup"]),
+            choices(list(decoder_names(role="speculative", runner="generate"))),
             [],
             (
                 "transformers' own greedy speculative decoders, audited beside Orthrus on the teacher: `assisted`"
@@ -72,7 +73,7 @@ DECODE = section(
             maximum=1000,
         ),
         "controls": array(
-            choices(["oracle", "ar-batched", "orthrus-lossy"]),
+            choices(list(CONTROLS)),
             [],
             (
                 "The audit's controls, each compared with the ar-ref reference like a decoder (decode.grids can "

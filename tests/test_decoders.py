@@ -1,0 +1,55 @@
+"""The decoder table (orthrus/decoders.py) is the one place a decoder is described: its rows are
+consistent, the vocabularies every stage reads come from it, and the config's choices follow it."""
+
+import pytest
+
+from orthrus import contracts
+from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.decoders import DECODER, MODELS, ROLES, RUNNERS, TABLE, names
+from orthrus.plan.settings.decode import DECODE
+
+
+def test_every_row_is_one_decoder_with_known_attributes():
+    assert len(DECODER) == len(TABLE) and names(role="reference") == (contracts.REFERENCE_DECODER,)
+    for d in TABLE:
+        assert d.role in ROLES and d.runner in RUNNERS and d.model in MODELS, d
+        assert (d.runner == "engine") == (d.model == "engine"), d
+        for field, _ in d.own_options:
+            assert field in DecodeOptions.__dataclass_fields__, d
+    with pytest.raises(KeyError, match="no decoder attribute colour"):
+        names(colour="red")
+
+
+def test_the_vocabularies_are_the_tables_columns():
+    assert contracts.DECODERS == tuple(d.name for d in TABLE)
+    assert (
+        set(contracts.CONTROLS)
+        == {d.name for d in TABLE if d.role == "control"}
+        == {
+            "oracle",
+            "ar-batched",
+            "orthrus-lossy",
+        }
+    )
+    assert set(contracts.SPECULATIVE) == {"orthrus", "assisted", "prompt-lookup", "external"}
+    assert set(contracts.HF_DECODERS) == {"ar-ref", "assisted", "prompt-lookup", "ar-batched"}
+    assert set(contracts.LOOP_DECODERS) == {"ar", "orthrus", "oracle", "orthrus-lossy"}
+    assert set(contracts.MODEL_DECODERS) == {"ar", "orthrus", "orthrus-lossy"}
+    assert contracts.REFERENCE_DECODER not in contracts.COMPARED_DECODERS
+    assert [d.name for d in TABLE if not d.lossless] == ["orthrus-lossy"]
+    # the config's choices are the table's
+    assert set(DECODE["properties"]["controls"]["items"]["enum"]) == set(contracts.CONTROLS)
+    assert set(DECODE["properties"]["decoders"]["items"]["enum"]) == {"assisted", "prompt-lookup"}
+
+
+def test_a_decoders_own_options_come_from_its_own_keys_and_no_other_decoder_takes_them():
+    section = {"max_new_tokens": 16, "noise_batch_size": 4, "oracle_block_size": 3, "prompt_lookup_tokens": 5}
+    assert DecodeOptions.from_config(section, "ar-batched", "fp32", "eager").batch_size == 4
+    assert DecodeOptions.from_config(section, "oracle", "fp32", "eager").block_size == 3
+    assert DecodeOptions.from_config(section, "prompt-lookup", "fp32", "eager").prompt_lookup_tokens == 5
+    plain = DecodeOptions.from_config(section, "ar-ref", "fp32", "eager")
+    assert (plain.batch_size, plain.prompt_lookup_tokens) == (1, DecodeOptions.prompt_lookup_tokens)
+    with pytest.raises(OptionsError, match="batch_size is the ar-batched control's"):
+        DecodeOptions(decoder="orthrus", batch_size=4)
+    with pytest.raises(OptionsError, match="the oracle control is greedy"):
+        DecodeOptions(decoder="oracle", temperature=0.7)
