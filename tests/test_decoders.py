@@ -53,3 +53,27 @@ def test_a_decoders_own_options_come_from_its_own_keys_and_no_other_decoder_take
         DecodeOptions(decoder="orthrus", batch_size=4)
     with pytest.raises(OptionsError, match="the oracle control is greedy"):
         DecodeOptions(decoder="oracle", temperature=0.7)
+
+
+def test_one_writer_makes_every_decoding_row_from_a_trajectory_record():
+    """decode.trajectory.decoding_row is the one place a decoding result's row is made: the columns in
+    contracts' order, a failed prompt's record with no tokens and its error, and a record that lacks
+    a column refused rather than written short."""
+    from orthrus.decode.trajectory import Trajectory, decoding_row, finish_reason
+
+    cell = {"model": "m", "decoder": "orthrus", "precision": "fp32", "attention": "sdpa"}
+    done = Trajectory(
+        [5, 6, 1], n_prefill=1, n_verify=1, n_diffusion=1, accepted=[1], finish_reason=finish_reason([5, 6, 1], {1})
+    )
+    row = decoding_row(cell, "p0", "d", 7, "{}", done)
+    assert list(row) == contracts.DECODE_COLUMNS and row["finish_reason"] == "eos" and row["error"] is None
+    failed = decoding_row(cell, "p1", "d", 7, "{}", Trajectory.failed("Boom: no"))
+    assert (failed["tokens"], failed["finish_reason"], failed["error"], failed["n_verify"]) == (
+        [],
+        "error",
+        "Boom: no",
+        0,
+    )
+    assert finish_reason([5, 6], {1}) == "length" and finish_reason([], {1}) == "length"
+    with pytest.raises(KeyError, match="without model"):
+        decoding_row({k: v for k, v in cell.items() if k != "model"}, "p0", "d", 7, "{}", done)

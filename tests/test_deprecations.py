@@ -40,9 +40,9 @@ def test_our_loop_decodes_without_a_future_warning(models, decoder):
 def test_transformers_decoders_and_the_oracle_decode_without_a_future_warning(models, decoder):
     teacher, _ = models
     base = DecodeOptions(decoder="ar-ref", precision="fp32", max_new_tokens=12)
-    ref = decode_one(teacher, PROMPT, base)["tokens"]
+    ref = decode_one(teacher, PROMPT, base).tokens
     opts = base.replace(decoder=decoder, block_size=4) if decoder == "oracle" else base.replace(decoder=decoder)
-    assert decode_one(teacher, PROMPT, opts, reference=ref)["tokens"] == ref  # fp32: every decoder is exact
+    assert decode_one(teacher, PROMPT, opts, reference=ref).tokens == ref  # fp32: every decoder is exact
 
 
 def test_forensics_and_distillation_forwards_raise_no_future_warning(models):

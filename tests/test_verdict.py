@@ -281,7 +281,7 @@ def test_the_oracle_is_the_reference_in_fp32_and_drafts_only_the_reference():
     g = torch.Generator().manual_seed(0)
     for _ in range(6):
         prompt = torch.randint(2, MASK, (5,), generator=g)
-        ref = hf_generate(base, prompt, DecodeOptions(decoder="ar-ref", max_new_tokens=30))["tokens"]
+        ref = hf_generate(base, prompt, DecodeOptions(decoder="ar-ref", max_new_tokens=30)).tokens
         drafts = []
         out = orthrus.generate(
             base,
@@ -307,8 +307,8 @@ def test_batched_generate_pads_on_the_left_and_stops_each_row_at_its_eos():
     opts = DecodeOptions(decoder="ar-batched", batch_size=4, max_new_tokens=24)
     rows = batched_generate(base, prompts, opts)
     for p, row in zip(prompts, rows):  # fp32 eager: batching changes no token here
-        assert row["tokens"] == hf_generate(base, p, DecodeOptions(decoder="ar-ref", max_new_tokens=24))["tokens"]
-        assert row["finish_reason"] == ("eos" if row["tokens"][-1] == 1 else "length")
+        assert row.tokens == hf_generate(base, p, DecodeOptions(decoder="ar-ref", max_new_tokens=24)).tokens
+        assert row.finish_reason == ("eos" if row.tokens[-1] == 1 else "length")
     with pytest.raises(OptionsError, match="batch_size"):
         DecodeOptions(decoder="ar-ref", batch_size=8)
     with pytest.raises(OptionsError, match="batch_size"):
@@ -364,6 +364,6 @@ def test_a_replay_stopped_after_t_tokens_emits_the_full_runs_tokens_and_logits_u
     full, full_logits = hf_generate(base, prompt, opts, draft, logits=True)
     for t in (1, 7, 23):
         row, logits = hf_generate(base, prompt, opts, draft, logits=True, stop_after=t)
-        n = min(t, len(full["tokens"]))
-        assert row["tokens"][:n] == full["tokens"][:n] and len(row["tokens"]) < len(full["tokens"])
+        n = min(t, len(full.tokens))
+        assert row.tokens[:n] == full.tokens[:n] and len(row.tokens) < len(full.tokens)
         assert all(torch.equal(a, b) for a, b in zip(logits[:n], full_logits[:n]))

@@ -153,7 +153,7 @@ def replay_generate(model, prompt: list[int], options: DecodeOptions, t: int, dr
         )
     if t >= len(logits):
         raise RuntimeError(f"the replay ended after {len(logits)} tokens, before token {t}")
-    return logits[t], row["tokens"][: t + 1]
+    return logits[t], row.tokens[: t + 1]
 
 
 def row_options(row) -> DecodeOptions:

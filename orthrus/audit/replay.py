@@ -186,11 +186,11 @@ def _redecode(dec: _Side, ref: _Side, draft, oracle, batch) -> dict:
     """Both trajectories decoded again with their recorded options (ar-batched in its run's batch)."""
     if batch is not None:
         prompts = [torch.tensor(p, device=dec.net.device) for p in batch[0]]
-        dec_tokens = batched_generate(dec.net, prompts, dec.options)[batch[1]]["tokens"]
+        dec_tokens = batched_generate(dec.net, prompts, dec.options)[batch[1]].tokens
     else:
         dec_ids = torch.tensor(dec.ids, device=dec.net.device)
-        dec_tokens = decode_one(dec.net, dec_ids, dec.options, draft, oracle)["tokens"]
-    ref_tokens = decode_one(ref.net, torch.tensor(ref.ids, device=ref.net.device), ref.options)["tokens"]
+        dec_tokens = decode_one(dec.net, dec_ids, dec.options, draft, oracle).tokens
+    ref_tokens = decode_one(ref.net, torch.tensor(ref.ids, device=ref.net.device), ref.options).tokens
     return {"decoder": as_token_list(dec_tokens), "reference": as_token_list(ref_tokens)}
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 from orthrus.analysis.stats import wilson_ci
 from orthrus.contracts import ERRORS, EXACTNESS_COST_COLUMNS, FRONTIER_COLUMNS
 from orthrus.decode.options import DecodeOptions
+from orthrus.decode.trajectory import Trajectory
 
 SETTING = ["model", "precision", "attention", "verify_guard"]
 # the settings measured (config `frontier.*`, whose schema defaults are generated from these)
@@ -77,22 +78,19 @@ def measure(
             t0 = time.perf_counter()
             out = generate(model, ids, o)
             seconds = time.perf_counter() - t0
-            s = out.stats
+            t = Trajectory.from_loop(out.tokens.tolist(), out.stats)
             rows.append(
-                {
+                t.columns()
+                | {
                     "model": model_name,
                     "precision": o.precision,
                     "attention": o.attention,
                     "verify_guard": o.verify_guard,
                     "prompt_id": p.prompt_id,
                     "domain": p.domain,
-                    "tokens": out.tokens.tolist(),
                     "ar_tokens": ref,
-                    "match": out.tokens.tolist() == ref,
-                    "n_prefill": s["n_prefill"],
-                    "n_verify": s["n_verify"],
-                    "n_diffusion": s["n_diffusion"],
-                    "seconds": seconds,
+                    "match": t.tokens == ref,
+                    "seconds": seconds,  # the whole call's, timed here
                     "env": env,
                 }
             )

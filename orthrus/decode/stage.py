@@ -51,6 +51,7 @@ from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
 from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
+from orthrus.decode.trajectory import Trajectory, decoding_row, finish_reason
 from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.hub import snapshot_commit
@@ -146,15 +147,15 @@ def hf_generate(
             hook.remove()
     tokens = out.sequences[0, len(ids) :].tolist()
     forwards = counters[0][0][0]
-    row = {
-        "tokens": tokens,
-        "accepted": [n - 1 for n in steps.sizes[1:]] if speculative else [],
-        "n_prefill": 1,
-        "n_diffusion": counters[1][0][0] if len(counters) > 1 else 0,
-        "n_verify": max(forwards - 1, 0),
-        "seconds": seconds,
-        "finish_reason": "eos" if tokens and tokens[-1] in eos else "length",
-    }
+    row = Trajectory(
+        tokens=tokens,
+        accepted=[n - 1 for n in steps.sizes[1:]] if speculative else [],
+        n_prefill=1,
+        n_diffusion=counters[1][0][0] if len(counters) > 1 else 0,
+        n_verify=max(forwards - 1, 0),
+        seconds=seconds,
+        finish_reason=finish_reason(tokens, eos),
+    )
     return (row, [x[0] for x in out.logits]) if logits else row
 
 
@@ -199,15 +200,13 @@ def batched_generate(
         end = next((i + 1 for i, t in enumerate(seq) if t in eos), len(seq))  # finished rows continue as padding
         tokens = seq[:end]
         rows.append(
-            {
-                "tokens": tokens,
-                "accepted": [],
-                "n_prefill": 1,
-                "n_diffusion": 0,
-                "n_verify": max(len(tokens) - 1, 0),
-                "seconds": seconds,
-                "finish_reason": "eos" if tokens and tokens[-1] in eos else "length",
-            }
+            Trajectory(
+                tokens=tokens,
+                n_prefill=1,
+                n_verify=max(len(tokens) - 1, 0),
+                seconds=seconds,
+                finish_reason=finish_reason(tokens, eos),
+            )
         )
     return (rows, out.logits) if logits else rows
 
@@ -224,16 +223,7 @@ def decode_one(model, ids: torch.Tensor, options: DecodeOptions, draft=None, ref
     if DECODER[options.decoder].runner == "generate":
         return hf_generate(model, ids, options, draft)
     out = generate(model, ids, options, oracle=reference)
-    s = out.stats
-    return {
-        "tokens": out.tokens.tolist(),
-        "accepted": s["accepted"],
-        "n_prefill": s["n_prefill"],
-        "n_diffusion": s["n_diffusion"],
-        "n_verify": s["n_verify"],
-        "seconds": s["seconds"],
-        "finish_reason": s["finish_reason"],
-    }
+    return Trajectory.from_loop(out.tokens.tolist(), out.stats)
 
 
 def _assisted_settings(model, draft, draft_name: str | None) -> dict:
@@ -262,18 +252,6 @@ GENERATE_SETTINGS = {"assisted": _assisted_settings, "prompt-lookup": _lookup_se
 def speculative_settings(options: DecodeOptions, model, draft, draft_name: str | None) -> dict:
     settings = GENERATE_SETTINGS.get(options.decoder)
     return settings(model, draft, draft_name) if settings else {}
-
-
-# the decoding columns of a prompt that ended in an error (its `error` says which)
-FAILED_ROW = {
-    "tokens": [],
-    "accepted": [],
-    "n_prefill": 0,
-    "n_diffusion": 0,
-    "n_verify": 0,
-    "seconds": float("nan"),
-    "finish_reason": "error",
-}
 
 
 def _env(model, options: DecodeOptions, draft, draft_name, shard, per_domain) -> str:
@@ -313,26 +291,18 @@ def decode_prompts(
     if draft is not None:
         positions = min(positions, getattr(draft.config, "max_position_embeddings", positions))
     o = options
-    rows, todo = {}, []
+    cell = {"model": model_name, "decoder": o.decoder, "precision": o.precision, "attention": o.attention}
+    lengths, done, todo = {}, {}, []
     for row in prompts.itertuples():
         ids = torch.tensor(render_chat(tokenizer, row.prompt, o.message), dtype=torch.long, device=model.device)
-        rows[row.prompt_id] = {
-            "model": model_name,
-            "decoder": o.decoder,
-            "precision": o.precision,
-            "attention": o.attention,
-            "prompt_id": row.prompt_id,
-            "domain": row.domain,
-            "prompt_len": len(ids),
-            "env": env,
-            "error": length_error(len(ids), o.max_new_tokens, positions),
-        }
-        if DECODER[o.decoder].takes_reference and (reference or {}).get(row.prompt_id) is None:
-            rows[row.prompt_id]["error"] = (
-                f"NoReference: the {o.decoder}'s reference trajectory of this prompt is missing or an error"
-            )
-        if rows[row.prompt_id]["error"] is None:
+        lengths[row.prompt_id] = len(ids)
+        error = length_error(len(ids), o.max_new_tokens, positions)
+        if error is None and DECODER[o.decoder].takes_reference and (reference or {}).get(row.prompt_id) is None:
+            error = f"NoReference: the {o.decoder}'s reference trajectory of this prompt is missing or an error"
+        if error is None:
             todo.append((row.prompt_id, ids))
+        else:
+            done[row.prompt_id] = Trajectory.failed(error)
     batched = DECODER[o.decoder].batched
     size = o.batch_size if batched else 1
     for batch in tqdm(
@@ -347,12 +317,14 @@ def decode_prompts(
             else:
                 ((pid, ids),) = batch
                 outs = [decode_one(model, ids, o, draft, (reference or {}).get(pid))]
-            for (pid, _), out in zip(batch, outs):
-                rows[pid] |= out
+            done |= {pid: out for (pid, _), out in zip(batch, outs)}
         except Exception as e:
-            for pid, _ in batch:
-                rows[pid]["error"] = f"{type(e).__name__}: {e}"
-    return pd.DataFrame([r if r["error"] is None else r | FAILED_ROW for r in rows.values()], columns=DECODE_COLUMNS)
+            done |= {pid: Trajectory.failed(f"{type(e).__name__}: {e}") for pid, _ in batch}
+    rows = [
+        decoding_row(cell, row.prompt_id, row.domain, lengths[row.prompt_id], env, done[row.prompt_id])
+        for row in prompts.itertuples()
+    ]
+    return pd.DataFrame(rows, columns=DECODE_COLUMNS)
 
 
 def reference_tokens(path: str, options: DecodeOptions) -> dict:

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from orthrus.contracts import ATTENTIONS, DECODE_COLUMNS, EXTERNAL_DECODER, EXTERNAL_FIELDS, EXTERNAL_REQUIRED
 from orthrus.decode.options import DecodeOptions, env_record
+from orthrus.decode.trajectory import Trajectory, decoding_row
 from orthrus.errors import InputError
 
 # the names engines and libraries give the study's precisions (compared case-insensitively)
@@ -215,14 +216,16 @@ def check_record(path, i: int, rec: dict, study: _Study) -> dict:
     return {
         "prompt_id": pid,
         "line": i,
-        "tokens": tokens,
-        "accepted": accepted or [],
-        "n_prefill": n_prefill,
-        "n_diffusion": draft_forwards or 0,
-        "n_verify": n_verify,
-        "seconds": float(seconds) if seconds is not None else math.nan,
-        "finish_reason": finish,
-        "error": error,
+        "trajectory": Trajectory(
+            tokens=tokens,
+            accepted=accepted or [],
+            n_prefill=n_prefill,
+            n_diffusion=draft_forwards or 0,
+            n_verify=n_verify,
+            seconds=float(seconds) if seconds is not None else math.nan,
+            finish_reason=finish,
+            error=error,
+        ),
         "engine_env": env,
         "extra": rec.get("extra"),
         "logprobs": logprobs,
@@ -427,9 +430,9 @@ def _early_in_bulk(path, records: dict, options: DecodeOptions) -> None:
     early = [r for r in records.values() if r["early"]]
     if len(early) >= EARLY_MIN and len(early) > EARLY_SHARE * len(records):
         first = min(early, key=lambda r: r["line"])
-        lengths = sorted({len(r["tokens"]) for r in early})
+        lengths = sorted({len(r["trajectory"].tokens) for r in early})
         raise ExternalFileError(
-            f"{path}:{first['line']}: field 'token_ids': {len(first['tokens'])} tokens, no stop id, fewer than the study's "
+            f"{path}:{first['line']}: field 'token_ids': {len(first['trajectory'].tokens)} tokens, no stop id, fewer than the study's "
             f"max_new_tokens {options.max_new_tokens}, and so end {len(early)} of {len(records)} records (lengths "
             f"{lengths[0]}..{lengths[-1]}): decoded with another token budget (prompts exported with another "
             f"--max-new-tokens, whose default is {DecodeOptions.max_new_tokens}?); {_REEXPORT}"
@@ -474,49 +477,23 @@ def ingest(path, name: str, prompts, tokenizer, options: DecodeOptions, stop: li
             "line": r["line"] if r else None,
         }
         env = {"loop": "external", "options": options.record(), "external": source}
-        row = base | {"prompt_id": pid, "domain": study.domain[pid], "prompt_len": len(study.prompt_ids[pid])}
         if r is None:
-            rows.append(
-                row
-                | {
-                    "tokens": [],
-                    "accepted": [],
-                    "n_prefill": 0,
-                    "n_diffusion": 0,
-                    "n_verify": 0,
-                    "seconds": math.nan,
-                    "finish_reason": "error",
-                    "error": f"Missing: {path} has no record for this prompt",
-                    "env": json.dumps(env, sort_keys=True),
-                }
-            )
-            continue
-        env |= {"engine_env": r["engine_env"]} | ({"extra": r["extra"]} if r["extra"] is not None else {})
-        if r["logprobs"] is not None:  # the engine's own top 2 per position, for the verdicts (orthrus.audit.forensics)
-            env["engine_logprobs"] = r["logprobs"]
-        rows.append(
-            row
-            | {
-                k: r[k]
-                for k in (
-                    "tokens",
-                    "accepted",
-                    "n_prefill",
-                    "n_diffusion",
-                    "n_verify",
-                    "seconds",
-                    "finish_reason",
-                    "error",
-                )
-            }
-            | {"env": json.dumps(env, sort_keys=True)}
-        )
+            trajectory = Trajectory.failed(f"Missing: {path} has no record for this prompt")
+        else:
+            trajectory = r["trajectory"]
+            env |= {"engine_env": r["engine_env"]} | ({"extra": r["extra"]} if r["extra"] is not None else {})
+            if (
+                r["logprobs"] is not None
+            ):  # the engine's own top 2 per position, for the verdicts (orthrus.audit.forensics)
+                env["engine_logprobs"] = r["logprobs"]
+        prompt_len = len(study.prompt_ids[pid])
+        rows.append(decoding_row(base, pid, study.domain[pid], prompt_len, json.dumps(env, sort_keys=True), trajectory))
     df = pd.DataFrame(rows, columns=DECODE_COLUMNS)
     kept = list(records.values())
     report = {
         "records": len(records),
         "missing": len(study.order) - len(records),
-        "engine_errors": sum(r["finish_reason"] == "error" for r in kept),
+        "engine_errors": sum(r["trajectory"].finish_reason == "error" for r in kept),
         "ended_early": sum(r["early"] for r in kept),
         "past_stop": sum(r["past_stop"] for r in kept),
     }

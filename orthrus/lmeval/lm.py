@@ -16,6 +16,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 
 from orthrus.data.chat import chat_messages
 from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.decode.trajectory import Trajectory
 from orthrus.models.hub import snapshot_commit
 
 log = logging.getLogger("orthrus.lmeval")
@@ -228,14 +229,10 @@ class OrthrusLM(HFLM):
                     "task": getattr(req, "task_name", None),
                     "doc_id": getattr(req, "doc_id", None),
                     "prompt_len": len(ids),
-                    "tokens": tokens,
+                }
+                | Trajectory.from_loop(tokens, st).columns()
+                | {
                     "n_tokens": st["n_tokens"],
-                    "finish_reason": st["finish_reason"],
-                    "n_prefill": st["n_prefill"],
-                    "n_diffusion": st["n_diffusion"],
-                    "n_verify": st["n_verify"],
-                    "accepted": st["accepted"],
-                    "seconds": st["seconds"],
                     "tpf_verify": st["tpf_verify"],
                     "tpf_authors": st["tpf_authors"],
                 }
