@@ -216,7 +216,7 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
         return base | {"sampling": base["sampling"] | {"engines": engines}, "engines": {"vllm_python": python}}
 
     plain = {"path": "p.jsonl", "engine": "vllm"}
-    monkeypatch.setattr(runner, "python_problem", lambda python, users: None)
+    monkeypatch.setattr(runner.VLLM_ENGINE, "python_problem", lambda python, users: None)
     spec = {"path": "s.jsonl", "engine": "vllm", "speculative": "ngram", "reference": "p"}
     assert problems(config({"p": plain, "s": spec})) == []
     bad = {

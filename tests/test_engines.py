@@ -83,7 +83,7 @@ def test_a_missing_or_unrunnable_environment_is_refused_naming_the_key(monkeypat
 )
 def test_a_bad_engine_entry_is_refused_naming_the_key(monkeypatch, entry, message):
     cfg = _config(plain={"engine": "vllm", "precision": "bf16"}, x=entry)
-    monkeypatch.setattr(runner, "python_problem", lambda python, users: None)
+    monkeypatch.setattr(runner.VLLM_ENGINE, "python_problem", lambda python, users: None)
     found = runner.problems(cfg)
     assert any(line.startswith(message) for line in found), found
 
@@ -435,7 +435,7 @@ def test_llamacpp_entries_are_checked_naming_the_key(monkeypatch, tmp_path):
     }
     found = runner.problems(_config(**bad) | {"engines": cfg["engines"]})
     for line in (
-        "decode.engines.e.speculative: eagle3 is vllm's",
+        "decode.engines.e.speculative: eagle3 is not llamacpp's; it runs none, ngram, draft_model",
         "decode.engines.p.patches: a vllm setting",
         "decode.engines.g.gguf: '",
         "decode.engines.s.gguf: self is a draft's value",
@@ -456,14 +456,14 @@ def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own()
     assert runs["a"]["model"] == "results/gguf/teacher-bf16.gguf" and "draft" not in runs["a"]
     assert runs["b"]["draft"] == "results/gguf/draft-bf16.gguf" and runs["b"]["k"] == 2
     assert runs["c"]["model"] == given and runs["c"]["draft"] == given  # the model as its own draft
-    files = runner.llamacpp_files(cfg, ["a", "b", "c"], "results", "teacher")
+    files = runner.ENGINES["llamacpp"].inputs(list(runs.values()), "teacher-dir", ("draft-dir", ["draft-dir"]))
     assert files == ["results/gguf/teacher-bf16.gguf", "results/gguf/draft-bf16.gguf", given]
 
 
 def test_gguf_source_is_the_teachers_own_file(tmp_path, monkeypatch):
     """`gguf: source` serves teacher.gguf's file as shipped (a registry's quantized GGUF), and is
     refused, naming the key, where the teacher does not come from a GGUF file."""
-    monkeypatch.setattr(runner, "server_problem", lambda *a: None)
+    monkeypatch.setattr(runner.LLAMACPP_ENGINE, "server_problem", lambda *a: None)
     shipped = tmp_path / "model.Q4_1.gguf"
     shipped.write_bytes(b"GGUF")
     cfg = _config(
@@ -473,7 +473,7 @@ def test_gguf_source_is_the_teachers_own_file(tmp_path, monkeypatch):
     assert runner.problems(cfg) == []
     [run] = runner.runs_spec(cfg, ["q"], "results", None, "t")
     assert run["model"] == str(shipped) and run["draft"] == str(shipped)
-    assert runner.llamacpp_files(cfg, ["q"], "results", "t") == [str(shipped)]
+    assert runner.ENGINES["llamacpp"].inputs([run], "t-dir", (None, [])) == [str(shipped)]
     cfg["teacher"] = {"name": "t", "source": "shipped"}
     [line] = runner.problems(cfg)
     assert line.startswith(
@@ -495,7 +495,7 @@ def test_a_killed_engine_run_leaves_no_recipe(tmp_path, signal_name):
     fake.chmod(0o755)
     (tmp_path / "p.jsonl").write_text("{}\n")
     runs = json.dumps([{"name": "a", "out": str(tmp_path / "a.jsonl")}])
-    cmd = [sys.executable, "-m", "orthrus.cli", "engine-run", "--python", str(fake), "--model-path", str(tmp_path)]
+    cmd = [sys.executable, "-m", "orthrus.cli", "engine-run", "--program", str(fake), "--model-path", str(tmp_path)]
     job = subprocess.Popen([*cmd, "--prompts", str(tmp_path / "p.jsonl"), "--runs", runs], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not _running(marker) and time.monotonic() < deadline:

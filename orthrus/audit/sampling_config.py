@@ -76,13 +76,11 @@ def engine_problems(s: dict, config: dict) -> list[str]:
         ):
             out.append(f"sampling.engines.{n}.speculative: draft_model proposes with teacher.draft, which is not set")
 
-    from orthrus.engines.runner import llamacpp_server, python_problem, server_problem, vllm_python
+    from orthrus.engines.runner import ENGINES
 
-    users = {
-        x: [f"sampling.engines.{n}" for n, e in engines.items() if e.get("engine") == x] for x in ("vllm", "llamacpp")
-    }
-    problems = [
-        python_problem(vllm_python(config), users["vllm"]) if users["vllm"] else None,
-        server_problem(llamacpp_server(config), users["llamacpp"], convert=True) if users["llamacpp"] else None,
-    ]
-    return out + [p for p in problems if p]
+    for engine in ENGINES.values():
+        mine = [n for n, e in engines.items() if e.get("engine") == engine.name]
+        if mine:
+            problem = engine.problem(config, [f"sampling.engines.{n}" for n in mine], [engines[n] for n in mine])
+            out += [problem] if problem else []
+    return out

@@ -1,7 +1,7 @@
 """llama.cpp's server as an engine: started on the loopback, sent the exported prompts as token ids,
 stopped on every exit path; its answers written as engine trajectory files.
 
-    orthrus engine-run --engine llamacpp --server .llamacpp/bin/llama-server
+    orthrus engine-run --engine llamacpp --program .llamacpp/bin/llama-server
         --prompts results/export/prompts.jsonl --runs RUNS_JSON
 
 The server is one binary built by `bash envs/build-llamacpp.sh` (CPU only, from the llama.cpp tree

@@ -44,19 +44,15 @@ class SamplingPlan:
         return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
 
     def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
-        """The runs (orthrus/engines/runner.py run_spec) of the sampling.engines entries `engine`
-        samples, at two_sample's precision, each from its first seed (llamacpp: with their GGUF files)."""
-        from orthrus.engines.runner import llamacpp_run, resolved, run_spec
+        """The runs of the sampling.engines entries `engine` samples, as the engine makes them
+        (orthrus/engines/engine.py), at two_sample's precision, each from its first seed."""
+        from orthrus.engines.runner import ENGINES
 
         seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
-        runs = []
-        for n, e in self.sampled_engines().items():
-            if e.get("engine") != engine:
-                continue
-            run = run_spec(n, e, e["path"], precision, seeds[n], self.config, draft)
-            runs.append(
-                llamacpp_run(run, resolved(e, self.config) | {"precision": precision}, R, self.teacher)
-                if engine == "llamacpp"
-                else run
+        return [
+            ENGINES[engine].run(
+                n, e, e["path"], precision, seeds[n], self.config, results=R, teacher=self.teacher, draft=draft
             )
-        return runs
+            for n, e in self.sampled_engines().items()
+            if e.get("engine") == engine
+        ]

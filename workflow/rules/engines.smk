@@ -7,42 +7,31 @@
 # its forensics.
 import json
 
-from orthrus.engines.runner import (
-    converter,
-    engine_file,
-    entries as engine_entries_of,
-    jobs as engine_jobs,
-    llamacpp_files,
-    llamacpp_server,
-    runs_spec,
-    vllm_python,
-)
+from orthrus.engines.engine import drafts_with
+from orthrus.engines.runner import converter, engine_file, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec
 
 _ENGINE_RULES = set()
-_USES_DRAFT = any(e.get("speculative") == "draft_model" and not e.get("draft") for e in engine_entries_of(config).values())
-_DRAFT_INPUT = ([S.draft_path()] if DRAFT and DRAFT["source"] == "tiny" else model_files(S.draft_path()) if DRAFT else []) if _USES_DRAFT else []
+_DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
 for _job, _names in engine_jobs(config).items():
-    _llamacpp = _job == "llamacpp"
+    _engine = job_engine(config, _names)
+    _runs = runs_spec(config, _names, R, _DRAFT[0], S.teacher)
 
-    # vLLM: one job, one process, per precision (vLLM and torch imported once; each run still starts its own
-    # engine: vLLM fixes the dtype and the speculative method at start-up). llama.cpp: one job, a server a run.
+    # one job per group its engine forms (vLLM: a process per precision, each run its own engine; llama.cpp:
+    # one job, a server a run); the engine says what the job reads and which program runs it
     rule:
         name:
             rule_name(f"engine_{_job.replace('-', '_')}", _ENGINE_RULES)
         input:
-            llamacpp_files(config, _names, R, S.teacher) if _llamacpp else S.teacher_input,
-            # the study's draft (teacher.draft) where a draft_model run proposes with it
-            [] if _llamacpp else _DRAFT_INPUT,
+            _engine.inputs(_runs, S.teacher_input(), _DRAFT),
             prompts=rules.export_prompts.output[0],
         output:
             [engine_file(R, n) for n in _names],
         params:
-            engine="llamacpp" if _llamacpp else "vllm",
-            server=(llamacpp_server(config) or "") if _llamacpp else "",
-            python="" if _llamacpp else (vllm_python(config) or ""),
-            model="" if _llamacpp else S.teacher_path(),
-            weights=lambda w: weights_fingerprint(S.teacher_path(), *([S.draft_path()] if _USES_DRAFT else [])),  # new weights inside the directory rerun this
-            runs=json.dumps(runs_spec(config, _names, R, S.draft_path() if _USES_DRAFT else None, S.teacher)),
+            engine=_engine.name,
+            program=_engine.program(config) or "",
+            model=_engine.model_path(S.teacher_path()),
+            weights=lambda w, _runs=_runs: weights_fingerprint(S.teacher_path(), *([_DRAFT[0]] if drafts_with(_runs, _DRAFT[0]) else [])),  # new weights inside the directory rerun this
+            runs=json.dumps(_runs),
         log:
             f"{R}/logs/engines/{_job}.log",
         threads: config["threads"]
@@ -54,9 +43,8 @@ for _job, _names in engine_jobs(config).items():
         conda:
             ENV
         shell:
-            "orthrus engine-run --engine {params.engine:q} --server={params.server:q} --python={params.python:q}"
-            " --model-path={params.model:q} --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q}"
-            " > {log:q} 2>&1"
+            "orthrus engine-run --engine {params.engine:q} --program={params.program:q} --model-path={params.model:q}"
+            " --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 if any(e.get("engine") == "llamacpp" for e in [*engine_entries_of(config).values(), *S.sampled_engines().values()]):

@@ -128,36 +128,35 @@ for _name, (_stand_in, _seed) in S.sampled_standins().items():
 
 import json
 
-from orthrus.engines.runner import llamacpp_server, vllm_python
+from orthrus.engines.engine import drafts_with
+from orthrus.engines.runner import ENGINES
 
 # sampling.engines entries with `engine`: the engine samples the sampled export, one job per engine
 # (vLLM: the project's recipe, imported once, each run its own engine with its own patches; llama.cpp:
 # a server per run on the loopback, serving the GGUF files engines.smk's gguf_export converts)
 _SAMPLED_RULES = set()
-for _engine in ("vllm", "llamacpp"):
-    _runs = S.sampled_engine_runs(S.draft_path() if DRAFT else None, _engine)
+_SAMPLED_DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
+for _engine in ENGINES.values():
+    _runs = S.sampled_engine_runs(_SAMPLED_DRAFT[0], _engine.name)
     if not _runs:
         continue
-    _draft = [S.draft_path()] if any(r.get("draft") for r in _runs) and _engine == "vllm" else []
 
     rule:
         name:
-            rule_name(f"sampled_{_engine}", _SAMPLED_RULES)
+            rule_name(f"sampled_{_engine.name}", _SAMPLED_RULES)
         input:
-            sorted({f for r in _runs for f in (r["model"], r.get("draft")) if f}) if _engine == "llamacpp" else S.teacher_input,
-            ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if _draft else [],
+            _engine.inputs(_runs, S.teacher_input(), _SAMPLED_DRAFT),
             prompts=rules.export_sampled_prompts.output[0],
         output:
             [r["out"] for r in _runs],
         params:
-            engine=_engine,
-            server=(llamacpp_server(config) or "") if _engine == "llamacpp" else "",
-            python="" if _engine == "llamacpp" else (vllm_python(config) or ""),
-            model="" if _engine == "llamacpp" else S.teacher_path(),
-            weights=lambda w, _draft=_draft: weights_fingerprint(S.teacher_path(), *_draft),  # new weights inside the directory rerun this
+            engine=_engine.name,
+            program=_engine.program(config) or "",
+            model=_engine.model_path(S.teacher_path()),
+            weights=lambda w, _runs=_runs: weights_fingerprint(S.teacher_path(), *([_SAMPLED_DRAFT[0]] if drafts_with(_runs, _SAMPLED_DRAFT[0]) else [])),  # new weights inside the directory rerun this
             runs=json.dumps(_runs),
         log:
-            f"{R}/logs/sampling/{_engine}.log",
+            f"{R}/logs/sampling/{_engine.name}.log",
         threads: config["threads"]
         resources:
             mem_mb=RES["sampling"]["mem_mb"],
@@ -167,9 +166,8 @@ for _engine in ("vllm", "llamacpp"):
         conda:
             ENV
         shell:
-            "orthrus engine-run --engine {params.engine:q} --server={params.server:q} --python={params.python:q}"
-            " --model-path={params.model:q} --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q}"
-            " > {log:q} 2>&1"
+            "orthrus engine-run --engine {params.engine:q} --program={params.program:q} --model-path={params.model:q}"
+            " --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule sampling_engines:
