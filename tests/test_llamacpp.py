@@ -161,7 +161,10 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     cfg["decode"]["max_new_tokens"] = 32
     keep = ("llamacpp-f32", "llamacpp-ngram-f32", "llamacpp-draft-f32", "llamacpp-bf16")
     cfg["decode"]["engines"] = {n: e for n, e in cfg["decode"]["engines"].items() if n in keep}
+    cfg["decode"]["precisions"] = ["bf16", "fp32"]
     cfg["sampling"]["two_sample"] |= {"n_samples": 60, "domains": ["math", "qa"]}
+    sampled_keep = ("llamacpp-plain", "llamacpp-plain-b", "llamacpp-ngram", "llamacpp-draft")
+    cfg["sampling"]["engines"] = {n: e for n, e in cfg["sampling"]["engines"].items() if n in sampled_keep}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
     res = subprocess.run(
