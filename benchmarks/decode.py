@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 import orthrus
-from orthrus.data.chat import render_chat
+from orthrus.chat import render_chat
 
 
 def timed(model):

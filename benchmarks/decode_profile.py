@@ -49,8 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", default="sdpa")
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args(argv)
-    from orthrus.decode.options import DecodeOptions
     from orthrus.models.loading import load_model
+    from orthrus.options import DecodeOptions
 
     bare = seconds([sys.executable, "-c", "pass"])
     imports = seconds([sys.executable, "-c", "import orthrus.decode.stage, transformers.models.qwen3.modeling_qwen3"])

@@ -24,11 +24,11 @@ import torch
 from transformers import DynamicCache
 
 from orthrus.audit.verdict import ulp
-from orthrus.data.chat import render_chat
+from orthrus.chat import render_chat
 from orthrus.data.prompts import tiny_prompts
 from orthrus.decode.loop import ar_forward
-from orthrus.decode.options import DecodeOptions
 from orthrus.models.loading import load_model
+from orthrus.options import DecodeOptions
 
 
 @torch.inference_mode()

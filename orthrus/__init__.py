@@ -11,7 +11,7 @@ _EXPORTS = {
     "OrthrusForCausalLM": "orthrus.models.modeling",
     "GenerateOutput": "orthrus.decode.loop",
     "generate": "orthrus.decode.loop",
-    "DecodeOptions": "orthrus.decode.options",
+    "DecodeOptions": "orthrus.options",
     "configure": "orthrus.models.precision",
     "numerical_env": "orthrus.models.precision",
 }

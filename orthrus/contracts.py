@@ -275,6 +275,19 @@ TABLES = {
     "decoders.csv": DECODERS_COLUMNS + [ERRORS],
     "engine_widths.csv": ENGINE_WIDTH_COLUMNS + [ERRORS],
 }
+# the metric each lm-eval task contributes to Table 7 (all metrics go into the tables; these are marked
+# `primary` and drawn in the figure).
+PRIMARY_METRICS = {
+    "gsm8k": ["exact_match,flexible-extract"],
+    "humaneval": ["pass@1,create_test"],
+    "humaneval_instruct": ["pass@1,create_test"],
+    "ifeval": ["prompt_level_loose_acc,none", "prompt_level_strict_acc,none"],
+    "tiny_arith": ["exact_match,flexible-extract"],
+    "tiny_gec": ["exact_match,none"],
+    "tiny_qa": ["acc,none"],
+    "tiny_code": ["exact_match,none"],
+    "tiny_translate": ["chrf,none"],
+}
 # the benchmark tables (`orthrus lm-eval table`)
 BENCHMARK_COLUMNS = ["model", "decoder", "precision", "attention", "task", "metric", "value", "stderr", "n", "primary"]
 BENCHMARK_AGREEMENT_COLUMNS = [
@@ -523,7 +536,7 @@ ARTEFACTS = {
         "orthrus prompts",
         PROMPT_COLUMNS,
         "`prompt` is the raw user text; whoever tokenizes applies the chat template "
-        "(`orthrus.data.chat.render_chat`). Every reader goes through `orthrus.data.prompt_set.read_prompt_set` (UTF-8, no "
+        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.data.prompt_set.read_prompt_set` (UTF-8, no "
         "null or empty value, unique ids; errors name file, row id and column).",
     ),
     "Teacher corpus shard": Artefact(
@@ -563,7 +576,7 @@ ARTEFACTS = {
         EXPORT_FIELDS,
         "The evaluation set as an engine outside this package needs it, one JSON object per line and prompt: "
         "`prompt` the raw user text, `messages` its chat messages, `prompt_text` the chat-rendered text and "
-        "`prompt_token_ids` its tokens under the study's message format (`orthrus.data.chat.render_chat`; feed the ids, "
+        "`prompt_token_ids` its tokens under the study's message format (`orthrus.chat.render_chat`; feed the ids, "
         "not the text), and the generation settings of the study: greedy (`temperature` 0), `max_new_tokens`, "
         "`stop_token_ids` (the teacher's generation-config EOS ids, where transformers' generate stops) and the "
         "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang.",

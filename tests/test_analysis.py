@@ -11,10 +11,10 @@ from orthrus import analysis
 from orthrus.analysis import AnalysisError, analyze
 from orthrus.analysis.load import load_forensics
 from orthrus.analysis.ppl import fit_ppl_logit
-from orthrus.analysis.stats import wilson_ci
 from orthrus.analysis.uncertainty import forensics_summary, uncertainty_by_domain
 from orthrus.contracts import TABLES, UNCERTAINTY_COLUMNS
 from orthrus.report import figures
+from orthrus.stats import wilson_ci
 
 DOMAINS = ["code", "math", "qa"]
 N_PER_DOMAIN = 40
@@ -406,7 +406,7 @@ def test_match_vs_ppl_draws_the_reported_model(world):
     x = np.asarray(curves[0].get_xdata(), float)
     expect = 1 / (1 + np.exp(-(r["curve_intercept"] + r["beta1"] * np.log(x))))
     assert np.allclose(curves[0].get_ydata(), expect, rtol=1e-12, atol=0)
-    figures._plt().close(fig)
+    figures.pyplot().close(fig)
     with pytest.raises(figures.FigureError, match="curve_intercept"):
         figures.fig_match_vs_ppl(traj, logit.drop(columns="curve_intercept"))
 

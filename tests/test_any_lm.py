@@ -16,7 +16,7 @@ from conftest import EOS, VOCAB, word_tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from orthrus.cli import main as cli
-from orthrus.decode.options import DecodeOptions
+from orthrus.options import DecodeOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(

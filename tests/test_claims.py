@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from orthrus import contracts
-from orthrus.analysis import stats
-from orthrus.analysis.stats import paired_stderr, tost_paired
+from orthrus import contracts, stats
 from orthrus.errors import InputError
 from orthrus.report import claims, compare_runs
+from orthrus.stats import paired_stderr, tost_paired
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "results"

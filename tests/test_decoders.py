@@ -4,8 +4,8 @@ consistent, the vocabularies every stage reads come from it, and the config's ch
 import pytest
 
 from orthrus import contracts
-from orthrus.decode.options import DecodeOptions, OptionsError
 from orthrus.decoders import DECODER, MODELS, ROLES, RUNNERS, TABLE, names
+from orthrus.options import DecodeOptions, OptionsError
 from orthrus.plan.settings.decode import DECODE
 
 

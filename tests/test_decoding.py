@@ -49,8 +49,8 @@ def test_bf16_orthrus_parts_from_ar_only_at_a_near_tie(attn, random_prompts, ver
     (planted, `verify_kernel_noise`: at most 2^-8 of each logit, so on any CPU) and that flips a
     near-tie: at each first divergence the AR step ranks its own token first and the loop's within
     what the planted noise and one bf16 rounding can flip. A loop that emits anything else fails."""
-    from orthrus.analysis.stats import first_divergence
     from orthrus.audit.forensics import stepwise
+    from orthrus.stats import first_divergence
 
     model = tiny_orthrus(0, 8, "noisy", attn=attn, noise=1e-2, peaked=1.0, dtype=torch.bfloat16)
     prompts = random_prompts(20, 3)
@@ -305,7 +305,7 @@ def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random
 
 
 def test_generate_names_a_missing_model_a_plain_model_and_a_float_eos():
-    from orthrus.decode.options import OptionsError
+    from orthrus.options import OptionsError
 
     ids = torch.tensor([5, 6])
     with pytest.raises(OptionsError, match="model must be a loaded causal LM"):

@@ -12,13 +12,13 @@ from conftest import MASK, teacher_and_orthrus
 
 import orthrus
 from orthrus.audit.forensics import stepwise
-from orthrus.decode.options import DecodeOptions
 from orthrus.decode.stage import decode_one
 from orthrus.distill.data import make_batch
 from orthrus.distill.loss import block_loss
 from orthrus.distill.reference import blockwise_loss
 from orthrus.distill.settings import offset_weights
 from orthrus.models.cache import NEW, OLD, cache_kwarg
+from orthrus.options import DecodeOptions
 
 pytestmark = pytest.mark.filterwarnings("error::FutureWarning")
 PROMPT = torch.tensor([5, 6, 7, 9, 3])

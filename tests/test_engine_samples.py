@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from conftest import EOS, save_tiny, tiny_base
 
-from orthrus.audit.sampling_config import problems
+from orthrus.plan.sampling_checks import problems
 from orthrus.cli import main as cli
-from orthrus.decode.options import DecodeOptions
 from orthrus.engines.engine_samples import engine_table, read_export
 from orthrus.engines.ingest import ExternalFileError
+from orthrus.options import DecodeOptions
 
 TWO_SAMPLE = {
     "enabled": True,

@@ -134,7 +134,7 @@ def test_export_prompts_takes_the_studys_options_and_has_no_silent_budget(tmp_pa
     from test_external import world
 
     from orthrus.cli import main as cli
-    from orthrus.decode.options import DecodeOptions
+    from orthrus.options import DecodeOptions
 
     teacher, prompts, _ = world(tmp_path)
     out = tmp_path / "p.jsonl"

@@ -10,12 +10,12 @@ from conftest import EOS, save_tiny, tiny_base, word_tokenizer
 
 from orthrus import contracts
 from orthrus.analysis import analyze
+from orthrus.chat import render_chat
 from orthrus.cli import main as cli
-from orthrus.data.chat import render_chat
-from orthrus.decode.options import DecodeOptions
 from orthrus.engines.export_prompts import stop_ids
 from orthrus.engines.ingest import cell, ingest
 from orthrus.errors import InputError
+from orthrus.options import DecodeOptions
 
 PROMPTS = {"p0": ("d0", "w5 w6 w7"), "p1": ("d0", "w9 w3"), "p2": ("d1", "w11 w12 w13 w14"), "p3": ("d1", "w20")}
 MAX_NEW = 12

@@ -6,9 +6,9 @@ import yaml
 from conftest import tiny_orthrus
 
 import orthrus
-from orthrus.analysis.stats import first_divergence
 from orthrus.audit.forensics import replay_verify, stepwise, stepwise_at
-from orthrus.decode.options import DecodeOptions
+from orthrus.options import DecodeOptions
+from orthrus.stats import first_divergence
 
 ROOT = Path(__file__).resolve().parent.parent
 

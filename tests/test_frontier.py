@@ -7,7 +7,7 @@ import pytest
 from conftest import save_tiny, tiny_orthrus
 
 from orthrus.decode.frontier import main, settings, table
-from orthrus.decode.options import DecodeOptions
+from orthrus.options import DecodeOptions
 
 
 def test_settings_are_every_cell_then_the_base_cell_guarded():

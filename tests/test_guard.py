@@ -6,9 +6,9 @@ import torch
 from conftest import MASK, tiny_orthrus
 
 import orthrus
-from orthrus.analysis.stats import first_divergence
 from orthrus.audit.forensics import replay_verify
-from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.options import DecodeOptions, OptionsError
+from orthrus.stats import first_divergence
 
 
 def _prompts(n, seed=0):

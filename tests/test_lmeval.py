@@ -151,7 +151,7 @@ def test_registered_and_chat_rendering_matches_render_chat(world):
     from lm_eval.api.instance import Instance
     from lm_eval.api.registry import get_model
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     assert get_model("orthrus") is lmeval.OrthrusLM
     lm = lmeval.OrthrusLM(pretrained=str(world["model"]), decoding="orthrus", dtype="fp32", device="cpu")
@@ -453,8 +453,8 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     from lm_eval.api.instance import Instance
 
     from orthrus.decode.loop import generate
-    from orthrus.decode.options import DecodeOptions
     from orthrus.decode.stage import decode_prompts
+    from orthrus.options import DecodeOptions
 
     fast = word_tokenizer()
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)

@@ -151,8 +151,8 @@ def test_missing_path_is_named():
 def test_bad_model_files_are_named_in_one_line(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from orthrus.decode.options import DecodeOptions
     from orthrus.models.loading import load_model
+    from orthrus.options import DecodeOptions
 
     tiny_orthrus(0, 8).save_pretrained(tmp_path / "m")
     weights = tmp_path / "m" / "model.safetensors"
@@ -200,9 +200,9 @@ def test_a_plain_model_missing_a_tensor_is_refused_by_every_loader(tmp_path):
     from safetensors.torch import load_file, save_file
 
     from orthrus.data.corpus import load_teacher
-    from orthrus.decode.options import DecodeOptions
     from orthrus.errors import InputError
     from orthrus.models.loading import load_model
+    from orthrus.options import DecodeOptions
 
     tiny_base(0).save_pretrained(tmp_path / "t")
     weights = tmp_path / "t" / "model.safetensors"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orthrus.decode.options import LOOP_ONLY, DecodeOptions, OptionsError
 from orthrus.errors import InputError
+from orthrus.options import LOOP_ONLY, DecodeOptions, OptionsError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
@@ -133,7 +133,7 @@ def test_the_schema_defaults_are_the_options_defaults():
     for k in ("eos", "last_block", "prefill_logits"):
         assert tuple(decode[k]["enum"]) == tuple(
             getattr(
-                __import__("orthrus.decode.options", fromlist=["x"]),
+                __import__("orthrus.options", fromlist=["x"]),
                 {"eos": "EOS_POLICIES", "last_block": "LAST_BLOCKS", "prefill_logits": "PREFILL_LOGITS"}[k],
             )
         )
@@ -146,7 +146,7 @@ def _sources():
 
 def test_each_loop_default_is_written_once():
     """No module restates an option's default: no `default=`, keyword default, `.get(key, default)`
-    or dict entry with an option's default value outside orthrus/decode/options.py."""
+    or dict entry with an option's default value outside orthrus/options.py."""
     found = []
     for name in ("message", "eos", "last_block", "prefill_logits"):
         value = re.escape(getattr(DecodeOptions, name))
@@ -170,9 +170,9 @@ def test_light_stages_import_without_torch():
     """The options, the shared helpers and the table and figure stages start without torch."""
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import orthrus.decode.options, orthrus.models.loading, orthrus.data.prompt_set, orthrus.decode.tpf, orthrus.errors\n"
+        "import orthrus.options, orthrus.models.loading, orthrus.data.prompt_set, orthrus.decode.tpf, orthrus.errors\n"
         "import orthrus.analysis, orthrus.analysis.tpf, orthrus.report.figures, orthrus.report.summary, orthrus.report.compare_tables\n"
-        "from orthrus.decode.options import DecodeOptions; DecodeOptions(decoder='ar')\n"
+        "from orthrus.options import DecodeOptions; DecodeOptions(decoder='ar')\n"
     )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -35,7 +35,7 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     from transformers import PreTrainedTokenizerFast
 
     from orthrus.analysis.perplexity import score
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(MASK)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -45,7 +45,7 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     )
     model = tiny_base(0)
     prompts = pd.DataFrame({"prompt_id": ["a"], "prompt": ["w5 w6"]})
-    from orthrus.decode.options import DecodeOptions
+    from orthrus.options import DecodeOptions
 
     # the options record as the decode stage writes it, and a record from before the options existed
     envs = [

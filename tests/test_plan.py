@@ -241,7 +241,7 @@ def test_a_changed_setting_makes_the_committed_schema_stale(tmp_path):
 
     code = (
         "import sys; from orthrus.distill.settings import DEFAULTS; DEFAULTS['lr'] = 0.125\n"
-        "from orthrus.decode.options import DecodeOptions\n"
+        "from orthrus.options import DecodeOptions\n"
         "DecodeOptions.__dataclass_fields__['message'].default = 'none'\n"
         "from orthrus.plan import schema; sys.stdout.write(schema.render())"
     )
@@ -274,7 +274,7 @@ def test_a_setting_the_config_leaves_out_is_refused():
 SETTINGS_MODULES = {
     "orthrus/distill/settings.py",
     "orthrus/world/teacher.py",
-    "orthrus/decode/options.py",
+    "orthrus/options.py",
     "orthrus/audit/verdict.py",
     "orthrus/decode/frontier.py",
     "orthrus/plan/schema.py",

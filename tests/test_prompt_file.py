@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orthrus.data import chat, prompt_set, prompts
+from orthrus import chat
+from orthrus.data import prompt_set, prompts
 from orthrus.data.prompt_file import PromptFileError, load_eval_file
 
 # The authors' file, kept outside the repository (shared/data/zarya-orthrus/README.md).

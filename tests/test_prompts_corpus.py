@@ -176,7 +176,7 @@ def test_corpus_shards_deterministic_and_partition(setup, tmp_path):
 
     from transformers import AutoTokenizer
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     tok = AutoTokenizer.from_pretrained(root / "teacher")
     eos = tok.eos_token_id
@@ -221,7 +221,7 @@ def test_corpus_batch_matches_single(setup, tmp_path):
 def test_corpus_batches_are_cut_by_domain(setup, monkeypatch):
     """Answers of one domain have like lengths, and a batch runs until its longest: the stage cuts
     batches from the prompts grouped by domain (then by length), and returns them in input order."""
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     model, tok = corpus.load_teacher(str(setup / "teacher"))
     # by length alone the batches would be {w1, w2 w3} and {w3 w4 w5, w4 w5 w6 w7}: each mixed
@@ -425,7 +425,7 @@ def test_hf_corpus_source_from_jsonl_in_the_authors_layout(setup, tmp_path, caps
     shards without generation: user-only chat prompt, response + EOS, sharded as prompts are."""
     from transformers import AutoTokenizer
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     root = setup
     recs = [{"prompt": f"Compute {i} + 1.", "response": f"The answer is {i + 1}."} for i in range(7)]

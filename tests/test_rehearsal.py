@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from orthrus import contracts
-from orthrus.decode.options import DecodeOptions
+from orthrus.options import DecodeOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "configs/paper.yaml"

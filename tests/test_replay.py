@@ -16,9 +16,9 @@ import pytest
 import torch
 from conftest import MASK, save_tiny, teacher_and_orthrus, word_tokenizer
 
-from orthrus.analysis.stats import first_divergence
 from orthrus.cli import main as cli
 from orthrus.decode.stage import main as decode
+from orthrus.stats import first_divergence
 
 
 def _run(root):

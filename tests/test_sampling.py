@@ -199,7 +199,7 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
 
     from orthrus.audit.sampling import position_tvs, reference_trajectory, verify_rows
     from orthrus.decode.loop import Sampler
-    from orthrus.decode.options import DecodeOptions
+    from orthrus.options import DecodeOptions
 
     _, model = teacher_and_orthrus(0, shift=2.0, block_size=4)
     options = DecodeOptions(temperature=0.7, max_new_tokens=20, eos="config")
@@ -214,7 +214,7 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
 
 
 def test_sampling_config_problems_name_the_key():
-    from orthrus.audit.sampling_config import problems
+    from orthrus.plan.sampling_checks import problems
 
     cfg = {
         "models": {"m": {}},

@@ -1,4 +1,4 @@
-"""orthrus.analysis.stats against hand-computed values."""
+"""orthrus.stats against hand-computed values."""
 
 import functools
 import math
@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from orthrus.analysis.stats import (
+from orthrus.stats import (
     common_prefix_len,
     first_divergence,
     levenshtein,
@@ -129,7 +129,7 @@ def test_levenshtein_long_lists_fast():
 
 
 def test_paired_stderr_by_hand():
-    from orthrus.analysis.stats import paired_stderr
+    from orthrus.stats import paired_stderr
 
     # d = [0, 0, 0, 1]: mean 0.25, sample variance (3 * 0.0625 + 0.5625) / 3 = 0.25, se = sqrt(0.25 / 4)
     assert paired_stderr([1, 1, 0, 1], [1, 1, 0, 0]) == pytest.approx(0.25)
@@ -146,7 +146,7 @@ def test_paired_stderr_by_hand():
 
 
 def test_combined_stderr():
-    from orthrus.analysis.stats import combined_stderr
+    from orthrus.stats import combined_stderr
 
     assert combined_stderr(0.3, 0.4) == pytest.approx(0.5)
     assert combined_stderr(0.0, 0.0) == 0.0
@@ -159,7 +159,7 @@ def test_tost_paired_hand_computed():
     1/2 + t / (2 sqrt(2 + t^2)), so p_high = 1/2 - 4 sqrt(3) / (2 sqrt(50)) = 1/2 - 0.4 sqrt(1.5);
     t_low = .6 / se = 6 sqrt(3), p_low = 1/2 - 6 sqrt(3) / (2 sqrt(110)) is the smaller one.
     The 90% interval is .1 +- t_.95,2 se = .1 +- 2.919986 * .057735."""
-    from orthrus.analysis.stats import tost_paired
+    from orthrus.stats import tost_paired
 
     r = tost_paired([0.1, 0.3, 0.5], [0.1, 0.2, 0.3], 0.5)
     assert r.diff == pytest.approx(0.1)
@@ -177,7 +177,7 @@ def test_tost_paired_hand_computed():
 def test_tost_paired_is_statsmodels_ttost_paired(seed):
     from statsmodels.stats.weightstats import ttost_paired
 
-    from orthrus.analysis.stats import tost_paired
+    from orthrus.stats import tost_paired
 
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 2, 40).astype(float)
@@ -189,7 +189,7 @@ def test_tost_paired_is_statsmodels_ttost_paired(seed):
 
 
 def test_tost_edges():
-    from orthrus.analysis.stats import tost, tost_paired
+    from orthrus.stats import tost, tost_paired
 
     same = tost_paired([1.0, 0.0, 1.0], [1.0, 0.0, 1.0], 0.02)  # identical scores: no difference, exactly
     assert same.p_value == 0.0 and same.diff == same.ci_low == same.ci_high == 0.0
@@ -202,7 +202,7 @@ def test_tost_edges():
 def test_welch_from_summaries_is_scipy_welch():
     from scipy.stats import ttest_ind
 
-    from orthrus.analysis.stats import welch
+    from orthrus.stats import welch
 
     rng = np.random.default_rng(3)
     a, b = rng.normal(2.0, 0.5, 30), rng.normal(1.7, 0.3, 150)

@@ -1,4 +1,6 @@
-"""Readable functions: none in the package is longer than one reader holds (80 lines)."""
+"""Readable functions: none in the package is longer than one reader holds (80 lines). And a layout a
+reader can follow: the package's folders import only the shared ground and the folders before them
+(docs/DESIGN.md, "Layout")."""
 
 from __future__ import annotations
 
@@ -36,3 +38,57 @@ def test_the_check_sees_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(80))
     (pkg / "m.py").write_text(f"def short():\n    return 1\n\n\n@staticmethod\ndef long():\n{body}\n")
     assert long_functions(pkg) == ["pkg/m.py:long (82 lines)"]
+
+
+# docs/DESIGN.md's import order: a folder imports only the shared ground (the package's top-level
+# modules) and the folders before it
+LAYERS = [
+    "models",
+    "world",
+    "data",
+    "decode",
+    "distill",
+    "audit",
+    "engines",
+    "analysis",
+    "report",
+    "lmeval",
+    "rehearsal",
+    "plan",
+]
+
+
+def upward_imports(root: Path, layers: list[str]) -> list[str]:
+    """`path -> module` for every import of a folder later in `layers` than the importing file's own."""
+    rank = {name: i for i, name in enumerate(layers)}
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if len(rel.parts) < 2 or rel.parts[0] not in rank:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == root.name and len(parts) > 1 and rank.get(parts[1], -1) > rank[rel.parts[0]]:
+                    out.append(f"{root.name}/{rel} -> {name}")
+    return out
+
+
+def test_no_folder_imports_a_later_one():
+    found = upward_imports(PACKAGE, LAYERS)
+    assert not found, "imports against docs/DESIGN.md's layer order:\n" + "\n".join(found)
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    pkg = tmp_path / "orthrus"
+    for folder in ("low", "high"):
+        (pkg / folder).mkdir(parents=True)
+    (pkg / "low" / "a.py").write_text("def f():\n    from orthrus.high import b\n")
+    (pkg / "high" / "b.py").write_text("from orthrus.low import a\nimport orthrus.io\n")
+    assert upward_imports(pkg, ["low", "high"]) == ["orthrus/low/a.py -> orthrus.high"]

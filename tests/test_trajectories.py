@@ -6,8 +6,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from orthrus import OrthrusForCausalLM
-from orthrus.decode.options import DecodeOptions
 from orthrus.decode.stage import main
+from orthrus.options import DecodeOptions
 
 
 def save_models(tmp_path):

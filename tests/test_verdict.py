@@ -15,9 +15,9 @@ from orthrus.analysis.match import audit, compare_trajectories, decoders_table, 
 from orthrus.audit.forensics import judge
 from orthrus.audit.forensics import main as forensics
 from orthrus.audit.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
-from orthrus.decode.options import DecodeOptions, OptionsError
 from orthrus.decode.stage import batched_generate, hf_generate
 from orthrus.decode.stage import main as decode
+from orthrus.options import DecodeOptions, OptionsError
 
 
 def test_ulp_is_the_spacing_of_the_precision_at_the_magnitude():
@@ -195,9 +195,11 @@ def test_the_planted_lossy_decoder_is_flagged_structural(study, tmp_path, p, a):
     assert row.audit == "not lossless" and row.n_structural == len(structural) and row.n_no_verdict == 0
 
 
-def test_the_controls_diverge_by_numerics_only(study, tmp_path):
+def test_the_controls_diverge_by_numerics_only(study, tmp_path, verify_kernel_noise):
     """bf16 sdpa: the oracle (reference drafts, K-token verify) and the batched reference part
-    from the reference only at ties and roundings; the honest Orthrus loop too."""
+    from the reference only at ties and roundings; the honest Orthrus loop too. The verify block's
+    kernel differs from single steps on any CPU (planted, `verify_kernel_noise`), so the oracle does
+    part from the reference, and the audit must call each of its divergences numerics."""
     ref = _decode(study, "teacher", "ar-ref", "bf16", "sdpa", tmp_path / "ref.parquet")
     oracle = _decode(
         study,
@@ -233,12 +235,14 @@ def test_the_controls_diverge_by_numerics_only(study, tmp_path):
     )
     decoded = pd.concat([ref, oracle, batched, orth], ignore_index=True)
     overall = match_overall(compare_trajectories(decoded, "teacher"))
-    assert overall[overall.decoder != "orthrus"].match_rate.min() < 1 or len(fx) == 0
-    assert fx.replay_consistent.all() and set(fx.verdict) <= {"tie", "rounding"}
+    oracle_rate = overall.set_index("decoder").match_rate["oracle"]
+    assert oracle_rate < 1 and (fx.decoder == "oracle").sum() > 0, "the planted verify kernel parts the oracle"
+    assert fx.replay_consistent.all() and fx.verdict.isin(["tie", "rounding"]).all(), fx[["decoder", "verdict"]]
     table = decoders_table(overall, decoded, fx)
     assert set(table.decoder) == {"orthrus", "oracle", "ar-batched"}
     assert table.oracle_match_rate.notna().all() and table.batch_match_rate.notna().all()
-    assert set(table.audit) <= {"exact", "numerics", "numerics, within its oracle"}
+    audit = table.set_index("decoder").audit
+    assert audit["oracle"] == "numerics" and set(audit) <= {"exact", "numerics", "numerics, within its oracle"}
 
 
 def test_a_cell_on_the_first_prompts_of_each_domain_replays_in_its_own_batches(study, tmp_path):
@@ -248,7 +252,7 @@ def test_a_cell_on_the_first_prompts_of_each_domain_replays_in_its_own_batches(s
     from transformers import AutoTokenizer
 
     from orthrus.audit.forensics import batch_of, row_options
-    from orthrus.decode.options import env_record
+    from orthrus.options import env_record
 
     batched = _decode(
         study,

@@ -147,7 +147,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     ) in shown  # the cache under results/
     # every loop gets the whole options object: the released loop's settings for our loop, transformers'
     # own for its decoders, tpf's budget and message on top of decode's for the TPF run
-    from orthrus.decode.options import DecodeOptions
+    from orthrus.options import DecodeOptions
 
     cmds = [c[c.index("orthrus ") :] for c in shown.splitlines() if "orthrus decode" in c or "orthrus lm-eval run" in c]
     opts = [
@@ -215,7 +215,7 @@ DECODED = re.compile(r"results/decode/([^/\s,]+)/([a-z-]+)-(bf16|fp16|fp32)-(eag
 
 def _cells(dry_run: str, model: str) -> set[tuple]:
     """(decoder, precision, attention) of the options every `orthrus decode` of `model` is given."""
-    from orthrus.decode.options import DecodeOptions
+    from orthrus.options import DecodeOptions
 
     cmds = [c for c in dry_run.splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
     return {

@@ -151,7 +151,7 @@ def world_tok(tmp_path_factory):
 def test_tokenizer_roundtrip_and_chat_template(world_tok):
     from transformers import AutoTokenizer
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     tok = AutoTokenizer.from_pretrained(world_tok)
     assert len(tok) == 384
@@ -194,7 +194,7 @@ def test_micro_teacher_saves_and_reloads(micro_teacher):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
     from orthrus.world.teacher import make_model  # noqa: F401  (import check)
 
     d, summary = micro_teacher

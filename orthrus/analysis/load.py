@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.contracts import CONFIG, FORENSICS_ROW_COLUMNS, REFERENCE_DECODER, TPF_RUN
-from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.errors import InputError
+from orthrus.options import DecodeOptions, env_record
 
 # Columns read from each input (subsets of the contracts in orthrus/contracts.py).
 DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import AnalysisError, warn
-from orthrus.analysis.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 from orthrus.analysis.tpf import tpf_per_prompt
 from orthrus.analysis.uncertainty import verdict_counts
 from orthrus.contracts import (
@@ -27,7 +26,8 @@ from orthrus.contracts import (
     TRAJECTORY_COLUMNS,
     VERDICT_COUNTS,
 )
-from orthrus.engines.ingest import declared_reference
+from orthrus.options import declared_reference
+from orthrus.stats import common_prefix_len, first_divergence, levenshtein, wilson_ci
 
 
 def detect_reference(decode: pd.DataFrame) -> str:

@@ -18,12 +18,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from orthrus.chat import render_chat
 from orthrus.contracts import PPL_COLUMNS
-from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.decode.options import DecodeOptions
 from orthrus.io import write_parquet
 from orthrus.models.loading import load_model
+from orthrus.options import DecodeOptions
 
 
 @torch.inference_mode()

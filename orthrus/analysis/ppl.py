@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from orthrus.analysis.stats import t_ci
 from orthrus.contracts import CONFIG, PPL_BY_MATCH_COLUMNS, PPL_LOGIT_COLUMNS, SPECULATIVE
+from orthrus.stats import t_ci
 
 LOG_PPL = "np.log(ppl)"  # the log-PPL term of the formula
 

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import run_settings
-from orthrus.analysis.stats import t_ci, t_halfwidth
 from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
 from orthrus.decode.tpf import tokens_per_forward
+from orthrus.stats import t_ci, t_halfwidth
 
 TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
 

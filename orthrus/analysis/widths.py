@@ -15,7 +15,7 @@ import pandas as pd
 from orthrus.analysis.match import rate_row
 from orthrus.analysis.tpf import tpf_per_prompt
 from orthrus.contracts import CONFIG, ENGINE_WIDTH_COLUMNS
-from orthrus.decode.options import env_record
+from orthrus.options import env_record
 
 _SPECULATIVE = re.compile(r"^(?P<method>\S+) k=(?P<k>\d+)$")
 

@@ -48,18 +48,18 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from orthrus.analysis.stats import first_divergence
 from orthrus.audit.verdict import ROUNDING_ULPS, engine_verdict, external_verdict, gap_ulps, rounding_ulps_arg, verdict
+from orthrus.chat import render_chat
 from orthrus.contracts import FORENSICS_COLUMNS
-from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
-from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.decode.stage import batched_generate, batches, hf_generate
 from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import load_draft, load_model
+from orthrus.options import DecodeOptions, env_record
+from orthrus.stats import first_divergence
 
 
 def margin(logits: torch.Tensor) -> float:

@@ -40,19 +40,19 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from orthrus.analysis.stats import as_token_list, first_divergence
 from orthrus.audit.forensics import batch_of, judge, margin, replay_generate, replay_verify, row_options, stepwise
 from orthrus.audit.verdict import ROUNDING_ULPS
+from orthrus.chat import render_chat
 from orthrus.contracts import REFERENCE_DECODER
-from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.decode.stage import batched_generate, decode_one
 from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 from orthrus.io import write_json
 from orthrus.models.loading import load_draft, load_model
 from orthrus.models.precision import numerical_env
+from orthrus.options import DecodeOptions, env_record
+from orthrus.stats import as_token_list, first_divergence
 
 VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval", "orthrus")
 

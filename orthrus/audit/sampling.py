@@ -232,7 +232,7 @@ def _top_p(value) -> float:
 
 
 def _prompt_ids(tokenizer, prompt: str, options, device) -> torch.Tensor:
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     return torch.tensor(render_chat(tokenizer, prompt, options.message), dtype=torch.long, device=device)
 
@@ -395,9 +395,9 @@ def two_sample_table(rows: pd.DataFrame, alpha: float) -> pd.DataFrame:
 def fig_sampling_tv(df: pd.DataFrame):
     """Per cell, the mean and the maximum per-position TV (log scale), the honest loop beside the
     planted control."""
-    from orthrus.report.figures.base import _plt
+    from orthrus.plotting import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     cells = df[["precision", "attention", "temperature", "top_p"]].drop_duplicates().reset_index(drop=True)
     labels = [
@@ -421,8 +421,8 @@ def fig_sampling_tv(df: pd.DataFrame):
 
 def main(argv=None) -> int:
     from orthrus.data.prompt_set import read_prompt_set
-    from orthrus.decode.options import DecodeOptions
     from orthrus.io import save_figure, write_parquet, write_table
+    from orthrus.options import DecodeOptions
 
     ap = argparse.ArgumentParser(prog="orthrus sampling", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)

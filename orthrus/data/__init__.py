@@ -1,1 +1,1 @@
-"""Data: prompts, prompt files, chat rendering, the teacher's corpus."""
+"""Data: prompts, prompt files, the teacher's corpus."""

@@ -5,7 +5,7 @@
  [--threads K] [--attention eager|sdpa] [--revision REV]`
 
 Shard I takes prompts I, I+N, I+2N, ... of the prompt file (in file order), so the N
-shards partition the prompts. Prompts are rendered with `orthrus.data.chat.render_chat`,
+shards partition the prompts. Prompts are rendered with `orthrus.chat.render_chat`,
 batched in order of domain, then rendered length (answers of one domain have like lengths, and
 a batch runs until its longest), LEFT-padded and decoded greedily with
 `model.generate(do_sample=False)`. Padding is stripped; `response_ids` end at the first
@@ -33,13 +33,13 @@ import pandas as pd
 
 from orthrus.contracts import CORPUS_COLUMNS
 from orthrus.data.prompt_set import length_error, read_prompt_set
-from orthrus.decode.options import DecodeOptions, check_message
 from orthrus.errors import InputError, MissingInputError
 from orthrus.io import write_parquet
 from orthrus.models.checkpoint import record_digest
 from orthrus.models.hub import is_hub_id, split_revision
 from orthrus.models.loading import eos_ids
 from orthrus.models.precision import DTYPES, parse_dtype
+from orthrus.options import DecodeOptions, check_message
 
 
 def resolve_teacher(teacher: str) -> str:
@@ -101,7 +101,7 @@ def generate_responses(
     import torch
     from tqdm import tqdm
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     eos = eos_ids(model, "generation_config", tokenizer=tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]

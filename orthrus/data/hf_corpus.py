@@ -10,7 +10,7 @@ The follow-up paper's authors publish their 1.7B distillation corpus as the hub 
 
 i.e. the response closed by the chat end token. This module turns such a dataset into this
 project's corpus shard schema (`orthrus.contracts.CORPUS_COLUMNS`) with the same rule: `prompt_ids` from
-`orthrus.data.chat.render_chat` with the configured message format (`none` for theirs), and
+`orthrus.chat.render_chat` with the configured message format (`none` for theirs), and
 `response_ids` = the response text followed by the tokenizer's EOS token, tokenized together
 without added special tokens. Shard I of N takes records I, I+N, I+2N, ... of the split, as
 `orthrus corpus` does with prompts, so the shards partition the split. A record's id is
@@ -92,8 +92,8 @@ def build_hf_shard(
     cache_dir=None,
 ) -> pd.DataFrame:
     """One corpus shard (orthrus.contracts.CORPUS_COLUMNS) from the records shard, shard+N, ... of the split."""
+    from orthrus.chat import render_chat
     from orthrus.contracts import CORPUS_COLUMNS
-    from orthrus.data.chat import render_chat
     from orthrus.data.prompt_set import control_token, visible
 
     if num_shards < 1 or not 0 <= shard < num_shards:

@@ -1,1 +1,1 @@
-"""Decoding: the options object, the Orthrus loop, transformers' decoders, the decode stage, TPF, the frontier."""
+"""Decoding: the trajectory record, the Orthrus loop, transformers' decoders, the decode stage, TPF, the frontier."""

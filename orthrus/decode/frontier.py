@@ -27,10 +27,10 @@ import time
 
 import pandas as pd
 
-from orthrus.analysis.stats import wilson_ci
 from orthrus.contracts import ERRORS, EXACTNESS_COST_COLUMNS, FRONTIER_COLUMNS
-from orthrus.decode.options import DecodeOptions
 from orthrus.decode.trajectory import Trajectory
+from orthrus.options import DecodeOptions
+from orthrus.stats import wilson_ci
 
 SETTING = ["model", "precision", "attention", "verify_guard"]
 # the settings measured (config `frontier.*`, whose schema defaults are generated from these)
@@ -54,7 +54,7 @@ def measure(
 ) -> pd.DataFrame:
     import torch
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
     from orthrus.decode.loop import generate
     from orthrus.models.loading import load_model
     from orthrus.models.precision import numerical_env
@@ -143,9 +143,9 @@ def table(rows: pd.DataFrame, base: tuple[str, str]) -> pd.DataFrame:
 def fig_exactness_cost(df: pd.DataFrame, base: tuple[str, str]):
     """Match rate (Wilson CI) against the time per token relative to the base loop, one point per
     setting; the cheapest exact one ringed."""
-    from orthrus.report.figures.base import _plt
+    from orthrus.plotting import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in df.itertuples():
         label = f"{r.precision}/{r.attention}" + (f" guard {r.verify_guard:g}" if r.verify_guard else "")

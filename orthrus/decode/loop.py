@@ -16,10 +16,10 @@ import torch
 from transformers import DynamicCache
 
 from orthrus.contracts import LOOP_DECODERS
-from orthrus.decode.options import DecodeOptions, OptionsError
 from orthrus.decode.tpf import tokens_per_forward
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import eos_ids
+from orthrus.options import DecodeOptions, OptionsError
 
 
 @dataclass

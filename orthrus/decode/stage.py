@@ -46,17 +46,17 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from orthrus.chat import render_chat
 from orthrus.contracts import DECODE_COLUMNS, DECODERS, PRECISIONS, REFERENCE_DECODER
-from orthrus.data.chat import render_chat
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
-from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 from orthrus.decode.trajectory import Trajectory, decoding_row, finish_reason
 from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.hub import snapshot_commit
 from orthrus.models.loading import eos_ids, load_draft, load_model
 from orthrus.models.precision import numerical_env
+from orthrus.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 
 
 class StepSizes:
@@ -384,9 +384,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--model-name", required=True)
     ap.add_argument("--prompts", required=True, help="evaluation prompts (Parquet: prompt_id, domain, prompt)")
-    ap.add_argument(
-        "--options", nargs="+", help="one DecodeOptions JSON object per --out file (orthrus/decode/options.py)"
-    )
+    ap.add_argument("--options", nargs="+", help="one DecodeOptions JSON object per --out file (orthrus/options.py)")
     ap.add_argument("--draft-path", help="assisted: the draft model (hub id or directory), same tokenizer")
     ap.add_argument("--reference", nargs="+", help="oracle: the ar-ref decoding result of each --out file's cell")
     ap.add_argument("--shard", type=int, default=0)

@@ -13,7 +13,7 @@ def eval_prompt_ids(path, tokenizer, per_domain: int) -> list[tuple[str, list[in
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
     from orthrus.data.prompt_set import read_prompt_set
 
     corpus = "prompt_ids" in pq.read_schema(path).names

@@ -139,9 +139,9 @@ def run_sampled(model, exported: list[dict], options, device: str, seed: int) ->
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from orthrus.decode.options import DecodeOptions, OptionsError
     from orthrus.engines.export_prompts import write_jsonl
     from orthrus.models.loading import load_model
+    from orthrus.options import DecodeOptions, OptionsError
 
     ap = argparse.ArgumentParser(prog="orthrus engine-standin", description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", required=True, help="the model the stand-in engine serves (the teacher)")

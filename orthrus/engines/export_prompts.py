@@ -11,7 +11,7 @@ study's budget made files that ingest then refused, issue 32).
 
 One JSON object per line and prompt (docs/DESIGN.md, "Exported prompts"): the prompt id and domain,
 the raw prompt, its chat messages, the chat-rendered text and its token ids under the study's message
-format (`orthrus.data.chat.render_chat`, the rendering every stage uses), and the study's generation
+format (`orthrus.chat.render_chat`, the rendering every stage uses), and the study's generation
 settings: greedy, `max_new_tokens`, the stop ids transformers' generate stops on for this model (its
 generation config's EOS ids, which the `ar-ref` reference stops on) and the message format. An engine
 fed `prompt_token_ids` with these settings runs the study's experiment; docs/EXTERNAL.md does it with
@@ -34,12 +34,12 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from orthrus.data.chat import chat_messages, render_chat
+from orthrus.chat import chat_messages, render_chat
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.decode.options import DecodeOptions, check_message
 from orthrus.errors import InputError
 from orthrus.io import atomic_path
 from orthrus.models.loading import eos_ids
+from orthrus.options import DecodeOptions, check_message
 
 
 def stop_ids(path) -> list[int]:

@@ -51,9 +51,9 @@ import sys
 from pathlib import Path
 
 from orthrus.contracts import ATTENTIONS, DECODE_COLUMNS, EXTERNAL_DECODER, EXTERNAL_FIELDS, EXTERNAL_REQUIRED
-from orthrus.decode.options import DecodeOptions, env_record
 from orthrus.decode.trajectory import Trajectory, decoding_row
 from orthrus.errors import InputError
+from orthrus.options import DecodeOptions
 
 # the names engines and libraries give the study's precisions (compared case-insensitively)
 DTYPES = {
@@ -162,17 +162,11 @@ def cell(name: str, entry: dict) -> tuple[str, str]:
     return precision, attention
 
 
-def declared_reference(env) -> str | None:
-    """The external decoder a decoding row declares as its reference (`env.external.reference`)."""
-    ext = env_record(env).get("external")
-    return ext.get("reference") if isinstance(ext, dict) else None
-
-
 class _Study:
     """What a record is checked against: the prompt set as rendered, the tokenizer, the settings."""
 
     def __init__(self, prompts, tokenizer, options: DecodeOptions, stop: list[int]):
-        from orthrus.data.chat import render_chat
+        from orthrus.chat import render_chat
 
         self.order = list(prompts["prompt_id"])
         self.domain = dict(zip(prompts["prompt_id"], prompts["domain"]))

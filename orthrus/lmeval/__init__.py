@@ -19,7 +19,7 @@ The model (`--model orthrus`) is lm-eval's Hugging Face model class (`HFLM`) wit
   text is decoded), up to a stop string or `max_gen_toks`;
 - log-likelihood requests: `HFLM`'s own code, i.e. the model's normal forward = the AR view;
 - chat rendering (when lm-eval applies a chat template, `--apply_chat_template`, the default of
-  `orthrus lm-eval run`): exactly `orthrus.data.chat.render_chat` with the options' message format
+  `orthrus lm-eval run`): exactly `orthrus.chat.render_chat` with the options' message format
   (default: an empty system message), the user turn, the assistant turn opened, thinking
   disabled; a task's assistant prefix (`gen_prefix`) is appended verbatim after that. Contexts
   rendered this way are tokenized without added special tokens, as `render_chat` does.
@@ -66,12 +66,12 @@ and its JSON record), `tables` (benchmark and agreement tables), `cli` (the comm
 figure is `orthrus.report.figures.fig_benchmarks`.
 """
 
+from orthrus.contracts import PRIMARY_METRICS
 from orthrus.lmeval.cli import build_parser, main
 from orthrus.lmeval.lm import DECODINGS, OrthrusLM, load_model
 from orthrus.lmeval.run import evaluate
 from orthrus.lmeval.tables import agreement_rows, load_records, make_tables, result_rows
 from orthrus.lmeval.tasks import (
-    PRIMARY_METRICS,
     BenchmarkError,
     check_code_eval,
     check_ifeval,

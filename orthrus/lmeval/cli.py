@@ -9,14 +9,13 @@ import json
 import sys
 from pathlib import Path
 
-from orthrus.contracts import PRECISIONS
-from orthrus.decode.options import DecodeOptions
+from orthrus.contracts import PRECISIONS, PRIMARY_METRICS
 from orthrus.errors import InputError
 from orthrus.io import atomic_path, write_json
 from orthrus.lmeval.lm import DECODINGS
 from orthrus.lmeval.run import evaluate
 from orthrus.lmeval.tables import make_tables, result_rows
-from orthrus.lmeval.tasks import PRIMARY_METRICS
+from orthrus.options import DecodeOptions
 
 
 def _gen_cap(v: str) -> int | None:
@@ -176,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-name", help="name in the tables (default: the path's last component)")
     p.add_argument(
         "--options",
-        help="the run's DecodeOptions as JSON (orthrus/decode/options.py), as the decode stage gets "
+        help="the run's DecodeOptions as JSON (orthrus/options.py), as the decode stage gets "
         "them; --decoding, --precision and --attention replace its fields",
     )
     p.add_argument("--decoding", choices=DECODINGS)

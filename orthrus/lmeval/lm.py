@@ -14,10 +14,10 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
-from orthrus.data.chat import chat_messages
-from orthrus.decode.options import DecodeOptions, OptionsError
+from orthrus.chat import chat_messages
 from orthrus.decode.trajectory import Trajectory
 from orthrus.models.hub import snapshot_commit
+from orthrus.options import DecodeOptions, OptionsError
 
 log = logging.getLogger("orthrus.lmeval")
 
@@ -149,14 +149,14 @@ class OrthrusLM(HFLM):
     def max_gen_toks(self) -> int:
         return self._default_max_gen_toks
 
-    # ---- chat rendering: orthrus.data.chat.render_chat semantics ----------------------------
+    # ---- chat rendering: orthrus.chat.render_chat semantics ----------------------------
 
     def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
         msgs = [dict(m) for m in chat_history]
         prefix = ""
         if not add_generation_prompt and msgs and msgs[-1]["role"] == "assistant":
             prefix = msgs.pop()["content"]  # the task's gen_prefix: appended verbatim below
-        if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.data.chat)
+        if not msgs or msgs[0]["role"] != "system":  # the run's message format (orthrus.chat)
             msgs = chat_messages(msgs[0]["content"], self.options.message) + msgs[1:] if msgs else msgs
         text = self.tokenizer.apply_chat_template(
             msgs, tokenize=False, add_generation_prompt=True, **self.chat_template_args

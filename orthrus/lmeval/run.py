@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from orthrus.decode.options import DecodeOptions
 from orthrus.lmeval.lm import OrthrusLM, lm_options
 from orthrus.lmeval.tasks import BenchmarkError, check_tasks
+from orthrus.options import DecodeOptions
 
 # The parts of lm-eval's result kept in the record, merged over the run's task groups.
 _RESULT_KEYS = ("results", "n-samples", "higher_is_better", "versions", "configs", "samples")

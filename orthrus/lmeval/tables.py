@@ -7,10 +7,10 @@ import json
 import math
 from pathlib import Path
 
-from orthrus.analysis.stats import combined_stderr, paired_stderr
-from orthrus.contracts import BENCHMARK_AGREEMENT_COLUMNS, BENCHMARK_COLUMNS
+from orthrus.contracts import BENCHMARK_AGREEMENT_COLUMNS, BENCHMARK_COLUMNS, PRIMARY_METRICS
 from orthrus.io import save_figure, write_table
-from orthrus.lmeval.tasks import PRIMARY_METRICS, BenchmarkError
+from orthrus.lmeval.tasks import BenchmarkError
+from orthrus.stats import combined_stderr, paired_stderr
 
 
 def _num(x):

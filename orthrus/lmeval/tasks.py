@@ -14,19 +14,6 @@ class BenchmarkError(InputError):
     """A benchmark run or table that cannot be made; the CLI prints it and exits with 2."""
 
 
-# The metric each task contributes to Table 7 (all metrics go into the tables; these are marked
-# `primary` and drawn in the figure).
-PRIMARY_METRICS = {
-    "gsm8k": ["exact_match,flexible-extract"],
-    "humaneval": ["pass@1,create_test"],
-    "humaneval_instruct": ["pass@1,create_test"],
-    "ifeval": ["prompt_level_loose_acc,none", "prompt_level_strict_acc,none"],
-    "tiny_arith": ["exact_match,flexible-extract"],
-    "tiny_gec": ["exact_match,none"],
-    "tiny_qa": ["acc,none"],
-    "tiny_code": ["exact_match,none"],
-    "tiny_translate": ["chrf,none"],
-}
 CODE_EVAL_HELP = (
     "HumanEval-style tasks ({tasks}) execute code written by the model. Opt in explicitly: "
     "pass --allow-code-eval (config: benchmarks.allow_code_eval: true) AND set the environment "

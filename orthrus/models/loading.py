@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orthrus.contracts import PLAIN_LM_DECODERS
-from orthrus.decode.options import EOS_POLICIES, DecodeOptions, OptionsError
 from orthrus.errors import InputError
+from orthrus.options import EOS_POLICIES, DecodeOptions, OptionsError
 
 
 def eos_ids(model, policy: str = DecodeOptions.eos, tokenizer=None) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from orthrus.decode.options import DecodeOptions
+from orthrus.options import DecodeOptions
 
 
 def settings(section) -> str:

@@ -3,7 +3,7 @@
 Every key of the config, its type, default, description and rules is stated once, in
 orthrus/plan/settings/; a default that a settings object of the package holds is taken from it: a
 variant's training settings (orthrus/distill/settings.py), the tiny teacher's
-(orthrus/world/teacher.py), the decoding options (orthrus/decode/options.py: `DecodeOptions` and
+(orthrus/world/teacher.py), the decoding options (orthrus/options.py: `DecodeOptions` and
 the controls' sizes), the verdicts' rounding bound (orthrus/audit/verdict.py), the frontier's
 settings (orthrus/decode/frontier.py). The committed schema (workflow/schemas/config.schema.yaml,
 which Snakemake validates with) is written from them, and docs/CONFIG.md from the schema
@@ -33,8 +33,9 @@ HEADER = (
 def generated_defaults() -> dict[tuple[str, ...], object]:
     """{path of a schema property: its default}, for the defaults a settings object of the package
     holds (tests/test_plan.py checks the schema carries them and that no module restates them)."""
+    from orthrus import options
     from orthrus.audit.verdict import ROUNDING_ULPS
-    from orthrus.decode import frontier, options
+    from orthrus.decode import frontier
     from orthrus.distill.settings import DEFAULTS as TRAIN
     from orthrus.world.teacher import DEFAULTS as TINY
 

@@ -23,7 +23,7 @@ claim and the table it rests on cannot disagree.
   p < alpha.
 - `benchmarks-equivalent` (Table 7), per run and task (primary metric): the paired per-document
   score difference against its AR reference, on the same documents, is equivalent to 0 within
-  +-margin points (two one-sided tests, `orthrus.analysis.stats.tost`; a 0-1 score counts 100 points);
+  +-margin points (two one-sided tests, `orthrus.stats.tost`; a 0-1 score counts 100 points);
   `fails` means equivalence is not shown, which is not a loss either. A corpus-level metric
   (chrF) has no per-document score: untestable.
 - `divergence-at-near-tie` (forensics), per configuration with divergences: at every first
@@ -59,10 +59,10 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from orthrus.analysis.stats import tost, welch, wilson_ci
-from orthrus.contracts import CLAIM_VERDICTS, CLAIMS_COLUMNS, CONFIG, ERRORS, SPECULATIVE
+from orthrus.contracts import CLAIM_VERDICTS, CLAIMS_COLUMNS, CONFIG, ERRORS, PRIMARY_METRICS, SPECULATIVE
 from orthrus.errors import InputError
 from orthrus.io import write_table
+from orthrus.stats import tost, welch, wilson_ci
 
 HOLDS, FAILS, UNTESTABLE = VERDICTS = CLAIM_VERDICTS
 # The decoders that are lossless in exact arithmetic, whose tokens the claims say something about.
@@ -257,7 +257,7 @@ def bf16_inexact(tables: Path, s: Settings) -> list[dict]:
 
 
 def _t_stderr(mean: float, high: float, n: int) -> float:
-    """The standard error behind a two-sided 95% t interval's upper bound (`orthrus.analysis.stats.t_ci`)."""
+    """The standard error behind a two-sided 95% t interval's upper bound (`orthrus.stats.t_ci`)."""
     from scipy import stats as st
 
     if n < 2 or math.isnan(high):
@@ -375,8 +375,6 @@ def _primary(tables: Path, ag: pd.DataFrame) -> pd.Series:
         keys = ["model", "decoder", "precision", "attention", "task", "metric"]
         flags = {tuple(k): bool(p) for k, p in zip(bench[keys].astype(str).values.tolist(), bench["primary"])}
         return pd.Series([flags.get(tuple(k), False) for k in ag[keys].astype(str).values.tolist()], index=ag.index)
-    from orthrus.lmeval.tasks import PRIMARY_METRICS
-
     return pd.Series([m in PRIMARY_METRICS.get(t, []) for t, m in zip(ag["task"], ag["metric"])], index=ag.index)
 
 

@@ -87,7 +87,7 @@ def make_model(cfg: dict, tokenizer):
 
 
 def _example(tokenizer, prompt: str, answer: str, max_len: int):
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
 
     p = render_chat(tokenizer, prompt)
     a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -124,7 +124,7 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
     on samples from a held-out stream; also the fraction of distinct outputs."""
     import torch
 
-    from orthrus.data.chat import render_chat
+    from orthrus.chat import render_chat
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
     model.eval()

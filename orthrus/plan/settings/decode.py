@@ -1,11 +1,12 @@
 """`decode`: the trajectory study's grid, its decoders and controls, narrower grids, engines'
 trajectories (external ones and those the workflow runs); the decoding options' defaults are
-orthrus/decode/options.py `DecodeOptions`. `engines`: the environment of the engines it runs."""
+orthrus/options.py `DecodeOptions`. `engines`: the environment of the engines it runs."""
 
 import dataclasses
 
 from orthrus.contracts import ATTENTIONS, CONTROLS, PRECISIONS
-from orthrus.decode.options import (
+from orthrus.decoders import names as decoder_names
+from orthrus.options import (
     EOS_POLICIES,
     LAST_BLOCKS,
     NOISE_BATCH_SIZE,
@@ -13,7 +14,6 @@ from orthrus.decode.options import (
     PREFILL_LOGITS,
     DecodeOptions,
 )
-from orthrus.decoders import names as decoder_names
 from orthrus.plan.settings.keys import (
     ATTENTION,
     MESSAGE,

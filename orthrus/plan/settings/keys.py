@@ -20,7 +20,7 @@ _UNSET = object()
 # (`(?![\s\S])` rather than `$`, which would also match before a final newline)
 NAME = "^[A-Za-z0-9_][A-Za-z0-9_.-]*(?![\\s\\S])"
 NAMES = {"pattern": NAME}
-# a prompt's chat message format (orthrus/decode/options.py check_message)
+# a prompt's chat message format (orthrus/options.py check_message)
 MESSAGE = "^(none|empty|system:.*)$"
 PRECISION = {"type": "string", "enum": list(PRECISIONS)}
 ATTENTION = {"type": "string", "enum": list(ATTENTIONS)}

@@ -4,7 +4,7 @@ orthrus/decode/frontier.py DEFAULTS and BASE."""
 from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.decode.frontier import BASE
 from orthrus.decode.frontier import DEFAULTS as FRONTIER
-from orthrus.decode.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
+from orthrus.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
 from orthrus.plan.settings.keys import (
     ATTENTION,
     MESSAGE,

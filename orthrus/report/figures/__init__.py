@@ -18,7 +18,8 @@ import pandas as pd
 from orthrus.contracts import FIGURE_FORMATS as FORMATS
 from orthrus.contracts import FIGURES
 from orthrus.io import save_figure
-from orthrus.report.figures.base import FigureError, _need, _plt, _read_table
+from orthrus.plotting import pyplot
+from orthrus.report.figures.base import FigureError, _need, _read_table
 from orthrus.report.figures.benchmarks import fig_benchmarks
 from orthrus.report.figures.exactness import (
     fig_decoders,
@@ -126,7 +127,7 @@ def _tables(tables_dir: Path) -> dict:
 
 
 def make_figures(tables_dir, out_dir) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     t = _tables(tables_dir)
     traj, mbd, tpf, pw, dec, fx, unc, near_tie = (

@@ -33,15 +33,6 @@ class FigureError(InputError):
     pass
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _legend(ax, n_series: int, fontsize: int = 8) -> None:
     """The legend inside the axes for a few series; for many (paper scale: 18-22 series of models x
     decoders x precisions) outside, right of the panel, so it covers no data."""

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from orthrus.report.figures.base import _plt
+from orthrus.plotting import pyplot
 
 
 def fig_benchmarks(df: pd.DataFrame):
     """lm-eval benchmark scores (`orthrus lm-eval table`, Table 7; saved there, not by
     `make_figures`): one panel per task/metric (the primary metrics, when any are marked),
     model/decoder groups, a bar per precision/attention, stderr error bars."""
-    plt = _plt()
+    plt = pyplot()
     d = df[df["primary"]] if len(df) and df["primary"].any() else df
     panels = list(dict.fromkeys(zip(d["task"], d["metric"]))) if len(d) else []
     ncol = max(1, min(3, len(panels)))

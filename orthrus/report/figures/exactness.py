@@ -6,11 +6,12 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import CONTROLS, PRECISION_RANK, SPECULATIVE
-from orthrus.report.figures.base import _empty, _errbar, _legend, _plt
+from orthrus.plotting import pyplot
+from orthrus.report.figures.base import _empty, _errbar, _legend
 
 
 def fig_match_by_domain(mbd: pd.DataFrame):
-    plt = _plt()
+    plt = pyplot()
     d = mbd[mbd["decoder"].isin(SPECULATIVE)] if len(mbd) else mbd
     attentions = sorted(d["attention"].unique()) if len(d) else []
     fig, axes = plt.subplots(1, max(1, len(attentions)), figsize=(6.5 * max(1, len(attentions)), 4.2), squeeze=False)
@@ -54,7 +55,7 @@ def survival_curve(first_div, match, t_max: int) -> tuple[np.ndarray, np.ndarray
 
 
 def fig_survival(traj: pd.DataFrame):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("Trajectories still identical to the AR reference")
     if not len(traj):
@@ -73,7 +74,7 @@ def fig_survival(traj: pd.DataFrame):
 
 
 def fig_first_divergence_hist(traj: pd.DataFrame):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("Position of the first divergence")
     d = traj[~traj["match"].astype(bool)] if len(traj) else traj
@@ -98,7 +99,7 @@ def fig_first_divergence_hist(traj: pd.DataFrame):
 
 
 def fig_pairwise_match(pw: pd.DataFrame):
-    plt = _plt()
+    plt = pyplot()
     keys = ["model", "decoder", "precision", "attention"]
     if not len(pw):
         fig, ax = plt.subplots(figsize=(6.5, 5))
@@ -135,7 +136,7 @@ def fig_pairwise_match(pw: pd.DataFrame):
 def fig_decoders(dec: pd.DataFrame):
     """How lossless is each decoder: match rate per precision, decoders and the audit's controls
     (hatched) side by side, Wilson CI; one panel per attention kernel."""
-    plt = _plt()
+    plt = pyplot()
     attentions = sorted(dec["attention"].unique()) if len(dec) else []
     fig, axes = plt.subplots(
         1, max(1, len(attentions)), figsize=(5.5 * max(1, len(attentions)), 4.2), squeeze=False, sharey=True

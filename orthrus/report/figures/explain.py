@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import SPECULATIVE
-from orthrus.report.figures.base import _empty, _errbar, _need, _plt
+from orthrus.plotting import pyplot
+from orthrus.report.figures.base import _empty, _errbar, _need
 
 
 def _logit_curves(logit: pd.DataFrame | None) -> dict[tuple, tuple[float, float]]:
@@ -30,10 +31,10 @@ def _logit_curves(logit: pd.DataFrame | None) -> dict[tuple, tuple[float, float]
 def fig_match_vs_ppl(traj: pd.DataFrame, logit: pd.DataFrame | None = None, n_bins: int = 8):
     """Binned P(match) against the reference response's PPL, per speculative-decoder
     configuration, with the logistic model of `logit` (ppl_logit.csv) where it was estimated."""
-    from orthrus.analysis.stats import wilson_ci
+    from orthrus.stats import wilson_ci
 
     curves = _logit_curves(logit)
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("Match probability vs reference-response perplexity")
     d = traj[traj["decoder"].isin(SPECULATIVE) & traj["ppl"].notna() & (traj["ppl"] > 0)] if len(traj) else traj
@@ -76,7 +77,7 @@ def fig_match_vs_ppl(traj: pd.DataFrame, logit: pd.DataFrame | None = None, n_bi
 
 
 def fig_margin_at_divergence(fx: pd.DataFrame | None, near_tie: float | None = None):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.set_title("AR top-1/top-2 logit margin at the first divergence")
     d = fx.dropna(subset=["margin_native"]) if fx is not None and len(fx) else None
@@ -101,7 +102,7 @@ def fig_margin_at_divergence(fx: pd.DataFrame | None, near_tie: float | None = N
 def fig_match_vs_uncertainty(mbd: pd.DataFrame, unc: pd.DataFrame | None):
     """Does a domain's match rate follow how often its teacher meets near-ties? One point per
     domain and reduced-precision Orthrus configuration."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.6))
     ax.set_title("Match rate against the teacher's near-ties per response, per domain")
     d = mbd[mbd["decoder"].isin(SPECULATIVE) & (mbd["precision"] != "fp32")] if len(mbd) else mbd

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orthrus.report.figures.base import _empty, _legend, _plt
+from orthrus.plotting import pyplot
+from orthrus.report.figures.base import _empty, _legend
 
 
 def fig_tpf_by_domain(tpf: pd.DataFrame):
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.2), squeeze=False)
     cols = [
         ("tpf_verify", "tokens / (prefill + verify)"),

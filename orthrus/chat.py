@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orthrus.decode.options import MESSAGE_FORMATS, DecodeOptions, check_message  # noqa: F401  (re-exported)
+from orthrus.options import MESSAGE_FORMATS, DecodeOptions, check_message  # noqa: F401  (re-exported)
 
 SYSTEM_PROMPT = ""
 

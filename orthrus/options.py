@@ -74,6 +74,12 @@ def env_record(env) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def declared_reference(env) -> str | None:
+    """The external decoder a decoding row declares as its reference (`env.external.reference`)."""
+    ext = env_record(env).get("external")
+    return ext.get("reference") if isinstance(ext, dict) else None
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """The decoding setting of one run (see the module docstring).
