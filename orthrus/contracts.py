@@ -689,12 +689,18 @@ ARTEFACTS.update(
         for name, cols in FRONTIER_TABLES.items()
     }
 )
-ARTEFACTS["Sampling measurement"] = Artefact(
-    "results/sampling/{model}-tv.parquet, results/sampling/{model}-two-sample.parquet",
+ARTEFACTS["Sampling measurement: total variation"] = Artefact(
+    "results/sampling/{model}-tv.parquet",
     "orthrus sampling measure",
-    SAMPLING_TV_ROWS + ["|"] + SAMPLING_TEST_ROWS,
-    "Two files: one row per (cell, reference trajectory) with its per-position `tv` list, and one row per (loop, "
-    "prompt) of the two-sample test with its `samples` and the AR arm's `ar_samples`; each with the cell's `env`.",
+    SAMPLING_TV_ROWS,
+    "One row per (cell, reference trajectory) with its per-position `tv` list and the cell's `env`.",
+)
+ARTEFACTS["Sampling measurement: two-sample test"] = Artefact(
+    "results/sampling/{model}-two-sample.parquet",
+    "orthrus sampling measure",
+    SAMPLING_TEST_ROWS,
+    "One row per (loop, prompt) of the two-sample test with its `samples`, the AR arm's `ar_samples` and the "
+    "cell's `env`.",
 )
 ARTEFACTS.update(
     {

@@ -42,3 +42,13 @@ def test_contracts_import_nothing_heavy():
 def test_every_table_ends_with_its_error_count():
     for name, cols in contracts.TABLES.items():
         assert (cols[-1] == contracts.ERRORS) == name.endswith(".csv"), name
+
+
+def test_every_artefact_column_is_a_column_name():
+    """DESIGN's artefact section lists real columns only (no separator or placeholder standing in for
+    a second file's columns: a file of its own is an artefact of its own)."""
+    import re
+
+    for name, artefact in contracts.ARTEFACTS.items():
+        bad = [c for c in artefact.columns if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(c))]
+        assert not bad, (name, bad)

@@ -1,4 +1,6 @@
-"""AR and Orthrus decoding, batch size 1, as a few small functions (prefill, AR step, consensus step).
+"""AR and Orthrus decoding, batch size 1, as a few small functions: `generate` runs the prefill forward,
+then one step function per decoder (`_ar_step`, `_orthrus_step` with `_verify` and `consensus`,
+`_oracle_step`) until EOS or the token budget.
 
 Greedy Orthrus emits, at every step, the AR view's argmax after the longest prefix of diffusion
 proposals that the AR view agrees with: in exact arithmetic it is the AR trajectory. Whether
