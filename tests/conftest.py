@@ -1,137 +1,11 @@
-from pathlib import Path
+"""The tests' fixtures (the factories they use: tests/helpers.py)."""
 
-import pandas as pd
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-from orthrus import OrthrusForCausalLM
-
-VOCAB, EOS, MASK = 96, 1, 95
+from helpers import MASK, save_tiny
 
 # Tiny models are fastest on one thread, and CI has two cores shared by the test processes.
 torch.set_num_threads(1)
-
-
-# the backbone families Orthrus is built on (orthrus.models.modeling.FAMILIES); Llama has no q/k norms
-FAMILIES = {"qwen3": (Qwen3ForCausalLM, Qwen3Config), "llama": (LlamaForCausalLM, LlamaConfig)}
-
-
-def tiny_config(attn="eager", init=0.2, vocab=VOCAB, layers=2, positions=256, family="qwen3"):
-    return FAMILIES[family][1](
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=positions,
-        tie_word_embeddings=True,
-        initializer_range=init,
-        eos_token_id=EOS,
-        attn_implementation=attn,
-    )
-
-
-def tiny_base(seed=0, attn="eager", init=0.2, family="qwen3", **kw):
-    torch.manual_seed(seed)
-    return FAMILIES[family][0](tiny_config(attn, init, family=family, **kw)).eval()
-
-
-def tiny_orthrus(
-    seed=0, block_size=8, diffusion="random", attn="eager", init=0.2, dtype=torch.float32, noise=1e-3, peaked=0.0, **kw
-):
-    """A tiny Orthrus whose diffusion view is random (acceptance ~0) or the AR view plus noise.
-
-    A random backbone mostly predicts from the current token, which the diffusion view sees
-    only as a mask. `peaked` adds a direction shared by all embeddings, which makes the
-    predictions depend less on the input token, so a noisy copy of the AR view proposes what
-    the AR view then says: high acceptance.
-    """
-    base = tiny_base(seed, attn, init, **kw)
-    if peaked:
-        with torch.no_grad():
-            shared = torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(seed + 7))
-            base.model.embed_tokens.weight.add_(peaked * init * shared)
-    model = OrthrusForCausalLM.from_base(base, block_size=block_size, mask_token_id=MASK)
-    g = torch.Generator().manual_seed(seed + 1000)
-    with torch.no_grad():
-        for p in model.diffusion_parameters():
-            if diffusion == "random":
-                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1) + (p.dim() == 1))
-            elif diffusion == "noisy":
-                p.add_(torch.randn(p.shape, generator=g) * noise)
-    return model.to(dtype).eval()
-
-
-def word_tokenizer(size=MASK):
-    """A word-level tokenizer for the tiny models: `w{i}` is token i, w1 EOS, w0 padding, and a
-    chat template that joins the messages' text."""
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(size)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    # special tokens match inside words unless `single_word`: "w19" would read as w1 + "9"
-    eos, pad = (AddedToken(t, single_word=True, special=True) for t in ("w1", "w0"))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=pad)
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    return fast
-
-
-def teacher_and_orthrus(seed, attn="eager", init=0.2, shift=0.0, shift_seed=0, block_size=8, noise=1e-2, noise_seed=0):
-    """A teacher and an Orthrus model whose AR view is that teacher and whose diffusion view is a
-    noisy copy of it. `shift` adds a direction shared by every embedding (predictions less tied to
-    the input token), so the noisy drafts are accepted more often."""
-    base = tiny_base(seed, attn, init)
-    with torch.no_grad():
-        base.model.embed_tokens.weight.add_(
-            shift * torch.randn(base.config.hidden_size, generator=torch.Generator().manual_seed(shift_seed))
-        )
-    teacher = Qwen3ForCausalLM(base.config).eval()
-    teacher.load_state_dict(base.state_dict())
-    orth = OrthrusForCausalLM.from_base(base, block_size=block_size, mask_token_id=MASK)
-    g = torch.Generator().manual_seed(noise_seed)
-    with torch.no_grad():
-        for p in orth.diffusion_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * noise)
-    return teacher, orth
-
-
-def prompt_frame(prompts) -> pd.DataFrame:
-    """A prompt set (`prompt_id`, `domain`, `prompt`) from `{prompt_id: (domain, prompt)}`, a list of
-    prompts (ids `p0`, `p1`, ..., one domain `x`) or a DataFrame as it stands."""
-    if isinstance(prompts, pd.DataFrame):
-        return prompts
-    if isinstance(prompts, dict):
-        return pd.DataFrame(
-            {
-                "prompt_id": list(prompts),
-                "domain": [d for d, _ in prompts.values()],
-                "prompt": [p for _, p in prompts.values()],
-            }
-        )
-    return pd.DataFrame(
-        {"prompt_id": [f"p{i}" for i in range(len(prompts))], "domain": ["x"] * len(prompts), "prompt": list(prompts)}
-    )
-
-
-def save_tiny(root: Path, models: dict, prompts=None, tokenizer=None, prompts_file: str = "p.parquet") -> Path:
-    """Save what a stage reads under `root`, as a study does: each model of `models` (`{relative
-    directory: model}`) with the tokenizer (the word tokenizer unless given), and `prompts` (see
-    `prompt_frame`) as `root/prompts_file`. Returns the prompt file's path (or root without prompts)."""
-    root = Path(root)
-    tokenizer = tokenizer if tokenizer is not None else word_tokenizer()
-    for name, model in models.items():
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-    if prompts is None:
-        return root
-    path = root / prompts_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prompt_frame(prompts).to_parquet(path)
-    return path
 
 
 @pytest.fixture
@@ -161,12 +35,12 @@ def verify_kernel_noise(monkeypatch):
     differ from those of the single steps, which is what a kernel choice does."""
     from transformers.models.qwen3 import modeling_qwen3
 
-    from orthrus.models.cache import passed_cache
+    from orthrus.models.cache import NEW, OLD
 
     original = modeling_qwen3.Qwen3ForCausalLM.forward
 
     def forward(self, *args, **kwargs):
-        cache = passed_cache(kwargs)
+        cache = kwargs.get(NEW, kwargs.get(OLD))  # the cache, as either release spells its keyword
         past = cache.get_seq_length() if cache is not None else 0  # before this forward appends to it
         out = original(self, *args, **kwargs)
         rows = out.logits.shape[1]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import EOS, VOCAB, word_tokenizer
+from helpers import EOS, VOCAB, word_tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from orthrus.cli import main as cli

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import EOS, MASK, tiny_base, tiny_orthrus
+from helpers import EOS, MASK, tiny_base, tiny_orthrus
 from scipy.stats import chi2_contingency
 
 import orthrus

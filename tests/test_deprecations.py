@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import MASK, teacher_and_orthrus
+from helpers import MASK, teacher_and_orthrus
 
 import orthrus
 from orthrus.audit.forensics import stepwise

@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import EOS, save_tiny, tiny_base
+from helpers import EOS, save_tiny, tiny_base
 
-from orthrus.plan.sampling_checks import problems
 from orthrus.cli import main as cli
 from orthrus.engines.engine_samples import engine_table, read_export
 from orthrus.engines.ingest import ExternalFileError
 from orthrus.options import DecodeOptions
+from orthrus.plan.sampling_checks import problems
 
 TWO_SAMPLE = {
     "enabled": True,

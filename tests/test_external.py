@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import EOS, save_tiny, tiny_base, word_tokenizer
+from helpers import EOS, save_tiny, tiny_base, word_tokenizer
 
 from orthrus import contracts
 from orthrus.analysis import analyze

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import tiny_orthrus
+from helpers import tiny_orthrus
 
 import orthrus
 from orthrus.audit.forensics import replay_verify, stepwise, stepwise_at
@@ -69,7 +69,7 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     decoder did not produce (a token planted by hand) is not reproduced by its replay, and gets
     no verdict."""
     import pandas as pd
-    from conftest import MASK, save_tiny, tiny_base
+    from helpers import MASK, save_tiny, tiny_base
 
     from orthrus.audit.forensics import main as forensics
     from orthrus.decode.stage import main as decode

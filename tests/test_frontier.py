@@ -4,7 +4,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import save_tiny, tiny_orthrus
+from helpers import save_tiny, tiny_orthrus
 
 from orthrus.decode.frontier import main, settings, table
 from orthrus.options import DecodeOptions

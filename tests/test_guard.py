@@ -3,7 +3,7 @@ single-token AR forward instead."""
 
 import pytest
 import torch
-from conftest import MASK, tiny_orthrus
+from helpers import MASK, tiny_orthrus
 
 import orthrus
 from orthrus.audit.forensics import replay_verify

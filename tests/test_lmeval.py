@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_base
+from helpers import tiny_base
 
 from orthrus.errors import InputError
 
@@ -449,7 +449,7 @@ def test_lmeval_runs_the_decode_stages_loop_with_its_options(eos, tmp_path):
     released loop) decodes past it, and the answer text then holds the text after that id too
     (special tokens are skipped when decoding; a task's stop strings still cut it)."""
     import pandas as pd
-    from conftest import EOS, tiny_orthrus, word_tokenizer
+    from helpers import EOS, tiny_orthrus, word_tokenizer
     from lm_eval.api.instance import Instance
 
     from orthrus.decode.loop import generate

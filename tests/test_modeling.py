@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from conftest import MASK, tiny_base, tiny_orthrus
+from helpers import MASK, tiny_base, tiny_orthrus
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 from transformers import DynamicCache, PreTrainedTokenizerFast

@@ -1,7 +1,7 @@
 import math
 
 import torch
-from conftest import tiny_base
+from helpers import tiny_base
 
 from orthrus.analysis.perplexity import response_scores
 
@@ -30,7 +30,7 @@ def test_score_renders_each_prompt_with_its_rows_message_format():
     import json
 
     import pandas as pd
-    from conftest import MASK
+    from helpers import MASK
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

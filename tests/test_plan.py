@@ -4,6 +4,7 @@ config without Snakemake. tests/test_workflow.py checks that the workflow runs w
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import os
@@ -24,6 +25,34 @@ SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
 _spec = importlib.util.spec_from_file_location("config_check", ROOT / "workflow/scripts/config_check.py")
 cc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cc)
+
+
+def generated_defaults() -> dict[tuple[str, ...], object]:
+    """{path of a schema property: its default}, for the defaults a settings object of the package
+    holds: the schema must carry them, and no module restate them."""
+    from orthrus import options
+    from orthrus.audit.verdict import ROUNDING_ULPS
+    from orthrus.decode import frontier
+    from orthrus.distill.settings import DEFAULTS as TRAIN
+    from orthrus.world.teacher import DEFAULTS as TINY
+
+    out: dict[tuple[str, ...], object] = {}
+    for k, v in TRAIN.items():
+        out[("properties", "models", "additionalProperties", "properties", k)] = v
+    for k, v in TINY.items():
+        out[("properties", "teacher", "properties", "tiny", "properties", k)] = v
+    decode = ("properties", "decode", "properties")
+    fields = {f.name: f.default for f in dataclasses.fields(options.DecodeOptions)}
+    for k in options.CONFIG_KEYS:
+        out[decode + (k,)] = fields[k]
+    out[decode + ("noise_batch_size",)] = options.NOISE_BATCH_SIZE
+    out[decode + ("oracle_block_size",)] = options.ORACLE_BLOCK_SIZE
+    out[("properties", "analysis", "properties", "rounding_ulps")] = dict(ROUNDING_ULPS)
+    for k, v in frontier.DEFAULTS.items():
+        out[("properties", "frontier", "properties", k)] = v
+    for k, v in frontier.BASE.items():
+        out[("properties", "frontier", "properties", "base", "properties", k)] = v
+    return out
 
 
 def study(path="tests/smoke/config.yaml", mutate=None) -> Study:
@@ -227,7 +256,7 @@ def test_the_schema_is_generated_from_the_typed_settings():
 
     assert schema.main(["--check"]) == 0, "run: python -m orthrus.plan.schema"
     loaded = yaml.safe_load(SCHEMA.read_text())
-    for path, v in schema.generated_defaults().items():
+    for path, v in generated_defaults().items():
         node = loaded
         for k in path:
             node = node[k]
@@ -305,8 +334,6 @@ def test_no_generated_default_is_stated_again_outside_its_settings():
     in the package for a key whose default the settings state (orthrus/plan/schema.py): a second
     statement drifts (export-prompts' --max-new-tokens 128 beside the study's 224 did)."""
     import ast
-
-    from orthrus.plan.schema import generated_defaults
 
     values = {}
     for path, v in generated_defaults().items():

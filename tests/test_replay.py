@@ -14,7 +14,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, save_tiny, teacher_and_orthrus, word_tokenizer
+from helpers import MASK, save_tiny, teacher_and_orthrus, word_tokenizer
 
 from orthrus.cli import main as cli
 from orthrus.decode.stage import main as decode

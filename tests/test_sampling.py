@@ -195,7 +195,7 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
     """On a tiny Orthrus whose drafts are a noisy AR view: the honest loop's per-position TV against
     single steps is fp32 rounding, the planted control's orders of magnitude above it; every
     generated position past the first gets a row, as the loop's blocks cover them."""
-    from conftest import teacher_and_orthrus
+    from helpers import teacher_and_orthrus
 
     from orthrus.audit.sampling import position_tvs, reference_trajectory, verify_rows
     from orthrus.decode.loop import Sampler

@@ -1,7 +1,7 @@
 import json
 
 import pandas as pd
-from conftest import EOS, MASK, save_tiny, tiny_base
+from helpers import EOS, MASK, save_tiny, tiny_base
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import MASK, save_tiny, teacher_and_orthrus, tiny_base
+from helpers import MASK, save_tiny, teacher_and_orthrus, tiny_base
 
 import orthrus
 from orthrus.analysis.match import audit, compare_trajectories, decoders_table, match_overall

@@ -141,10 +141,10 @@ def test_code_uses_local_stdlib():
 
 @pytest.fixture(scope="module")
 def world_tok(tmp_path_factory):
-    from orthrus.world.tokenizer import build_tokenizer
+    from orthrus.world.tokenizer import train_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
-    build_tokenizer(d, vocab_size=384)
+    train_tokenizer(vocab_size=384, seed=0).save_pretrained(str(d))
     return d
 
 

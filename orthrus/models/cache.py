@@ -21,8 +21,3 @@ def _keyword(cls) -> str:
 def cache_kwarg(model, cache) -> dict:
     """`{keyword: cache}` for `model(...)`: the keyword its class's forward takes."""
     return {_keyword(type(model)): cache}
-
-
-def passed_cache(kwargs: dict):
-    """The cache a forward was given, under either spelling (for code that wraps a forward)."""
-    return kwargs.get(NEW, kwargs.get(OLD))

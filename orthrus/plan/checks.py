@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 
 from orthrus import contracts
-from orthrus.plan.sampling_checks import problems as sampling_problems
 from orthrus.engines.runner import problems as engine_problems
 from orthrus.models.hub import is_hub_id
+from orthrus.plan.sampling_checks import problems as sampling_problems
 from orthrus.plan.training_checks import code_defaults, training_problems, warmup_problem
 
 

@@ -16,7 +16,6 @@ which Snakemake validates with) is written from them, and docs/CONFIG.md from th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -28,34 +27,6 @@ HEADER = (
     "# Generated from the typed settings in orthrus/plan/settings/ by `python -m orthrus.plan.schema`;\n"
     "# do not edit by hand (tests/test_plan.py fails when this file differs from what they generate).\n"
 )
-
-
-def generated_defaults() -> dict[tuple[str, ...], object]:
-    """{path of a schema property: its default}, for the defaults a settings object of the package
-    holds (tests/test_plan.py checks the schema carries them and that no module restates them)."""
-    from orthrus import options
-    from orthrus.audit.verdict import ROUNDING_ULPS
-    from orthrus.decode import frontier
-    from orthrus.distill.settings import DEFAULTS as TRAIN
-    from orthrus.world.teacher import DEFAULTS as TINY
-
-    out: dict[tuple[str, ...], object] = {}
-    for k, v in TRAIN.items():
-        out[("properties", "models", "additionalProperties", "properties", k)] = v
-    for k, v in TINY.items():
-        out[("properties", "teacher", "properties", "tiny", "properties", k)] = v
-    decode = ("properties", "decode", "properties")
-    fields = {f.name: f.default for f in dataclasses.fields(options.DecodeOptions)}
-    for k in options.CONFIG_KEYS:
-        out[decode + (k,)] = fields[k]
-    out[decode + ("noise_batch_size",)] = options.NOISE_BATCH_SIZE
-    out[decode + ("oracle_block_size",)] = options.ORACLE_BLOCK_SIZE
-    out[("properties", "analysis", "properties", "rounding_ulps")] = dict(ROUNDING_ULPS)
-    for k, v in frontier.DEFAULTS.items():
-        out[("properties", "frontier", "properties", k)] = v
-    for k, v in frontier.BASE.items():
-        out[("properties", "frontier", "properties", "base", "properties", k)] = v
-    return out
 
 
 class _Dumper(yaml.SafeDumper):

@@ -87,10 +87,3 @@ def train_tokenizer(
     tok.chat_template = CHAT_TEMPLATE
     tok.padding_side = "left"
     return tok
-
-
-def build_tokenizer(out_dir, vocab_size: int = 512, seed: int = 0):
-    """Train and `save_pretrained` the world tokenizer into `out_dir`; return it."""
-    tok = train_tokenizer(vocab_size=vocab_size, seed=seed)
-    tok.save_pretrained(str(out_dir))
-    return tok
