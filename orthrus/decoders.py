@@ -34,6 +34,7 @@ class Decoder(NamedTuple):
     needs_draft: bool = False  # the teacher's draft model (teacher.draft)
     takes_reference: bool = False  # the reference trajectory's tokens, as its drafts
     batched: bool = False  # decodes prompts in left-padded batches (decode.noise_batch_size)
+    diffusion: bool = False  # proposes with an Orthrus model's diffusion view (needs an Orthrus checkpoint)
     greedy_only: bool = False
     # lossless in exact arithmetic; the planted control is not, and the audit must say so
     lossless: bool = True
@@ -42,7 +43,7 @@ class Decoder(NamedTuple):
 TABLE = (
     Decoder("ar-ref", "reference", "generate", "teacher"),
     Decoder("ar", "view", "loop", "orthrus"),
-    Decoder("orthrus", "speculative", "loop", "orthrus"),
+    Decoder("orthrus", "speculative", "loop", "orthrus", diffusion=True),
     Decoder("assisted", "speculative", "generate", "teacher", needs_draft=True),
     Decoder("prompt-lookup", "speculative", "generate", "teacher", (("prompt_lookup_tokens", "prompt_lookup_tokens"),)),
     # the consensus loop on the teacher whose drafts are the reference's own tokens: the verify shape's
@@ -60,7 +61,7 @@ TABLE = (
     # speculation
     Decoder("ar-batched", "control", "generate", "teacher", (("batch_size", "noise_batch_size"),), batched=True),
     # a planted bug the audit must catch: Orthrus accepting a draft token among the AR view's top 2
-    Decoder("orthrus-lossy", "control", "loop", "orthrus", lossless=False),
+    Decoder("orthrus-lossy", "control", "loop", "orthrus", diffusion=True, lossless=False),
     Decoder("external", "speculative", "engine", "engine"),
 )
 DECODER = {d.name: d for d in TABLE}

@@ -37,6 +37,7 @@ def test_the_vocabularies_are_the_tables_columns():
     assert set(contracts.MODEL_DECODERS) == {"ar", "orthrus", "orthrus-lossy"}
     assert contracts.REFERENCE_DECODER not in contracts.COMPARED_DECODERS
     assert [d.name for d in TABLE if not d.lossless] == ["orthrus-lossy"]
+    assert set(names(diffusion=True)) == {"orthrus", "orthrus-lossy"}
     # the config's choices are the table's
     assert set(DECODE["properties"]["controls"]["items"]["enum"]) == set(contracts.CONTROLS)
     assert set(DECODE["properties"]["decoders"]["items"]["enum"]) == {"assisted", "prompt-lookup"}

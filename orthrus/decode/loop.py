@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from orthrus.contracts import LOOP_DECODERS
 from orthrus.decode.tpf import tokens_per_forward
+from orthrus.decoders import DECODER
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import eos_ids
 from orthrus.options import DecodeOptions, OptionsError
@@ -286,7 +287,7 @@ def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
     (the options checked themselves when they were built)."""
     if model is None or not hasattr(model, "config"):
         raise OptionsError(f"model must be a loaded causal LM, got {type(model).__name__}")
-    if opts.decoder in ("orthrus", "orthrus-lossy") and not hasattr(model, "diffusion_forward"):
+    if DECODER[opts.decoder].diffusion and not hasattr(model, "diffusion_forward"):
         raise OptionsError(
             f"decoder {opts.decoder} needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}"
         )

@@ -29,9 +29,9 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
     import torch
     import transformers
 
-    from orthrus.decode.stage import StepSizes, count_forwards
+    from orthrus.decode.stage import GENERATE_ARGS, StepSizes, count_forwards
 
-    lookup = {"prompt_lookup_num_tokens": options.prompt_lookup_tokens} if options.decoder == "prompt-lookup" else {}
+    lookup = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, None)
     env = {
         "engine": "transformers (orthrus engine-standin)",
         "version": transformers.__version__,
@@ -92,7 +92,9 @@ def run_sampled(model, exported: list[dict], options, device: str, seed: int) ->
     import torch
     import transformers
 
-    lookup = {"prompt_lookup_num_tokens": options.prompt_lookup_tokens} if options.decoder == "prompt-lookup" else {}
+    from orthrus.decode.stage import GENERATE_ARGS
+
+    lookup = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, None)
     records = []
     for rank, r in enumerate(exported):
         ids = torch.tensor([r["prompt_token_ids"]], dtype=torch.long, device=device)

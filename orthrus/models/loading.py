@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orthrus.contracts import PLAIN_LM_DECODERS
+from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 from orthrus.options import EOS_POLICIES, DecodeOptions, OptionsError
 
@@ -56,7 +57,7 @@ def load_model(path, options: DecodeOptions, device: str = "cpu", revision: str 
         )
     elif is_orthrus_checkpoint(path):
         model = OrthrusForCausalLM.from_pretrained(path, **kw)
-    elif options.decoder in ("ar", "oracle"):
+    elif not DECODER[options.decoder].diffusion:  # the loop on the backbone alone (ar, oracle)
         model = load_complete(family(kind, path)[0], path, use_safetensors=True, **kw)
     else:
         raise InputError(
