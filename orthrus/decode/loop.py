@@ -191,7 +191,6 @@ class _Run:
         return self.stopped
 
 
-@torch.inference_mode()
 def _eos_set(model, opts: DecodeOptions, eos_token_id) -> set[int]:
     """The ids that end the trajectory: an explicit `eos_token_id` (an int or a list of ints), else `opts.eos`'s."""
     if eos_token_id is None:
@@ -202,6 +201,8 @@ def _eos_set(model, opts: DecodeOptions, eos_token_id) -> set[int]:
     return set(given)
 
 
+# no autograd: a decoding run records no graph (recording one costs every forward time and memory)
+@torch.inference_mode()
 def generate(
     model,
     input_ids: torch.Tensor,
