@@ -16,7 +16,6 @@ COMMANDS = {
     "decode": "orthrus.decode.stage",
     "export-prompts": "orthrus.engines.export_prompts",
     "ingest": "orthrus.engines.ingest",
-    "engine-standin": "orthrus.engines.engine_standin",
     "engine-samples": "orthrus.engines.engine_samples",
     "engine-run": "orthrus.engines.runner",
     "gguf-export": "orthrus.engines.gguf_export",

@@ -610,7 +610,7 @@ ARTEFACTS = {
     ),
     "Sampled engine file": Artefact(
         "sampling.engines.{name}.path (JSONL)",
-        "an engine, or orthrus engine-standin on the sampled export",
+        "an engine, or the transformers stand-in engine on the sampled export",
         SAMPLED_FIELDS,
         "One JSON object per line and prompt of the sampled export; `orthrus engine-samples` tests it against "
         "its entry's `reference`. `samples`: the export's `n_samples` lists of generated ids, each of "

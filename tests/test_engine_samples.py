@@ -173,8 +173,9 @@ def test_the_stand_in_samples_the_sampled_export_and_its_pair_passes(tmp_path):
         if at is not None:  # the planted sampler: the export's prompts sampled at another temperature
             src = tmp_path / "hot.jsonl"
             src.write_text("".join(json.dumps(e | {"temperature": at}) + "\n" for e in exported.values()))
-        cmd = ["engine-standin", "--model-path", str(teacher), "--prompts", str(src), "--options", opts.to_json()]
-        assert cli([*cmd, "--seed", str(seed), "--out", str(out)]) == 0
+        run = {"name": decoder, "out": str(out), "options": opts.to_json(), "device": "cpu", "seed": seed}
+        cmd = ["engine-run", "--engine", "transformers", "--model-path", str(teacher), "--prompts", str(src)]
+        assert cli([*cmd, "--runs", json.dumps([run])]) == 0
         if at is not None:  # its env says the export's temperature, as a buggy engine's would
             recs = [json.loads(line) for line in out.read_text().splitlines()]
             out.write_text("".join(json.dumps(r | {"env": r["env"] | {"temperature": 0.7}}) + "\n" for r in recs))
@@ -229,7 +230,7 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
         "sampling.engines.s.speculative: set without engine",
         "sampling.engines.s.patches: set without engine",
         "sampling.engines.t: stand_in and engine both write its file",
-        "sampling.engines.u.speculative: draft_model proposes with teacher.draft, which is not set",
+        "sampling.engines.u.draft: speculative draft_model needs a draft: set it, or teacher.draft",
     ):
         assert any(p.startswith(line) for p in found), (line, found)
     monkeypatch.undo()
@@ -257,7 +258,9 @@ def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
     s.sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
     s.config, s.teacher = {"seed": 0, "engines": {}}, "teacher"
     runs = {r["name"]: r for r in s.sampled_engine_runs(None)}
-    assert list(runs) == ["p", "s", "f"] and s.sampled_standins() == {"t": ("ar-ref", 1005)}
+    [standin] = s.sampled_engine_runs(None, "transformers")  # the stand_in entry is the transformers engine's
+    assert list(runs) == ["p", "s", "f"] and (standin["name"], standin["seed"]) == ("t", 1005)
+    assert json.loads(standin["options"])["decoder"] == "ar-ref" and standin["out"] == "r/t.jsonl"
     assert [runs[n]["seed"] for n in ("p", "s", "f")] == [5, 77, 3005]
     assert {r["dtype"] for r in runs.values()} == {"bf16"} and runs["f"]["patches"] == ["cpu-expand-float"]
     assert runs["s"]["out"] == "r/s.jsonl" and runs["s"]["k"] == 3 and runs["p"]["speculative"] == "none"

@@ -436,30 +436,18 @@ def test_an_engine_failure_is_an_error_row_and_the_options_refuse_loop_settings(
 
 
 def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
-    """`orthrus engine-standin` (decode.external's stand_in) reads the export and writes an engine's file:
-    its plain run is ar-ref's trajectories, its prompt-lookup run records accepted tokens and forwards."""
+    """The transformers stand-in engine (decode.external's stand_in, `orthrus engine-run --engine
+    transformers`) reads the export and writes an engine's file: its plain run is ar-ref's trajectories,
+    its prompt-lookup run records accepted tokens and forwards."""
     teacher, prompts, ref = world(tmp_path)
     export(tmp_path, teacher, prompts)
     runs = {}
     for decoder in ("ar-ref", "prompt-lookup"):
         out = tmp_path / f"{decoder}.jsonl"
         options = DecodeOptions(decoder=decoder, precision="fp32", attention="eager", max_new_tokens=MAX_NEW)
-        assert (
-            cli(
-                [
-                    "engine-standin",
-                    "--model-path",
-                    str(teacher),
-                    "--prompts",
-                    str(tmp_path / "prompts.jsonl"),
-                    "--options",
-                    options.to_json(),
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 0
-        )
+        run = {"name": decoder, "out": str(out), "options": options.to_json(), "device": "cpu", "seed": 0}
+        cmd = ["engine-run", "--engine", "transformers", "--model-path", str(teacher)]
+        assert cli([*cmd, "--prompts", str(tmp_path / "prompts.jsonl"), "--runs", json.dumps([run])]) == 0
         runs[decoder] = [json.loads(line) for line in out.read_text().splitlines()]
         assert ingest_cli(tmp_path, teacher, prompts, out, decoder)[0] == 0
     reference = pd.read_parquet(ref)

@@ -127,7 +127,23 @@ def test_forensics_of_a_transformers_decoder_records_the_reference_margins(tmp_p
     fx = pd.read_parquet(tmp_path / "fx.parquet")
     assert len(fx) == 1 and fx.decoder.iloc[0] == "prompt-lookup" and fx.position.iloc[0] == 3
     r = fx.iloc[0]
-    assert r.margin_native >= 0 and r.margin_fp32 >= 0 and not r.replay_consistent
+    # the margins are the reference's at the divergence: recomputed here in fp32 by one forward of the
+    # prompt and the reference's first three tokens (a block, not steps: equal to about 1e-5), and the
+    # bf16 steps' within bf16's rounding of it
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orthrus.chat import render_chat
+
+    path = tmp_path / "teacher"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    prompt = render_chat(AutoTokenizer.from_pretrained(path), pd.read_parquet(tmp_path / "p.parquet").prompt[0])
+    with torch.inference_mode():
+        logits = model(torch.tensor([[*prompt, *ref.tokens[0][:3]]])).logits[0, -1]
+    top = torch.topk(logits, 2).values
+    expected = float(top[0] - top[1])
+    assert r.margin_fp32 == pytest.approx(expected, rel=1e-3, abs=1e-4), (r.margin_fp32, expected)
+    assert r.margin_native == pytest.approx(expected, rel=0.05, abs=0.05), (r.margin_native, expected)
+    assert not r.replay_consistent
     assert r.verify_margin >= 0 and pd.isna(r.first_layer_diverging) and len(r.max_abs_hidden_diff) == 0
     assert r.verdict is None and "does not reproduce" in r.verdict_note
 

@@ -4,7 +4,8 @@ plan ask an engine (orthrus/engines/runner.py's ENGINES) for a job's grouping, i
 program, never which engine it is; `orthrus engine-run` hands the runs to its `execute`.
 
     problem(config, users)            can the engine run here at all (its program built, found)
-    entry_problems(key, entry, config) the entry's settings this engine refuses, naming the key
+    entry_problems(key, entry, config) the entry's settings this engine refuses, naming the key (in
+                                      decode.engines and sampling.engines alike)
     job(entry)                        which job runs the entry (entries of one job share a process)
     run(name, entry, out, ...)        the run an entry becomes: its model files, width, seed, ...
     inputs(runs, teacher, draft)      the files a job reads (the workflow reruns it when they change)
@@ -59,10 +60,12 @@ class Engine:
         return None if exe else need
 
     def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
-        if entry.get("speculative", "none") not in self.speculative:
-            return [
-                f"{key}.speculative: {entry['speculative']} is not {self.name}'s; it runs {', '.join(self.speculative)}"
-            ]
+        """`key`: the entry's (decode.engines.NAME, sampling.engines.NAME)."""
+        method = entry.get("speculative", "none")
+        if method not in self.speculative:
+            return [f"{key}.speculative: {method} is not {self.name}'s; it runs {', '.join(self.speculative)}"]
+        if method == "draft_model" and not entry.get("draft") and not (config.get("teacher") or {}).get("draft"):
+            return [f"{key}.draft: speculative draft_model needs a draft: set it, or teacher.draft"]
         return []
 
     def job(self, entry: dict) -> str:

@@ -1,13 +1,15 @@
 """Engines the workflow runs itself (decode.engines, sampling.engines), through one interface
 (orthrus/engines/engine.py): vLLM in its own environment (vllm_engine.py), llama.cpp's server
-(llamacpp_engine.py); their files ingested.
+(llamacpp_engine.py), transformers as the stand-in for an engine (transformers_engine.py); their files
+ingested.
 
     orthrus engine-run --engine NAME --program PROGRAM [--model-path DIR] --prompts prompts.jsonl --runs JSON
 
 A `decode.engines.NAME` entry ({engine: vllm | llamacpp, speculative: none | ngram | draft_model, k,
 precision, attention, reference, ...}) becomes a decode.external entry whose file the workflow writes
 (`external_entries`: results/engine/NAME.jsonl), so ingest, the tables and the forensics take it as
-any engine's file. `jobs` groups them as their engine says (vLLM: a process per precision; llama.cpp:
+any engine's file; a decode.external entry with `stand_in` is the transformers engine's entry
+(`standin_entries`), its file the entry's path. `jobs` groups them as their engine says (vLLM: a process per precision; llama.cpp:
 one job, a server per run), `runs_spec` makes each entry its engine's run. `problems` refuses a config
 whose engines cannot run, naming the key, before any job. This command hands the runs to the engine's
 `execute` (vLLM: the project's recipe, orthrus/engines/vllm_recipe.py, in its environment; llama.cpp:
@@ -23,11 +25,12 @@ from pathlib import Path
 
 from orthrus.engines.engine import SPECULATIVE, Engine
 from orthrus.engines.llamacpp_engine import LlamaCpp, converter, gguf_path
+from orthrus.engines.transformers_engine import DECODERS, Transformers
 from orthrus.engines.vllm_engine import VLLM
 from orthrus.errors import InputError
 
 # the engines the workflow runs, by the name an entry's `engine` gives (orthrus/engines/engine.py)
-ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp())}
+ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp(), Transformers())}
 VLLM_ENGINE, LLAMACPP_ENGINE = ENGINES["vllm"], ENGINES["llamacpp"]
 PYTHON_KEY, PYTHON_ENV = VLLM_ENGINE.key, VLLM_ENGINE.env
 SERVER_KEY, SERVER_ENV = LLAMACPP_ENGINE.key, LLAMACPP_ENGINE.env
@@ -36,6 +39,26 @@ __all__ = ["ENGINES", "SPECULATIVE", "converter", "gguf_path"]
 
 def entries(config: dict) -> dict:
     return (config.get("decode") or {}).get("engines") or {}
+
+
+def as_engine_entry(entry: dict) -> dict:
+    """An entry with `stand_in` (decode.external, sampling.engines) as the transformers engine's: the
+    stand-in's decoder as the speculative method that runs it; an engine's entry as it is."""
+    if not entry.get("stand_in"):
+        return entry
+    method = {decoder: m for m, decoder in DECODERS.items()}[entry["stand_in"]]
+    return entry | {"engine": Transformers.name, "speculative": method}
+
+
+def standin_entries(config: dict) -> dict:
+    """decode.external's entries with `stand_in`, as the transformers engine's entries (`path`: their file)."""
+    external = (config.get("decode") or {}).get("external") or {}
+    return {n: as_engine_entry(e) for n, e in external.items() if (e or {}).get("stand_in")}
+
+
+def _run_entries(config: dict) -> dict:
+    """Every entry the workflow decodes with an engine: decode.engines' and the stand-ins'."""
+    return entries(config) | standin_entries(config)
 
 
 def llamacpp_server(config: dict) -> str | None:
@@ -68,12 +91,6 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
     attention = entry.get("attention")
     if attention is not None and attention not in (decode.get("attentions") or []):
         out.append(f"{key}.attention: {attention!r} not in decode.attentions")
-    if (
-        entry.get("speculative") == "draft_model"
-        and not entry.get("draft")
-        and not (config.get("teacher") or {}).get("draft")
-    ):
-        out.append(f"{key}.draft: speculative draft_model needs a draft: set it, or teacher.draft")
     ref = entry.get("reference")
     if ref is not None:
         other = entries(config).get(ref)
@@ -135,27 +152,27 @@ def external_entries(config: dict, results: str) -> dict:
 
 def jobs(config: dict) -> dict[str, list[str]]:
     """{job: the names of its engine runs}, as each entry's engine groups them (vLLM: one job, one
-    process, per precision; llama.cpp: one job, a server a run)."""
+    process, per precision; llama.cpp: one job, a server a run; transformers: one job)."""
     groups: dict[str, list[str]] = {}
-    for name, e in entries(config).items():
+    for name, e in _run_entries(config).items():
         groups.setdefault(ENGINES[e["engine"]].job(e), []).append(name)
     return groups
 
 
 def job_engine(config: dict, names: list[str]) -> Engine:
     """The engine of a job's runs (one job, one engine)."""
-    return ENGINES[entries(config)[names[0]]["engine"]]
+    return ENGINES[_run_entries(config)[names[0]]["engine"]]
 
 
 def runs_spec(config: dict, names: list[str], results: str, draft: str | None, teacher: str = "") -> list[dict]:
     """The runs of the decode.engines entries `names`, as their engine makes them (`teacher`: the
     teacher's name, which converted model files carry; `draft`: the study's draft's path)."""
-    found = entries(config)
+    found = _run_entries(config)
     return [
         ENGINES[found[n]["engine"]].run(
             n,
             found[n],
-            engine_file(results, n),
+            found[n].get("path") or engine_file(results, n),
             found[n]["precision"],
             config.get("seed", 0),
             config,
@@ -170,7 +187,11 @@ def runs_spec(config: dict, names: list[str], results: str, draft: str | None, t
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus engine-run", description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
-    ap.add_argument("--program", help="the engine's program (vllm: its environment's Python; llamacpp: the server)")
+    ap.add_argument(
+        "--program",
+        default="",
+        help="the engine's program (vllm: its environment's Python; llamacpp: the server; transformers: none)",
+    )
     ap.add_argument("--model-path", default="", help="the model directory the engine serves, where it takes one")
     ap.add_argument("--prompts", required=True, help="the export (orthrus export-prompts)")
     ap.add_argument("--runs", required=True, help="JSON: the runs (runs_spec)")

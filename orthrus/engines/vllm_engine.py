@@ -60,6 +60,8 @@ class VLLM(Engine):
         out = super().entry_problems(key, entry, config)
         if entry.get("kv_cache"):
             out.append(f"{key}.kv_cache: llamacpp's setting (vLLM's KV cache is the model's dtype)")
+        if entry.get("gguf"):
+            out.append(f"{key}.gguf: llamacpp's setting (vLLM serves the teacher's own files)")
         if entry.get("speculative") == "eagle3" and not entry.get("draft"):
             out.append(f"{key}.draft: speculative eagle3 needs the EAGLE-3 head's directory")
         if entry.get("batch_invariant") and (config.get("decode") or {}).get("device", "cpu") == "cpu":

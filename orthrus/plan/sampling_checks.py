@@ -32,7 +32,10 @@ def problems(config: dict) -> list[str]:
 def engine_problems(s: dict, config: dict) -> list[str]:
     """sampling.engines: at least one pair, each reference another entry that is only a reference, the
     two-sample test (whose settings it takes) on, a seed only where the workflow samples, an engine's
-    settings only with `engine`, and the engine's environment where an entry needs it."""
+    settings only with `engine` and as that engine takes them (its `entry_problems`), and the engine's
+    environment where an entry needs it."""
+    from orthrus.engines.runner import ENGINES
+
     engines = s.get("engines") or {}
     if not engines:
         return []
@@ -65,18 +68,8 @@ def engine_problems(s: dict, config: dict) -> list[str]:
                 for k in ("speculative", "k", "patches", "gguf", "draft")
                 if k in e and e[k] not in (None, [], "none")
             ]
-        elif e["engine"] == "llamacpp" and e.get("patches"):
-            out.append(f"sampling.engines.{n}.patches: a vllm setting; llamacpp takes none")
-        elif e["engine"] == "vllm" and (e.get("gguf") or e.get("draft")):
-            out.append(f"sampling.engines.{n}: gguf and draft are llamacpp's; vllm proposes with teacher.draft")
-        elif (
-            e.get("speculative") == "draft_model"
-            and not e.get("draft")
-            and not (config.get("teacher") or {}).get("draft")
-        ):
-            out.append(f"sampling.engines.{n}.speculative: draft_model proposes with teacher.draft, which is not set")
-
-    from orthrus.engines.runner import ENGINES
+        elif e["engine"] in ENGINES:
+            out += ENGINES[e["engine"]].entry_problems(f"sampling.engines.{n}", e, config)
 
     for engine in ENGINES.values():
         mine = [n for n, e in engines.items() if e.get("engine") == engine.name]

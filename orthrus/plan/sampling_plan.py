@@ -38,21 +38,18 @@ class SamplingPlan:
             if e.get("stand_in") or e.get("engine")
         }
 
-    def sampled_standins(self) -> dict[str, tuple[str, int]]:
-        """The sampling.engines entries transformers samples: name -> (stand_in, first seed)."""
-        seeds = self._sampled_seeds()
-        return {n: (e["stand_in"], seeds[n]) for n, e in self.sampled_engines().items() if e.get("stand_in")}
-
     def sampled_engine_runs(self, draft: str | None, engine: str = "vllm") -> list[dict]:
         """The runs of the sampling.engines entries `engine` samples, as the engine makes them
-        (orthrus/engines/engine.py), at two_sample's precision, each from its first seed."""
-        from orthrus.engines.runner import ENGINES
+        (orthrus/engines/engine.py), at two_sample's precision, each from its first seed; an entry with
+        `stand_in` is the transformers engine's."""
+        from orthrus.engines.runner import ENGINES, as_engine_entry
 
         seeds, precision = self._sampled_seeds(), self.sampling["two_sample"]["precision"]
+        found = {n: as_engine_entry(e) for n, e in self.sampled_engines().items()}
         return [
             ENGINES[engine].run(
                 n, e, e["path"], precision, seeds[n], self.config, results=R, teacher=self.teacher, draft=draft
             )
-            for n, e in self.sampled_engines().items()
+            for n, e in found.items()
             if e.get("engine") == engine
         ]

@@ -2,13 +2,14 @@
 # (orthrus/engines/vllm_recipe.py) in the engine's own environment (engines.vllm_python, built by
 # `bash envs/build-vllm.sh`), one job per precision. llama.cpp: its server (engines.llamacpp_server, built by
 # `bash envs/build-llamacpp.sh`) started on the loopback for each run (orthrus/engines/llamacpp.py), one job,
-# serving GGUF files the gguf_export rule converts with llama.cpp's own converter. Each entry's file is a
-# decode.external entry (the plan adds them to its external entries), so external.smk ingests it and runs
-# its forensics.
+# serving GGUF files the gguf_export rule converts with llama.cpp's own converter. transformers: the stand-in
+# (orthrus/engines/transformers_engine.py) writing decode.external's entries with `stand_in`, in this
+# package's process. Each entry's file is a decode.external entry (the plan adds decode.engines' to its
+# external entries), so external.smk ingests it and runs its forensics.
 import json
 
 from orthrus.engines.engine import drafts_with
-from orthrus.engines.runner import converter, engine_file, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec
+from orthrus.engines.runner import converter, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec
 
 _ENGINE_RULES = set()
 _DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
@@ -25,7 +26,7 @@ for _job, _names in engine_jobs(config).items():
             _engine.inputs(_runs, S.teacher_input(), _DRAFT),
             prompts=rules.export_prompts.output[0],
         output:
-            [engine_file(R, n) for n in _names],
+            [r["out"] for r in _runs],
         params:
             engine=_engine.name,
             program=_engine.program(config) or "",

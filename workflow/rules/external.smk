@@ -1,5 +1,5 @@
-# Engines outside this package (decode.external): the evaluation set exported for them, a stand-in
-# engine where an entry asks for one, each trajectory file ingested as the decoder `external` under
+# Engines outside this package (decode.external): the evaluation set exported for them (an entry with
+# `stand_in` is written by engines.smk's rule of the transformers engine), each trajectory file ingested as the decoder `external` under
 # its own name (a decoding result like any other: analyze takes it from decode_files), and the
 # forensics of its divergences, scored by the teacher alone.
 
@@ -27,41 +27,6 @@ rule export_prompts:
     shell:
         "orthrus export-prompts --model-path {params.teacher:q} --prompts {input.prompts:q}"
         " --options {params.options:q} --out {output:q} > {log:q} 2>&1"
-
-
-# decode.external entries with `stand_in`: the workflow plays the engine (transformers' generate on the
-# teacher, from the exported token ids) and writes the entry's file; one rule per entry, at its cell
-_STANDINS = set()
-for _name, _entry in EXTERNAL_TRAJ.items():
-    if not _entry.get("stand_in"):
-        continue
-
-    rule:
-        name:
-            rule_name(f"engine_standin_{_name}", _STANDINS)
-        input:
-            S.teacher_input,
-            prompts=rules.export_prompts.output[0],
-        output:
-            _entry["path"],
-        params:
-            teacher=S.teacher_path(),
-            weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
-            options=cell_options(config["decode"], _entry["stand_in"], *EXTERNAL_CELLS[_name]),
-            device=DEVICE,
-        log:
-            f"{R}/logs/external/{_name}.standin.log",
-        threads: config["threads"]
-        resources:
-            mem_mb=RES["decode"]["mem_mb"],
-            runtime=RES["decode"]["runtime"],
-            gpu=RES["decode"]["gpus"],
-            slurm_extra=RES["decode"]["slurm_extra"],
-        conda:
-            ENV
-        shell:
-            "orthrus engine-standin --model-path {params.teacher:q} --prompts {input.prompts:q} --options {params.options:q}"
-            " --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 # the model wildcard of the external rules: one of the entries' names (none: no file matches)

@@ -94,46 +94,15 @@ rule export_sampled_prompts:
         " --options {params.options:q} --sampling {params.two_sample:q} --out {output:q} > {log:q} 2>&1"
 
 
-_SAMPLED_STANDINS = set()
-for _name, (_stand_in, _seed) in S.sampled_standins().items():
-
-    rule:
-        name:
-            rule_name(f"sampled_standin_{_name}", _SAMPLED_STANDINS)
-        input:
-            S.teacher_input,
-            prompts=rules.export_sampled_prompts.output[0],
-        output:
-            S.sampled_engines()[_name]["path"],
-        params:
-            teacher=S.teacher_path(),
-            weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this
-            options=cell_options(config["decode"], _stand_in, SAMPLING["two_sample"]["precision"], ATTENTIONS[0]),
-            seed=_seed,
-            device=DEVICE,
-        log:
-            f"{R}/logs/sampling/{_name}.standin.log",
-        threads: config["threads"]
-        resources:
-            mem_mb=RES["sampling"]["mem_mb"],
-            runtime=RES["sampling"]["runtime"],
-            gpu=RES["sampling"]["gpus"],
-            slurm_extra=RES["sampling"]["slurm_extra"],
-        conda:
-            ENV
-        shell:
-            "orthrus engine-standin --model-path {params.teacher:q} --prompts {input.prompts:q} --options {params.options:q}"
-            " --seed {params.seed:q} --device {params.device:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
-
-
 import json
 
 from orthrus.engines.engine import drafts_with
 from orthrus.engines.runner import ENGINES
 
-# sampling.engines entries with `engine`: the engine samples the sampled export, one job per engine
-# (vLLM: the project's recipe, imported once, each run its own engine with its own patches; llama.cpp:
-# a server per run on the loopback, serving the GGUF files engines.smk's gguf_export converts)
+# sampling.engines entries with `engine` or `stand_in`: the engine samples the sampled export, one job per
+# engine (vLLM: the project's recipe, imported once, each run its own engine with its own patches; llama.cpp:
+# a server per run on the loopback, serving the GGUF files engines.smk's gguf_export converts; the stand-in:
+# transformers' generate on the teacher, in this package's process)
 _SAMPLED_RULES = set()
 _SAMPLED_DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
 for _engine in ENGINES.values():

@@ -194,8 +194,8 @@ DECODE = section(
                     "stand_in": choices(
                         ["ar-ref", "prompt-lookup"],
                         description=(
-                            "The workflow writes `path` itself, as an engine would (`orthrus engine-standin`): transformers' "
-                            "generate on the teacher over the exported prompts' token ids, plain (`ar-ref`) or with prompt "
+                            "The workflow writes `path` itself, as an engine would (the transformers stand-in engine, `orthrus "
+                            "engine-run --engine transformers`): transformers' generate on the teacher over the exported prompts' token ids, plain (`ar-ref`) or with prompt "
                             "lookup (`prompt-lookup`, decode.prompt_lookup_tokens), at `precision` and `attention` (both "
                             "required then). A stand-in engine: the smoke study runs the whole external path with it, and it "
                             "is the recipe of docs/EXTERNAL.md with transformers as the engine."

@@ -228,9 +228,10 @@ SAMPLING = section(
                     "stand_in": choices(
                         ["ar-ref", "prompt-lookup"],
                         description=(
-                            "The workflow writes `path` itself (`orthrus engine-standin` on the sampled export): "
-                            "transformers' generate on the teacher sampling plain (`ar-ref`) or with prompt lookup "
-                            "(`prompt-lookup`), in two_sample's precision and the first of decode.attentions."
+                            "The workflow writes `path` itself with the transformers stand-in engine (`orthrus "
+                            "engine-run --engine transformers` on the sampled export): transformers' generate on the "
+                            "teacher sampling plain (`ar-ref`) or with prompt lookup (`prompt-lookup`), in two_sample's "
+                            "precision and the first of decode.attentions."
                         ),
                     ),
                     "engine": choices(
@@ -248,7 +249,7 @@ SAMPLING = section(
                     ),
                     "draft": key(
                         str,
-                        description="llamacpp draft_model: as decode.engines' `draft` (a GGUF type or file, or self).",
+                        description="draft_model: as decode.engines' `draft` (llamacpp: a GGUF type or file, or self).",
                         minLength=1,
                     ),
                     "speculative": choices(

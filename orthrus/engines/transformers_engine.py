@@ -1,27 +1,31 @@
-"""`orthrus engine-standin`: an engine outside the study's decoders, played by transformers.
+"""transformers as an engine of the workflow (orthrus/engines/engine.py): the stand-in that plays an
+engine outside the study's decoders, so the way in for engines runs end to end without one.
 
-    orthrus engine-standin --model-path TEACHER --prompts results/export/prompts.jsonl --options JSON
-                           [--device cpu] [--threads N] --out TRAJ.jsonl
+What an engine does with the exported prompts (docs/EXTERNAL.md), with transformers' `generate` on the
+teacher as the engine: each prompt's `prompt_token_ids` decoded greedily for its `max_new_tokens`,
+stopping at its `stop_token_ids`, plain (speculative `none`: decoder `ar-ref`) or with prompt lookup
+(`ngram`: `prompt-lookup`), and one trajectory record per prompt written as an engine's file
+(docs/DESIGN.md, "External trajectory file"), with the forwards it ran and, for prompt lookup, the
+accepted draft tokens per step. On a sampled export (`orthrus export-prompts --sampling`) it samples
+instead: `n_samples` samples of each prompt at the export's settings, one sampled record per prompt,
+the run's seed (then + 1 per prompt) in `env`. It reads nothing of the study but the export.
 
-What an engine does with the exported prompts (docs/EXTERNAL.md), with transformers' `generate` as
-the engine: each prompt's `prompt_token_ids` decoded greedily for its `max_new_tokens`, stopping at its
-`stop_token_ids`, plain (options decoder `ar-ref`) or with prompt lookup (`prompt-lookup`), and one
-trajectory record per prompt written as an engine's file (docs/DESIGN.md, "External trajectory
-file"), with the forwards it ran and, for prompt lookup, the accepted draft tokens per step. The
-workflow runs it for a decode.external entry with `stand_in` (the smoke study's external files), so
-the way in for engines runs end to end without one; it reads nothing of the study but the export.
-
-On a sampled export (`orthrus export-prompts --sampling`) it samples instead: `n_samples` samples of
-each prompt at the export's settings, one sampled record per prompt, the seed in `env` (`--seed`:
-the first prompt's), for a sampling.engines entry with `stand_in`.
+The workflow runs it for a decode.external or sampling.engines entry with `stand_in` (the plan makes it
+this engine's entry) as for any engine, `orthrus engine-run --engine transformers`: one job, in this
+package's own process (no program), the model loaded once per cell.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+
+from orthrus.engines.engine import Engine
+
+ENGINE_NAME = "transformers (the workflow's stand-in engine)"
+# an entry's speculative method as the decoder that runs it
+DECODERS = {"none": "ar-ref", "ngram": "prompt-lookup"}
 
 
 def run(model, tokenizer, exported: list[dict], options, device: str) -> list[dict]:
@@ -33,7 +37,7 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
 
     lookup = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, None)
     env = {
-        "engine": "transformers (orthrus engine-standin)",
+        "engine": ENGINE_NAME,
         "version": transformers.__version__,
         "dtype": options.precision,
         "kernel": options.attention,
@@ -123,7 +127,7 @@ def run_sampled(model, exported: list[dict], options, device: str, seed: int) ->
             end = next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))
             samples.append(tokens[:end])
         env = {
-            "engine": "transformers (orthrus engine-standin)",
+            "engine": ENGINE_NAME,
             "version": transformers.__version__,
             "dtype": options.precision,
             "kernel": options.attention,
@@ -138,39 +142,65 @@ def run_sampled(model, exported: list[dict], options, device: str, seed: int) ->
     return records
 
 
-def main(argv: list[str] | None = None) -> int:
+def decode_export(model_path: str, prompts: str, runs: list[dict], threads: int) -> None:
+    """Each run's file: the export greedy or sampled (as its records say), the model loaded once per cell."""
     import torch
 
     from orthrus.engines.export_prompts import write_jsonl
     from orthrus.models.loading import load_model
-    from orthrus.options import DecodeOptions, OptionsError
+    from orthrus.options import DecodeOptions
 
-    ap = argparse.ArgumentParser(prog="orthrus engine-standin", description=__doc__.split("\n")[0])
-    ap.add_argument("--model-path", required=True, help="the model the stand-in engine serves (the teacher)")
-    ap.add_argument("--prompts", required=True, help="the exported prompts (orthrus export-prompts)")
-    ap.add_argument("--options", required=True, help="DecodeOptions JSON: decoder ar-ref or prompt-lookup, its cell")
-    ap.add_argument("--seed", type=int, default=0, help="a sampled export: the first prompt's seed (then +1 each)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    options = DecodeOptions.from_json(args.options)
-    if options.decoder not in ("ar-ref", "prompt-lookup"):
-        raise OptionsError(f"the stand-in engine runs ar-ref or prompt-lookup, got {options.decoder}")
-    torch.set_num_threads(args.threads)
-    with open(args.prompts, encoding="utf-8") as f:
+    torch.set_num_threads(threads)
+    with open(prompts, encoding="utf-8") as f:
         exported = [json.loads(line) for line in f if line.strip()]
-    model, tokenizer = load_model(args.model_path, options, args.device)
     sampled = bool(exported) and "n_samples" in exported[0]
-    if sampled:
-        records = run_sampled(model, exported, options, args.device, args.seed)
-    else:
-        records = run(model, tokenizer, exported, options, args.device)
-    write_jsonl(args.out, records)
-    print(
-        f"[engine-standin] {options.decoder} {options.precision}/{options.attention}: {len(records)} prompts"
-        f"{' sampled' if sampled else ''} -> "
-        f"{args.out}",
-        file=sys.stderr,
-    )
-    return 0
+    loaded = {}
+    for r in runs:
+        options = DecodeOptions.from_json(r["options"])
+        cell = (options.precision, options.attention)
+        if cell not in loaded:
+            loaded = {cell: load_model(model_path, options, r["device"])}  # one cell's model held at a time
+        model, tokenizer = loaded[cell]
+        if sampled:
+            records = run_sampled(model, exported, options, r["device"], r["seed"])
+        else:
+            records = run(model, tokenizer, exported, options, r["device"])
+        write_jsonl(r["out"], records)
+        print(
+            f"[engine transformers] {r['name']}: {options.decoder} {options.precision}/{options.attention}, "
+            f"{len(records)} prompts{' sampled' if sampled else ''} -> {r['out']}",
+            file=sys.stderr,
+        )
+
+
+class Transformers(Engine):
+    """The stand-in: runs in this package's process, so it has no program to find or build."""
+
+    name = "transformers"
+    speculative = tuple(DECODERS)
+
+    def program(self, config: dict) -> str | None:
+        return ""
+
+    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+        return None
+
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
+        """The run decodes at the entry's cell (its attention, else the first of decode.attentions) with the
+        study's decoding setting, the entry's method as its decoder."""
+        from orthrus.options import DecodeOptions
+
+        decode = config.get("decode") or {}
+        attention = entry.get("attention") or (decode.get("attentions") or ["sdpa"])[0]
+        decoder = DECODERS[entry.get("speculative", "none")]
+        options = DecodeOptions.from_config(decode, decoder, precision, attention)
+        return super().run(name, entry, out, precision, seed, config) | {
+            "options": options.to_json(),
+            "device": decode.get("device", "cpu"),
+        }
+
+    def model_path(self, teacher: str) -> str:
+        return teacher
+
+    def execute(self, program: str, model_path: str, prompts: str, runs: list[dict], threads: int) -> None:
+        decode_export(model_path, prompts, runs, threads)
