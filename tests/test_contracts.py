@@ -1,19 +1,19 @@
-"""orthrus.contracts: one light module, and the design page rendered from it."""
+"""orthrus.contracts: one light module, and the design page rendered from its catalogue (orthrus.artefacts)."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-from orthrus import contracts
+from orthrus import artefacts, contracts
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "DESIGN.md"
 
 
 def test_design_page_is_rendered_from_the_contracts():
-    assert contracts.main(["--design", str(DESIGN), "--check"]) == 0
+    assert artefacts.main(["--design", str(DESIGN), "--check"]) == 0
     text = DESIGN.read_text()
-    for name, artefact in contracts.ARTEFACTS.items():
+    for name, artefact in artefacts.ARTEFACTS.items():
         assert f"### {name}" in text and artefact.path in text
     assert all(f"`{f}`" in text for f in contracts.FIGURES)
 
@@ -21,8 +21,8 @@ def test_design_page_is_rendered_from_the_contracts():
 def test_a_stale_design_page_is_caught_and_rewritten(tmp_path):
     page = tmp_path / "DESIGN.md"
     page.write_text(DESIGN.read_text().replace("`prompt_id`", "`id`", 1))
-    assert contracts.main(["--design", str(page), "--check"]) == 1
-    assert contracts.main(["--design", str(page)]) == 0
+    assert artefacts.main(["--design", str(page), "--check"]) == 1
+    assert artefacts.main(["--design", str(page)]) == 0
     assert page.read_text() == DESIGN.read_text()
 
 
@@ -33,7 +33,7 @@ def test_design_page_stands_on_its_own():
 def test_contracts_import_nothing_heavy():
     """The workflow imports it while parsing: no torch, pandas or transformers."""
     code = (
-        "import sys, orthrus.contracts; heavy = {'torch', 'pandas', 'numpy', 'transformers'} & set(sys.modules); "
+        "import sys, orthrus.contracts, orthrus.artefacts; heavy = {'torch', 'pandas', 'numpy', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -49,6 +49,6 @@ def test_every_artefact_column_is_a_column_name():
     a second file's columns: a file of its own is an artefact of its own)."""
     import re
 
-    for name, artefact in contracts.ARTEFACTS.items():
+    for name, artefact in artefacts.ARTEFACTS.items():
         bad = [c for c in artefact.columns if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(c))]
         assert not bad, (name, bad)

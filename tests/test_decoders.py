@@ -43,6 +43,14 @@ def test_the_vocabularies_are_the_tables_columns():
     assert set(DECODE["properties"]["decoders"]["items"]["enum"]) == {"assisted", "prompt-lookup"}
 
 
+def test_lm_evals_decodings_are_the_tables_baselines_and_its_loop_speculator():
+    """lm-eval runs the reference, a model's own AR view and the Orthrus loop, read from the table's
+    roles and runners; the controls and engine files stay the audit's."""
+    from orthrus.lmeval.lm import DECODINGS
+
+    assert set(DECODINGS) == {"ar-ref", "ar", "orthrus"}
+
+
 def test_a_decoders_own_options_come_from_its_own_keys_and_no_other_decoder_takes_them():
     section = {"max_new_tokens": 16, "noise_batch_size": 4, "oracle_block_size": 3, "prompt_lookup_tokens": 5}
     assert DecodeOptions.from_config(section, "ar-batched", "fp32", "eager").batch_size == 4

@@ -16,14 +16,21 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 
 from orthrus.chat import chat_messages
 from orthrus.decode.trajectory import Trajectory
+from orthrus.decoders import DECODER
 from orthrus.models.hub import snapshot_commit
 from orthrus.options import DecodeOptions, OptionsError
 
 log = logging.getLogger("orthrus.lmeval")
 
-# ar-ref: lm-eval's own HFLM generation (transformers' generate, stop strings as stopping
-# criteria), the baseline as the authors ran it; ar: the AR view through our loop.
-DECODINGS = ("orthrus", "ar", "ar-ref")
+# the decoders lm-eval runs, from the decoder table: the reference (ar-ref) by lm-eval's own HFLM
+# generation (transformers' generate, stop strings as stopping criteria), the baseline as the authors
+# ran it; a model's own AR view (ar) and the speculative loop (orthrus) through our loop. The controls
+# and the engines' files are the audit's, not a benchmark's.
+DECODINGS = tuple(
+    d.name
+    for d in DECODER.values()
+    if d.role in ("reference", "view") or (d.role == "speculative" and d.runner == "loop")
+)
 
 
 def load_model(pretrained, options: DecodeOptions, device: str | None = None):
@@ -127,7 +134,7 @@ class OrthrusLM(HFLM):
             configure(o.precision, deterministic=o.deterministic)
             if model.dtype != parse_dtype(o.precision):
                 model = model.to(parse_dtype(o.precision))
-        if o.decoder == "orthrus" and not hasattr(model, "diffusion_forward"):
+        if DECODER[o.decoder].diffusion and not hasattr(model, "diffusion_forward"):
             raise OptionsError("decoding=orthrus needs an Orthrus model")
         kwargs.pop("dtype", None)
         kwargs.pop("backend", None)
@@ -181,7 +188,9 @@ class OrthrusLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
-        if self.decoding == "ar-ref":  # HFLM's own loop: transformers' generate, as the authors ran it
+        if (
+            DECODER[self.decoding].runner == "generate"
+        ):  # HFLM's own loop: transformers' generate, as the authors ran it
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
         from orthrus.decode.loop import generate

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from orthrus.contracts import BENCHMARK_AGREEMENT_COLUMNS, BENCHMARK_COLUMNS, PRIMARY_METRICS
+from orthrus.decoders import DECODER
 from orthrus.io import save_figure, write_table
 from orthrus.lmeval.tasks import BenchmarkError
 from orthrus.stats import combined_stderr, paired_stderr
@@ -96,7 +97,8 @@ def _per_sample(rec: dict, task: str, metric: str) -> dict:
 
 
 def _is_ar(rec: dict) -> bool:
-    return rec["decoder"] in ("ar", "ar-ref")
+    """An AR baseline: the reference or a model's own AR view (the decoder table's roles)."""
+    return DECODER[rec["decoder"]].role in ("reference", "view")
 
 
 def _find_reference(rec: dict, records: list[dict], reference_model: str | None):

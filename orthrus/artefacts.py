@@ -1,0 +1,303 @@
+"""The catalogue of every artefact the study writes: its path, the command that writes it, its columns
+(orthrus/contracts.py's lists) and what it holds; docs/DESIGN.md's artefact section is rendered from it
+(`python -m orthrus.artefacts --design docs/DESIGN.md [--check]` writes or checks it). Pure Python, as
+contracts is."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from orthrus.contracts import (
+    BENCHMARK_FIGURE,
+    BENCHMARK_TABLES,
+    CLAIMS_TABLES,
+    CORPUS_COLUMNS,
+    DECODE_COLUMNS,
+    EXPORT_FIELDS,
+    EXTERNAL_FIELDS,
+    FIGURE_FORMATS,
+    FIGURES,
+    FORENSICS_COLUMNS,
+    FRONTIER_COLUMNS,
+    FRONTIER_FIGURE,
+    FRONTIER_TABLES,
+    PPL_COLUMNS,
+    PROMPT_COLUMNS,
+    SAMPLED_EXPORT_FIELDS,
+    SAMPLED_FIELDS,
+    SAMPLING_ENGINE_TABLES,
+    SAMPLING_FIGURE,
+    SAMPLING_TABLES,
+    SAMPLING_TEST_ROWS,
+    SAMPLING_TV_ROWS,
+    TABLE_NOTES,
+    TABLES,
+    TRAIN_EVAL_COLUMNS,
+    TRAIN_LOG_COLUMNS,
+)
+
+
+class Artefact(NamedTuple):
+    path: str
+    producer: str
+    columns: list
+    about: str
+
+
+def _list(cols) -> str:
+    return ", ".join(f"`{c}`" for c in cols)
+
+
+ARTEFACTS = {
+    "Prompt sets": Artefact(
+        "results/prompts/{eval,distill}.parquet",
+        "orthrus prompts",
+        PROMPT_COLUMNS,
+        "`prompt` is the raw user text; whoever tokenizes applies the chat template "
+        "(`orthrus.chat.render_chat`). Every reader goes through `orthrus.data.prompt_set.read_prompt_set` (UTF-8, no "
+        "null or empty value, unique ids; errors name file, row id and column).",
+    ),
+    "Teacher corpus shard": Artefact(
+        "results/corpus/shard_{i}-of-{n}.parquet (+ .sha256)",
+        "orthrus corpus",
+        CORPUS_COLUMNS,
+        "`prompt_ids` are the chat-rendered prompt tokens, `response_ids` the greedy response (EOS included when "
+        "reached); `finish_reason` is eos, length or error (a prompt too long for the teacher, or a dataset record "
+        "without prompt or response: no tokens, skipped and counted by training). The `.sha256` sidecar is the "
+        "content hash training fingerprints read.",
+    ),
+    "Model folder": Artefact(
+        "results/teacher, results/draft, results/models/{model}",
+        "orthrus train-teacher / orthrus train",
+        [],
+        "A Hugging Face model folder (config.json, model.safetensors, tokenizer files; never pickles) plus, for "
+        f"an Orthrus variant, `train_log.csv` ({_list(TRAIN_LOG_COLUMNS)}), `eval_log.csv` "
+        f"({_list(TRAIN_EVAL_COLUMNS)}: held-out tokens per forward through the real decoding loop) and "
+        "`train_summary.json`; the teacher has `train_log.csv` and `teacher_eval.json`.",
+    ),
+    "Decoding result": Artefact(
+        "results/decode/{model}/{decoder}-{precision}-{attention}.parquet",
+        "orthrus decode",
+        DECODE_COLUMNS,
+        "One row per prompt. `tokens` is the response (list<int>); `accepted` the accepted draft tokens per verify "
+        "step (empty for plain AR); `n_diffusion` counts the proposer's forwards (Orthrus's diffusion view, "
+        "assisted's draft model), `n_verify` the model's other forwards; `finish_reason` is eos, length or error "
+        "(`error` says why); `env` is a JSON record of the numerical environment (dtype, attention, TF32, "
+        "library versions, device) and the run's protocol (message format, max_new_tokens, loop options). An engine's "
+        "file (decoder `external`, model its decode.external name) comes in through `orthrus ingest`: "
+        "`results/decode/{name}/external-{precision}-{attention}.parquet`, its `env` the record's under "
+        "`engine_env`.",
+    ),
+    "Exported prompts": Artefact(
+        "results/export/prompts.jsonl",
+        "orthrus export-prompts",
+        EXPORT_FIELDS,
+        "The evaluation set as an engine outside this package needs it, one JSON object per line and prompt: "
+        "`prompt` the raw user text, `messages` its chat messages, `prompt_text` the chat-rendered text and "
+        "`prompt_token_ids` its tokens under the study's message format (`orthrus.chat.render_chat`; feed the ids, "
+        "not the text), and the generation settings of the study: greedy (`temperature` 0), `max_new_tokens`, "
+        "`stop_token_ids` (the teacher's generation-config EOS ids, where transformers' generate stops) and the "
+        "`message` format. docs/EXTERNAL.md runs it through vLLM and SGLang.",
+    ),
+    "External trajectory file": Artefact(
+        "decode.external.{name}.path (JSONL)",
+        "an engine (docs/EXTERNAL.md)",
+        EXTERNAL_FIELDS,
+        "One JSON object per line and prompt; `orthrus ingest` reads it into the decoding result "
+        "`results/decode/{name}/external-{precision}-{attention}.parquet`. Required: `prompt_id` (one of the "
+        "exported prompts', each once), `token_ids` (the generated ids, the stop id included when reached) and `env` "
+        "(an object: `engine`, and where known `version`, `dtype`, `kernel`, `batch_size`, `device`). Optional: "
+        "`text` (checked against the tokens), `finish_reason` (`stop`/`eos`, `length`; anything else is an error "
+        "row), `prompt_token_ids` (checked against the study's), `accepted` (accepted draft tokens per verify step), "
+        "`forwards` (the target model's forwards, prefill included; with `accepted`, gives tokens per forward), "
+        "`draft_forwards`, `seconds`, `settings` (the export's `max_new_tokens`, `stop_token_ids`, `message` and "
+        "`temperature`, echoed: each must be the study's), `logprobs` (the engine's own top-2 log-probabilities at "
+        "every generated position, [[id, logprob], [id, logprob]] in rank order: with them a divergence's verdict "
+        "asks whether the engine emitted its own argmax and by what margin), `extra` (anything else, kept in `env`). A bad record "
+        "fails naming the file, the line and the field; so does a file decoded with another token budget "
+        "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
+        "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`).",
+    ),
+    "Sampled export": Artefact(
+        "results/export/sampled.jsonl",
+        "orthrus export-prompts --sampling",
+        SAMPLED_EXPORT_FIELDS,
+        "The prompts of sampling.two_sample as an engine samples them, one JSON object per line: an exported "
+        "prompt's fields, with the test's `temperature`, `top_p` and `top_k` (null: none), `n_samples` (N) and "
+        "`max_new_tokens` (its m).",
+    ),
+    "Sampled engine file": Artefact(
+        "sampling.engines.{name}.path (JSONL)",
+        "an engine, or the transformers stand-in engine on the sampled export",
+        SAMPLED_FIELDS,
+        "One JSON object per line and prompt of the sampled export; `orthrus engine-samples` tests it against "
+        "its entry's `reference`. `samples`: the export's `n_samples` lists of generated ids, each of "
+        "`max_new_tokens` ids or ending at a stop id; `env`: `engine`, the `seed` the prompt was sampled with "
+        "(an integer; a pair's two files must differ in it) and the sampling settings `temperature`, `top_p`, "
+        "`top_k` (each the export's), beside anything else the engine states; `extra` is free.",
+    ),
+    "Perplexity file": Artefact(
+        "results/ppl/reference.parquet",
+        "orthrus perplexity",
+        PPL_COLUMNS,
+        "One row per reference (`ar-ref`) trajectory, and per trajectory of an engine's plain run that another "
+        "external file names as its `reference` (`model` its name), scored by the teacher at `scorer_precision`: "
+        "`ppl` of the response, `entropy` the mean next-token entropy (nats), `margins` the top-1/top-2 logit margin at every "
+        "response step (list<float>).",
+    ),
+    "Forensics file": Artefact(
+        "results/forensics/{model}.parquet, results/forensics/external/{name}.parquet",
+        "orthrus forensics",
+        FORENSICS_COLUMNS,
+        "One row per diverging trajectory, at its first divergence: the reference's margin in the decoding "
+        "precision and in fp32, the verify step's margin, the first layer whose hidden state differs, whether "
+        "replaying the run reproduces the divergence, the logits of the reference's token (`_ref`) and the "
+        "decoder's (`_dec`) in the reference's step and the decoder's own pass, whether the decoder's token is its "
+        "own pass's argmax, the reference's gap between the two in ulps of the precision, and the `verdict` "
+        "(tie, rounding, structural; `orthrus.audit.verdict`) with a note saying why (or why none could be given). An "
+        "engine's file (decoder `external`) is scored by the in-process teacher alone: its own pass cannot be "
+        "recomputed, so the verify columns are empty and the verdict rests on the reference's gap "
+        "(`orthrus.audit.verdict.external_verdict`: a tie or a rounding, else none).",
+    ),
+    "Benchmark record": Artefact(
+        "results/benchmarks/{model}/{decoder}-{precision}-{attention}.json",
+        "orthrus lm-eval run",
+        [],
+        "lm-evaluation-harness's results and per-sample records, with the run's settings, the numerical "
+        "environment and library versions; task files for the tiny tasks are in results/benchmarks/tasks/.",
+    ),
+}
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}",
+            "orthrus analyze",
+            cols,
+            " ".join(
+                [
+                    "Parquet." if name.endswith(".parquet") else "CSV with a Markdown twin.",
+                    *([TABLE_NOTES[name]] if name in TABLE_NOTES else []),
+                ]
+            ),
+        )
+        for name, cols in TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus lm-eval table", cols, "CSV with a Markdown twin."
+        )
+        for name, cols in BENCHMARK_TABLES.items()
+    }
+)
+ARTEFACTS["Frontier measurement"] = Artefact(
+    "results/frontier/{model}.parquet",
+    "orthrus frontier measure",
+    FRONTIER_COLUMNS,
+    "One row per (setting, prompt): the Orthrus loop's `tokens` in the setting (`precision`, `attention`, "
+    "`verify_guard`), the model's own AR view's `ar_tokens` in the same cell, `match`, the forward counts, the "
+    "loop's wall `seconds` (the settings interleaved prompt by prompt) and the cell's numerical `env`.",
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus frontier table", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in FRONTIER_TABLES.items()
+    }
+)
+ARTEFACTS["Sampling measurement: total variation"] = Artefact(
+    "results/sampling/{model}-tv.parquet",
+    "orthrus sampling measure",
+    SAMPLING_TV_ROWS,
+    "One row per (cell, reference trajectory) with its per-position `tv` list and the cell's `env`.",
+)
+ARTEFACTS["Sampling measurement: two-sample test"] = Artefact(
+    "results/sampling/{model}-two-sample.parquet",
+    "orthrus sampling measure",
+    SAMPLING_TEST_ROWS,
+    "One row per (loop, prompt) of the two-sample test with its `samples`, the AR arm's `ar_samples` and the "
+    "cell's `env`.",
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus sampling table", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in SAMPLING_TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus engine-samples", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in SAMPLING_ENGINE_TABLES.items()
+    }
+)
+ARTEFACTS.update(
+    {
+        f"Table `{name}`": Artefact(
+            f"results/tables/{name}", "orthrus claims", cols, f"CSV with a Markdown twin. {TABLE_NOTES[name]}"
+        )
+        for name, cols in CLAIMS_TABLES.items()
+    }
+)
+
+
+def design_section() -> str:
+    """The artefact section of docs/DESIGN.md."""
+    out = []
+    for name, a in ARTEFACTS.items():
+        out.append(f"### {name}\n\n`{a.path}`, written by `{a.producer}`.")
+        if a.columns:
+            out.append(f"Columns: {_list(a.columns)}.")
+        out.append(f"{a.about}\n")
+    figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
+    out.append(
+        f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
+        f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
+        f"`orthrus frontier table`, `{SAMPLING_FIGURE}` by `orthrus sampling table`):\n\n{figures}\n"
+    )
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- contracts:begin -->", "<!-- contracts:end -->"
+
+
+def render_into(text: str) -> str:
+    """`text` with the block between BEGIN and END replaced by `design_section()`."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the page has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{design_section()}{END}{rest.split(END, 1)[1]}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m orthrus.artefacts", description="The artefact section of the design page."
+    )
+    ap.add_argument("--design", help="rewrite the contracts block of this page (default: print the section)")
+    ap.add_argument("--check", action="store_true", help="with --design: fail if the page is out of date")
+    args = ap.parse_args(argv)
+    if not args.design:
+        sys.stdout.write(design_section())
+        return 0
+    path = Path(args.design)
+    text = path.read_text()
+    new = render_into(text)
+    if args.check:
+        if new != text:
+            sys.stderr.write(f"{path} is out of date: run python -m orthrus.artefacts --design {path}\n")
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
