@@ -435,7 +435,7 @@ def test_an_engine_failure_is_an_error_row_and_the_options_refuse_loop_settings(
         DecodeOptions(decoder="external", block_size=4)
 
 
-def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
+def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path, capsys):
     """The transformers stand-in engine (decode.external's stand_in, `orthrus engine-run --engine
     transformers`) reads the export and writes an engine's file: its plain run is ar-ref's trajectories,
     its prompt-lookup run records accepted tokens and forwards."""
@@ -455,6 +455,14 @@ def test_the_stand_in_engine_writes_what_an_engine_would(tmp_path):
     assert all(r["forwards"] == len(r["token_ids"]) for r in runs["ar-ref"])
     assert all("accepted" in r and r["forwards"] >= 1 for r in runs["prompt-lookup"])
     assert runs["ar-ref"][0]["env"]["dtype"] == "fp32" and runs["ar-ref"][0]["env"]["kernel"] == "eager"
+    # a run at a decoder the stand-in does not play is refused, naming the run
+    options = DecodeOptions(decoder="assisted", precision="fp32", attention="eager", max_new_tokens=MAX_NEW)
+    run = {"name": "x", "out": str(tmp_path / "x.jsonl"), "options": options.to_json(), "device": "cpu", "seed": 0}
+    capsys.readouterr()
+    cmd = ["engine-run", "--engine", "transformers", "--model-path", str(teacher)]
+    assert cli([*cmd, "--prompts", str(tmp_path / "prompts.jsonl"), "--runs", json.dumps([run])]) != 0
+    assert "run x: the stand-in engine runs ar-ref or prompt-lookup, got assisted" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_a_file_made_from_prompts_exported_with_another_budget_fails_ingest(tmp_path, capsys):

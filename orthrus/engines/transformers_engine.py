@@ -148,7 +148,7 @@ def decode_export(model_path: str, prompts: str, runs: list[dict], threads: int)
 
     from orthrus.engines.export_prompts import write_jsonl
     from orthrus.models.loading import load_model
-    from orthrus.options import DecodeOptions
+    from orthrus.options import DecodeOptions, OptionsError
 
     torch.set_num_threads(threads)
     with open(prompts, encoding="utf-8") as f:
@@ -157,6 +157,10 @@ def decode_export(model_path: str, prompts: str, runs: list[dict], threads: int)
     loaded = {}
     for r in runs:
         options = DecodeOptions.from_json(r["options"])
+        if options.decoder not in DECODERS.values():
+            raise OptionsError(
+                f"run {r['name']}: the stand-in engine runs {' or '.join(DECODERS.values())}, got {options.decoder}"
+            )
         cell = (options.precision, options.attention)
         if cell not in loaded:
             loaded = {cell: load_model(model_path, options, r["device"])}  # one cell's model held at a time
