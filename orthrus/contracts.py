@@ -431,68 +431,6 @@ SAMPLING_TABLES = {
 }
 SAMPLING_ENGINE_TABLES = {"sampling_engines.csv": ENGINE_TWO_SAMPLE_COLUMNS + [ERRORS]}
 SAMPLING_FIGURE = "sampling_tv"
-# what a table's columns mean, where its column names do not say it
-TABLE_NOTES = {
-    "trajectories.parquet": "`reference` names the trajectory each row is compared with: the reference model's "
-    "`ar-ref` at the row's precision and attention, or, for an external decoder whose "
-    "decode.external entry declares `reference: NAME` (an engine's own plain run), that "
-    "file's; every match table of the configuration is then against it.",
-    "decoders.csv": "`oracle_match_rate` is the oracle control's match rate at the same precision and attention "
-    "(the verify shape's numerics alone), `batch_match_rate` the ar-batched control's (the reference's "
-    "noise floor in batches); the verdict counts are the first divergences' (`n_no_verdict`: no "
-    "forensics row or no verdict); `audit` is `exact`, `numerics` (every divergence a tie or "
-    "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
-    "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
-    "verdict).",
-    "engine_widths.csv": "One row per engine run that speculated (its engine record's `speculative`, 'METHOD k=K'): "
-    "`k` its "
-    "draft width, the match rate against its `reference` (Wilson CI), `n_diverged` its diverging prompts, "
-    "`first_divergence_median` and `first_divergence_min` the token position of their first divergence, "
-    "`tpf_verify` its mean tokens per verifying forward. A width sweep is the rows sharing `reference` and "
-    "`method`.",
-    "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
-    "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
-    "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "
-    "intercept, `curve_intercept` is `beta0` plus the length and domain terms averaged over the "
-    "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
-    "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
-    "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
-    "exactness_cost.csv": "One row per setting that could restore the AR trajectory (each precision and attention "
-    "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
-    "side by side on the same few prompts per domain: `match_rate` against the model's own AR "
-    "view in the same cell (Wilson CI), `tpf_verify` tokens per prefill and verify forward, "
-    "`seconds_per_token` the loop's wall time and `time_vs_base` the median over the prompts of "
-    "its ratio to the unguarded base loop's on the same prompt; `exact`: every prompt matched; `cheapest_exact`: the exact setting with the "
-    "lowest time.",
-    "sampling_tv.csv": "One row per cell of the sampling audit (loop, precision, attention, temperature, `top_p` "
-    "1 for none): along `n_trajectories` reference trajectories sampled from the model's AR view "
-    "and teacher-forced through the loop's verify blocks, the total variation between each "
-    "speculative row's exact output distribution and the single-step distribution: its mean, "
-    "99th percentile and maximum over `n_positions`; `seq_bound` the mean over trajectories of "
-    "the sum of their TVs (capped at 1: the chain-rule bound on the sequence TV), "
-    "`bound_at_length` the mean TV times `length` (a response of the study's length). "
-    "`orthrus-lossy` is the planted control (q at temperature 1 in the ratio; at temperature 1 it "
-    "is the honest loop).",
-    "sampling_two_sample.csv": "One row per (loop, prompt) of the empirical test: `n_samples` samples of the first "
-    "`m` tokens from the loop and as many from plain AR sampling; `p_first` the chi-square "
-    "test on the first token, `p_min_position` the smallest over the m positions, "
-    "`p_prefix` on the m-token prefix (these three describe); `p_value` the stratified "
-    "chi-square (each token against the other arm's given the same earlier tokens); `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
-    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
-    "sampling_engines.csv": "One row per (engine pair, prompt) of sampling.engines: the sampled file of `engine` "
-    "against its `reference`'s (the same engine plain), `n_samples` samples of the first `m` tokens each, "
-    "from the seeds `engine_seed` and `reference_seed`; `patches` the engine functions corrected for "
-    "`engine`'s run (orthrus/engines/vllm_patches.py; `none` as shipped); `p_first` and `p_prefix` "
-    "describe, `p_value` is the "
-    "stratified chi-square of the in-process test; `rejected` by Holm over the pair's `n_prompts` prompts at "
-    "family-wise `alpha`.",
-    "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
-    "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
-    "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
-    "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
-    "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
-    "listed in `orthrus/report/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
-}
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
 FIGURES = {
@@ -506,8 +444,7 @@ FIGURES = {
     "pairwise_match": "heat map of match rates between all decoding results",
     "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
     "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup, engines' files and the controls "
-    "per precision, "
-    "with the oracle's match rate and the batch noise floor",
+    "per precision, with the oracle's match rate and the batch noise floor",
 }
 BENCHMARK_FIGURE = "benchmarks"
 FIGURE_FORMATS = ("png", "pdf")

@@ -279,7 +279,7 @@ def decoders_table(overall: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame
 
 
 def audit(row) -> str:
-    """The audit's word on one decoder cell (see TABLE_NOTES["decoders.csv"])."""
+    """The audit's word on one decoder cell (see orthrus/artefacts.py, TABLE_NOTES["decoders.csv"])."""
     if row.n and row.match_rate == 1:
         return "exact"
     if row.n_structural:
