@@ -50,6 +50,9 @@ rule forensics:
     benchmark:
         f"{R}/timing/forensics/{{model}}.tsv"
     threads: config["threads"]
+    # the last of the longest chain (the teacher's is the study's longest job after training):
+    # ahead of the jobs that only feed tables (lm_eval, sampling, frontier), which fill the gaps
+    priority: 1
     resources:
         mem_mb=RES["forensics"]["mem_mb"],
         runtime=RES["forensics"]["runtime"],

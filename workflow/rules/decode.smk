@@ -50,6 +50,9 @@ rule decode:
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}.log",
     localrule: True
+    # a second's work that the oracle, forensics and the tables wait for: at the default priority
+    # the decode_shard jobs (priority 1) kept it waiting for minutes while those could have run
+    priority: 3
     resources:
         mem_mb=RES["light"]["mem_mb"],
         runtime=RES["light"]["runtime"],
