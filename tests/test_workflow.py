@@ -129,6 +129,15 @@ def test_default_and_paper_dry_runs(tmp_path):
     # the sampling audit on ce-k8 (the plan's sampling outputs are tested in tests/test_plan.py)
     assert re.search(r"^sampling\s+1$", res.stdout, re.M) and "results/tables/sampling_tv.csv" in res.stdout
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
+    # the schedule (docs/SPEED.md): a gather runs as soon as its shards end (it once waited minutes
+    # behind them, holding the oracle and forensics), the long chain before the table-only jobs
+    prio = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout):
+        if m := re.match(r"(?:local)?rule (\w+):", block):
+            p = re.search(r"^\s+priority: (\d+)$", block, re.M)
+            prio.setdefault(m.group(1), set()).add(int(p.group(1)) if p else 0)
+    assert min(prio["decode"]) > max(prio["decode_shard"]) > max(prio["lm_eval"] | prio["sampling"] | prio["frontier"])
+    assert min(prio["train"]) > max(prio["decode_shard"]) and min(prio["forensics"]) > max(prio["lm_eval"])
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
     assert paper.returncode == 0, paper.stderr[-2000:]
     # (reference + assisted + prompt-lookup + the oracle and batched controls + 4 Orthrus models x 2 decoders)
