@@ -52,6 +52,7 @@ rule ingest_external:
     log:
         f"{R}/logs/external/{{model}}-{{precision}}-{{attention}}.log",
     localrule: True
+    priority: 3  # as the decode gather's (decode.smk): a short job that the audit of its cell waits for
     resources:
         mem_mb=RES["light"]["mem_mb"],
         runtime=RES["light"]["runtime"],
