@@ -131,11 +131,7 @@ def test_default_and_paper_dry_runs(tmp_path):
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
     # the schedule (docs/SPEED.md): a gather runs as soon as its shards end (it once waited minutes
     # behind them, holding the oracle and forensics), the long chain before the table-only jobs
-    prio = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout):
-        if m := re.match(r"(?:local)?rule (\w+):", block):
-            p = re.search(r"^\s+priority: (\d+)$", block, re.M)
-            prio.setdefault(m.group(1), set()).add(int(p.group(1)) if p else 0)
+    prio = _priorities(res.stdout)
     assert min(prio["decode"]) > max(prio["decode_shard"]) > max(prio["lm_eval"] | prio["sampling"] | prio["frontier"])
     assert min(prio["train"]) > max(prio["decode_shard"]) and min(prio["forensics"]) > max(prio["lm_eval"])
     paper = snakemake("-n", "--configfile", str(ROOT / "configs/paper.yaml"), cwd=tmp_path)
@@ -242,6 +238,15 @@ def _jobs(dry_run: str) -> dict[str, str]:
         outputs = re.search(r"^    output: (.*)$", block, re.M)
         for f in outputs.group(1).split(", ") if outputs else []:
             out[f] = rule
+    return out
+
+
+def _priorities(dry_run: str) -> dict[str, set[int]]:
+    """{rule: the priorities of its jobs} in a `snakemake -n` (a job without a `priority:` line has 0)."""
+    out = {}
+    for block in dry_run.split("\nrule ")[1:]:
+        p = re.search(r"^    priority: (\d+)$", block, re.M)
+        out.setdefault(block.split(":", 1)[0], set()).add(int(p.group(1)) if p else 0)
     return out
 
 
@@ -365,6 +370,8 @@ def test_engine_files_join_the_dag(tmp_path):
         "results/engine/ar.jsonl",
         "results/engine/pld.jsonl",
     }
+    prio = _priorities(res.stdout)  # an engine file's ingest and forensics are scheduled as a cell's
+    assert min(prio["ingest_external"]) == min(prio["decode"]) and prio["forensics_external"] == prio["forensics"]
     assert "--file '" + str(tmp_path / "vllm ar.jsonl") + "' --name vllm-ar" in res.stdout
     assert "--name vllm-eagle" in res.stdout and "--reference vllm-ar --out results/decode/vllm-eagle/" in res.stdout
     for name, ref in (

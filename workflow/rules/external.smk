@@ -85,6 +85,7 @@ rule forensics_external:
     benchmark:
         f"{R}/timing/forensics/external/{{model}}.tsv"
     threads: config["threads"]
+    priority: 1  # as forensics' (analysis.smk)
     resources:
         mem_mb=RES["forensics"]["mem_mb"],
         runtime=RES["forensics"]["runtime"],
