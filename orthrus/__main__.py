@@ -1,5 +1,5 @@
 import sys
 
-from orthrus.cli import main
+from orthrus.cli import script
 
-sys.exit(main())
+sys.exit(script())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -36,7 +37,9 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, job: bool = False) -> int:
+    """Run one command in this process. `job`: this process is the command's own (the console
+    script, `python -m orthrus`), so its imports may pause the garbage collector (`_import`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         known = "\n  ".join(COMMANDS)
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from orthrus.io import InputError
 
-    module = importlib.import_module(COMMANDS[argv[0]])
+    module = _import(COMMANDS[argv[0]], job)
     try:
         return module.main(argv[1:]) or 0
     except InputError as e:
@@ -56,5 +59,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _import(name: str, job: bool):
+    """The command's module. In a job, torch and transformers leave about a million long-lived
+    objects, which the cyclic garbage collector walks again and again while they load, and later
+    in the job's own full collections: a job imports with it paused, then freezes what the import
+    made (gc.freeze: collections skip those objects from then on). About 1 s to 2 s of each job's
+    start-up, no token changed (docs/SPEED.md); not in-process (tests), where a freeze would keep
+    the caller's garbage."""
+    if not job:
+        return importlib.import_module(name)
+    gc.disable()
+    try:
+        return importlib.import_module(name)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def script() -> int:
+    """The `orthrus` console script: a job's whole process."""
+    return main(job=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script())

@@ -1,5 +1,6 @@
 """orthrus.contracts: one light module, and the design page rendered from its catalogue (orthrus.artefacts)."""
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,27 @@ def test_contracts_import_nothing_heavy():
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_job_imports_its_command_with_the_collector_paused_then_frozen():
+    """The console script and `python -m orthrus` (a job's own process) import the command's module
+    with no garbage collection and freeze what it made; in-process (tests) neither happens."""
+    code = (
+        "import gc, sys; from orthrus import cli; runs = []; "
+        "gc.callbacks.append(lambda phase, info: runs.append(info) if phase == 'start' else None); "
+        "cli._import('orthrus.decode.frontier', job=sys.argv[1] == 'job'); "
+        "print(len(runs), gc.get_freeze_count(), gc.isenabled())"
+    )
+    job, here = (
+        subprocess.run(
+            [sys.executable, "-c", code, kind], check=True, cwd=ROOT, capture_output=True, text=True
+        ).stdout.split()
+        for kind in ("job", "in-process")
+    )
+    assert job[0] == "0" and int(job[1]) > 50_000 and job[2] == "True", job  # pandas: about 100,000
+    assert int(here[0]) > 0 and here[1] == "0", here
+    entry = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")}["orthrus"]
+    assert entry == "orthrus.cli:script" and "script()" in (ROOT / "orthrus" / "__main__.py").read_text()
 
 
 def test_every_table_ends_with_its_error_count():
