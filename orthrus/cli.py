@@ -60,12 +60,12 @@ def main(argv: list[str] | None = None, *, job: bool = False) -> int:
 
 
 def _import(name: str, job: bool):
-    """The command's module. In a job, torch and transformers leave about a million long-lived
-    objects, which the cyclic garbage collector walks again and again while they load, and later
-    in the job's own full collections: a job imports with it paused, then freezes what the import
-    made (gc.freeze: collections skip those objects from then on). About 1 s to 2 s of each job's
-    start-up, no token changed (docs/SPEED.md); not in-process (tests), where a freeze would keep
-    the caller's garbage."""
+    """The command's module. Its imports (torch, pandas) leave hundreds of thousands of long-lived
+    objects (380,000 for `orthrus decode`), which the cyclic garbage collector walks again and again
+    while they load, and later in the job's own full collections: a job imports with it paused,
+    then freezes what the import made (gc.freeze: collections skip those objects from then on).
+    About 1.5 s of a decoding job's start-up, no token changed (docs/SPEED.md); not in-process
+    (tests), where a freeze would keep the caller's garbage."""
     if not job:
         return importlib.import_module(name)
     gc.disable()
