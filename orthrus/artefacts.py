@@ -51,6 +51,10 @@ TABLE_NOTES = {
     "rounding; for a speculative decoder `, within its oracle` when its match rate's CI reaches the "
     "oracle's), `not lossless` (a structural divergence) or `unexplained` (divergences without a "
     "verdict).",
+    "speed.csv": "One row per decoding cell: `tokens_per_second` its generated tokens over its decoding seconds "
+    "(the loop's own clock, model loading left out), `ar_tokens_per_second` the AR reference's (`ar-ref`) at the "
+    "same precision and attention over the same `n` prompts, `speedup` their ratio. Cells run as separate jobs, "
+    "so cells that shared a device at once time each other too (exactness_cost.csv times side by side).",
     "engine_widths.csv": "One row per engine run that speculated (its engine record's `speculative`, 'METHOD k=K'): "
     "`k` its "
     "draft width, the match rate against its `reference` (Wilson CI), `n_diverged` its diverging prompts, "

@@ -10,9 +10,12 @@ from __future__ import annotations
 from orthrus.decoders import names as decoder_names
 
 # ---- vocabulary
-PRECISIONS = ("bf16", "fp16", "fp32")
+# `tf32` is fp32 weights and activations with TF32 matrix products allowed (CUDA's
+# allow_tf32, float32_matmul_precision "high"): a precision of its own because many users turn it on
+# and it rounds a product's inputs to 10 mantissa bits on Ampere and later GPUs (orthrus/models/precision.py)
+PRECISIONS = ("bf16", "fp16", "fp32", "tf32")
 # sort key, most precise first (unknown precisions: len(PRECISION_RANK), last)
-PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
+PRECISION_RANK = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
 # the decoders and what each is (orthrus/decoders.py, the decoder table): the vocabularies below are its
 # columns, so a stage asks the table, never a list of names
@@ -254,6 +257,8 @@ UNCERTAINTY_COLUMNS = [
     "scored_precision",
     "scored_attention",
 ]
+# Orthrus against AR in tokens per second (orthrus.analysis.tpf.speed_table): one row per decoding cell
+SPEED_COLUMNS = CONFIG + ["n", "tokens", "seconds", "tokens_per_second", "ar_tokens_per_second", "speedup"]
 # file -> columns; every `orthrus analyze` run writes exactly these files
 TABLES = {
     "trajectories.parquet": TRAJECTORY_COLUMNS,
@@ -268,6 +273,7 @@ TABLES = {
     "uncertainty_by_domain.csv": UNCERTAINTY_COLUMNS + [ERRORS],
     "decoders.csv": DECODERS_COLUMNS + [ERRORS],
     "engine_widths.csv": ENGINE_WIDTH_COLUMNS + [ERRORS],
+    "speed.csv": SPEED_COLUMNS + [ERRORS],
 }
 # the metric each lm-eval task contributes to Table 7 (all metrics go into the tables; these are marked
 # `primary` and drawn in the figure).

@@ -852,3 +852,14 @@ def test_analyze_fills_the_declared_uncertainty_of_the_tiny_world(world, tmp_pat
             "uncertainty_by_domain.csv"
         ]
         assert t.set_index("domain").loc["math", "declared"] == want
+
+
+def test_speed_is_read_from_the_rows_own_seconds(world):
+    """speed.csv from `orthrus analyze`: the decoding files' `seconds` reach it (each row 0.01 s),
+    every cell beside the reference at its precision and kernel on the same prompts."""
+    s = world["tables"]["speed.csv"]
+    ref = s[(s["decoder"] == "ar-ref") & (s["precision"] == "bf16")].iloc[0]
+    assert ref.tokens_per_second == pytest.approx(24 / 0.01) and ref.speedup == 1
+    o = s[(s["decoder"] == "orthrus") & (s["precision"] == "bf16")].iloc[0]
+    assert o.tokens_per_second == pytest.approx(o.tokens / (o.n * 0.01))
+    assert o.speedup == pytest.approx(o.tokens_per_second / ref.tokens_per_second) and o.speedup <= 1

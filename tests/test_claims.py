@@ -40,7 +40,8 @@ def _get(df, claim, subject):
 def test_claims_of_the_committed_run_come_from_its_tables():
     df = claims.claims_table(RUN)
     assert list(df.columns) == contracts.CLAIMS_COLUMNS and set(df["verdict"]) <= set(contracts.CLAIM_VERDICTS)
-    assert list(dict.fromkeys(df["claim"])) == list(claims.CLAIMS)
+    # every claim, but tf32-exact: the default decodes no tf32 cell, and a claim about none makes no row
+    assert list(dict.fromkeys(df["claim"])) == [c for c in claims.CLAIMS if c != "tf32-exact"]
     mo = pd.read_csv(RUN / "match_overall.csv").set_index(contracts.CONFIG)
     fp32 = mo.xs("fp32", level="precision")
     r = _get(df, "fp32-exact", "every fp32 cell")
@@ -402,3 +403,25 @@ def test_fp32_exact_allows_rare_roundings_at_ties_only(tmp_path):
     mo.to_csv(run / "match_overall.csv", index=False)
     r = with_fp32_row(1.0, "rounding")
     assert r.verdict == "fails" and "Wilson lower bound below 0.95" in r.reason
+
+
+def test_tf32_cells_get_their_own_claim_and_fp32_says_what_tf32_did(tmp_path):
+    """A study with `tf32` cells (fp32 with TF32 products allowed) gets `tf32-exact`, fp32's test on
+    them, and fp32-exact's reason names the lowest tf32 cell; a tf32 cell parting on a quarter of its
+    prompts fails the claim while fp32's verdict is untouched."""
+    run = _copy(tmp_path)
+    mo = pd.read_csv(run / "match_overall.csv")
+    tf32 = mo[mo["precision"] == "fp32"].copy()
+    tf32["precision"] = "tf32"
+    worst = tf32.index[0]
+    tf32.loc[worst, ["match_rate", "ci_low", "ci_high"]] = [0.75, 0.55, 0.88]
+    pd.concat([mo, tf32]).to_csv(run / "match_overall.csv", index=False)
+    before = _get(claims.claims_table(RUN), "fp32-exact", "every fp32 cell")
+    df = claims.claims_table(run)
+    r = _get(df, "tf32-exact", "every tf32 cell")
+    assert r.statistic == 0.75 and r.verdict == "fails" and "Wilson lower bound below" in r.reason
+    fp32 = _get(df, "fp32-exact", "every fp32 cell")
+    assert fp32.verdict == before.verdict and fp32.statistic == before.statistic
+    w = tf32.loc[worst]
+    assert f"TF32 off here: with TF32 products allowed (tf32-exact, {len(tf32)} cells)" in fp32.reason
+    assert f"{w.model}/{w.decoder}/tf32/{w.attention} 0.750" in fp32.reason

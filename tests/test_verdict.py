@@ -64,7 +64,7 @@ def test_the_bound_is_each_precisions_own():
     assert verdict(10.25, 10.0, 10.1875, 10.1875, "bf16", max_ulps=ROUNDING_ULPS)[0] == "rounding"  # 4 bf16 ulps
     assert verdict(10.5, 10.0, 10.1875, 10.1875, "bf16", max_ulps=ROUNDING_ULPS)[0] == "structural"  # 8
     assert parse_rounding_ulps("fp32=8") == ROUNDING_ULPS | {"fp32": 8.0}
-    assert parse_rounding_ulps("3") == {"bf16": 3.0, "fp16": 3.0, "fp32": 3.0}
+    assert parse_rounding_ulps("3") == {"bf16": 3.0, "fp16": 3.0, "fp32": 3.0, "tf32": 3.0}
     for bad, why in [("fp8=1", "unknown precision 'fp8'"), ("fp32=-1", "finite number >= 0"), ("two", "expected ulps")]:
         with pytest.raises(ValueError, match=why):
             parse_rounding_ulps(bad)

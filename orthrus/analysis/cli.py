@@ -63,7 +63,7 @@ from orthrus.analysis.match import (
     with_rows,
 )
 from orthrus.analysis.ppl import ppl_by_match, ppl_logit
-from orthrus.analysis.tpf import tpf_table
+from orthrus.analysis.tpf import speed_table, tpf_table
 from orthrus.analysis.uncertainty import DEFAULT_NEAR_TIE, forensics_summary, uncertainty_by_domain
 from orthrus.analysis.widths import engine_widths
 from orthrus.audit.verdict import ROUNDING_ULPS, rounding_ulps_arg
@@ -114,6 +114,7 @@ def analyze(
         "uncertainty_by_domain.csv": uncertainty_by_domain(ppl_path, reference, near_tie, declared),
         "decoders.csv": decoders_table(overall, decode, fx),
         "engine_widths.csv": engine_widths(traj, decode),
+        "speed.csv": speed_table(decode),
     }
     # a configuration or a domain whose every prompt errored keeps its row, with its error count
     configs, cells = errored_cells(traj, errors, reference, pairs)

@@ -18,7 +18,7 @@ from orthrus.options import DecodeOptions, env_record
 
 # Columns read from each input (subsets of the contracts in orthrus/contracts.py).
 DECODE_REQUIRED = CONFIG + ["prompt_id", "domain", "tokens", "n_prefill", "n_diffusion", "n_verify"]
-DECODE_OPTIONAL = ["finish_reason", "accepted", "env"]
+DECODE_OPTIONAL = ["finish_reason", "accepted", "env", "seconds"]
 PPL_REQUIRED = ["prompt_id", "ppl"]
 FORENSICS_REQUIRED = FORENSICS_ROW_COLUMNS
 # an error row's configuration, domain and run setting (TPF_RUN, from its env record)

@@ -1,5 +1,6 @@
 """Tokens per forward of the speculative decoders (Table 2), from the counts each decoding row
-recorded; the formulas are `orthrus.decode.tpf.tokens_per_forward`, shared with `generate`."""
+recorded (the formulas are `orthrus.decode.tpf.tokens_per_forward`, shared with `generate`), and
+what they buy: each decoder's tokens per second beside the AR reference's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from orthrus.analysis.load import run_settings
-from orthrus.contracts import CONFIG, SPECULATIVE, TPF_COLUMNS, TPF_RUN
+from orthrus.contracts import CONFIG, REFERENCE_DECODER, SPECULATIVE, SPEED_COLUMNS, TPF_COLUMNS, TPF_RUN
 from orthrus.decode.tpf import tokens_per_forward
 from orthrus.stats import t_ci, t_halfwidth
 
@@ -52,3 +53,39 @@ def tpf_table(decode: pd.DataFrame) -> pd.DataFrame:
                 stats |= {col: t_ci(v)[0], f"{col}_ci": t_halfwidth(v)}
             rows.append(dict(zip(keys, key), domain=dom, n=len(gd), **stats))
     return pd.DataFrame(rows, columns=TPF_COLUMNS)
+
+
+def speed_table(decode: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per second of every decoding cell beside the AR reference's (`ar-ref`) at the same
+    precision and attention, over the prompts both decoded (each side's tokens over its decoding
+    seconds, summed over those prompts: start-up and model loading left out); `speedup` is the
+    ratio. Each cell is its own job, so cells that ran at once on a shared device time each other
+    too: `orthrus frontier` times settings side by side in one process (exactness_cost.csv)."""
+    decode = decode.assign(seconds=pd.to_numeric(decode.get("seconds", np.nan), errors="coerce"))  # engines may lack it
+    ref = decode[decode["decoder"] == REFERENCE_DECODER]
+    ref = {key: g.set_index("prompt_id")[["tokens", "seconds"]] for key, g in ref.groupby(["precision", "attention"])}
+    none = pd.DataFrame({"tokens": [], "seconds": []})
+    rows = []
+    for key, g in decode.groupby(CONFIG, sort=True):
+        cell = dict(zip(CONFIG, key))
+        base = ref.get((cell["precision"], cell["attention"]), none)
+        shared = g[g["prompt_id"].isin(base.index)]
+        tps, ar_tps = _rate(shared), _rate(base.loc[shared["prompt_id"]])
+        rows.append(
+            cell
+            | {
+                "n": len(shared),
+                "tokens": sum(len(t) for t in shared["tokens"]),
+                "seconds": float(shared["seconds"].sum()),
+                "tokens_per_second": tps,
+                "ar_tokens_per_second": ar_tps,
+                "speedup": tps / ar_tps if ar_tps > 0 else np.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=SPEED_COLUMNS)
+
+
+def _rate(d: pd.DataFrame) -> float:
+    """Tokens per second over the rows of `d` (NaN without timed rows)."""
+    seconds = float(d["seconds"].sum())
+    return sum(len(t) for t in d["tokens"]) / seconds if seconds > 0 else np.nan

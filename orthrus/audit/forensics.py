@@ -130,7 +130,8 @@ def replay_verify(model, prompt: list[int], options: DecodeOptions, t: int, orac
         last = forward  # only the last forward's logits and hidden states are kept
         return forward.first + forward.emitted > t
 
-    out = generate(model, torch.tensor(prompt), options, trace=trace, hidden_states=True, oracle=oracle)
+    ids = torch.tensor(prompt, device=model.device)
+    out = generate(model, ids, options, trace=trace, hidden_states=True, oracle=oracle)
     i = t - last.first
     if not 0 <= i < len(last.logits):
         raise RuntimeError(f"the replay ended after {len(out.tokens)} tokens, before token {t}")

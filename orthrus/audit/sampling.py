@@ -171,7 +171,7 @@ def position_tvs(single_logits: torch.Tensor, rows, sampler, planted: bool = Fal
 
     if not rows:
         return np.zeros(0)
-    t = torch.tensor([r[0] for r in rows])
+    t = torch.tensor([r[0] for r in rows], device=single_logits.device)
     p_single = sampler.probs(single_logits[t])
     p_verify = sampler.probs(torch.stack([r[1] for r in rows]))
     out = p_verify.double().clone()
@@ -181,7 +181,7 @@ def position_tvs(single_logits: torch.Tensor, rows, sampler, planted: bool = Fal
         q = sampler.probs(logits)
         q_ratio = Sampler(1.0, sampler.top_k, sampler.top_p).probs(logits) if planted else None
         out[drafted] = step_distribution(p_verify[drafted], q, q_ratio)
-    return total_variation(out, p_single).numpy()
+    return total_variation(out, p_single).cpu().numpy()  # the model's device may be a GPU
 
 
 def sample_prefixes(model, ids: torch.Tensor, options, n: int, seed: int) -> list[list[int]]:

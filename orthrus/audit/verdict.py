@@ -24,7 +24,8 @@ import argparse
 import math
 
 # machine epsilon (the spacing of numbers in [1, 2)) of each decoding precision
-EPS = {"fp32": 2.0**-23, "fp16": 2.0**-10, "bf16": 2.0**-7}
+# (tf32: fp32 numbers whose matrix products round their inputs to 10 mantissa bits, fp16's)
+EPS = {"fp32": 2.0**-23, "fp16": 2.0**-10, "bf16": 2.0**-7, "tf32": 2.0**-10}
 
 # The verdicts' bound in each precision (analysis.rounding_ulps). benchmarks/rounding_noise.py
 # measures, on the shipped teacher over 3,072 positions per cell, the largest logit difference
@@ -33,7 +34,9 @@ EPS = {"fp32": 2.0**-23, "fp16": 2.0**-10, "bf16": 2.0**-7}
 # fp32 (which keeps every rounding of the network's sums). Two logits that each move by at most d
 # change rank only where they are within 2d: the bound is twice the largest, rounded up to a
 # power of two.
-ROUNDING_ULPS = {"bf16": 4.0, "fp16": 8.0, "fp32": 64.0}
+# tf32 takes fp16's bound: its products carry fp16's mantissa, its sums fp32's (not yet measured
+# on a GPU: benchmarks/gpu_check.sh's record is the place to measure it).
+ROUNDING_ULPS = {"bf16": 4.0, "fp16": 8.0, "fp32": 64.0, "tf32": 8.0}
 
 
 def rounding_bound(max_ulps: float | dict, precision: str) -> float:

@@ -38,7 +38,7 @@ from orthrus.io import write_parquet
 from orthrus.models.checkpoint import record_digest
 from orthrus.models.hub import is_hub_id, split_revision
 from orthrus.models.loading import eos_ids
-from orthrus.models.precision import DTYPES, parse_dtype
+from orthrus.models.precision import DTYPES, TF32, allow_tf32, parse_dtype
 from orthrus.options import DecodeOptions, check_message
 
 
@@ -161,15 +161,18 @@ def build_shard(
     revision: str | None = None,
     progress: bool = True,
     message: str = DecodeOptions.message,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     import torch
 
     if threads:
         torch.set_num_threads(int(threads))
+    allow_tf32(dtype in TF32)  # corpus.precision tf32: fp32 weights, TF32 products
     torch.manual_seed(0)
     df = read_prompt_set(prompts_path)
     part = shard_prompts(df, shard, num_shards)
     model, tok = load_teacher(teacher, dtype=dtype, attention=attention, revision=revision)
+    model.to(device)
     res = generate_responses(
         model,
         tok,
@@ -221,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         help="--dataset: the datasets cache directory (default: datasets' own, "
         "~/.cache/huggingface/datasets; the workflow passes results/cache/datasets)",
     )
+    ap.add_argument("--device", default="cpu", help="torch device of the teacher's generation (cpu, cuda, cuda:N)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     check_message(args.message)
@@ -256,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             revision=args.revision,
             progress=not args.no_progress,
             message=args.message,
+            device=args.device,
         )
     write_parquet(args.out, df)
     record_digest(args.out)  # hashed once, here: training fingerprints read the record

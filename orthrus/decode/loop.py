@@ -280,7 +280,7 @@ def generate(
             len(tokens), stats["n_prefill"], stats["n_diffusion"], stats["n_verify"], stats["accepted"], undefined=0.0
         )
     )
-    return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)
+    return GenerateOutput(torch.tensor(tokens, dtype=torch.long), stats)  # host: the ids, read with .tolist()
 
 
 def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:

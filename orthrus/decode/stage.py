@@ -55,7 +55,7 @@ from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.hub import snapshot_commit
 from orthrus.models.loading import eos_ids, load_draft, load_model
-from orthrus.models.precision import numerical_env
+from orthrus.models.precision import numerical_env, sdpa_backends
 from orthrus.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS, DecodeOptions, OptionsError
 
 
@@ -254,10 +254,12 @@ def speculative_settings(options: DecodeOptions, model, draft, draft_name: str |
     return settings(model, draft, draft_name) if settings else {}
 
 
-def _env(model, options: DecodeOptions, draft, draft_name, shard, per_domain) -> str:
+def _env(model, options: DecodeOptions, draft, draft_name, shard, per_domain, sdpa: dict) -> str:
     """The rows' `env`: the numerical environment and the run's provenance (the model as read: a hub
-    snapshot's commit, pinned by the config's `revisions` or not; the ar-batched control's batching)."""
+    snapshot's commit, pinned by the config's `revisions` or not; the ar-batched control's batching;
+    `sdpa`, the SDPA kernels the cell's attention calls dispatched to, by count)."""
     run = {
+        "sdpa_backends": dict(sorted(sdpa.items())),
         "loop": "transformers.generate" if DECODER[options.decoder].runner == "generate" else "orthrus.generate",
         "options": options.record(),
         "model_path": str(model.name_or_path),
@@ -285,7 +287,6 @@ def decode_prompts(
     `reference` maps prompt ids to the reference tokens (the oracle's drafts); `shard` is (shard,
     shards) of `prompts`, and `per_domain` the prompts per domain taken before sharding, both
     recorded for the ar-batched control, whose batches they decide."""
-    env = _env(model, options, draft, draft_name, shard, per_domain)
     # the positions a prompt and its answer may take: the model's, and the draft's when it is shorter
     positions = model.config.max_position_embeddings
     if draft is not None:
@@ -305,21 +306,23 @@ def decode_prompts(
             done[row.prompt_id] = Trajectory.failed(error)
     batched = DECODER[o.decoder].batched
     size = o.batch_size if batched else 1
-    for batch in tqdm(
-        batches(todo, size),
-        desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
-        disable=not progress,
-        file=sys.stderr,
-    ):
-        try:  # recorded, not dropped: a failing prompt is a result too
-            if batched:
-                outs = batched_generate(model, [ids for _, ids in batch], o)
-            else:
-                ((pid, ids),) = batch
-                outs = [decode_one(model, ids, o, draft, (reference or {}).get(pid))]
-            done |= {pid: out for (pid, _), out in zip(batch, outs)}
-        except Exception as e:
-            done |= {pid: Trajectory.failed(f"{type(e).__name__}: {e}") for pid, _ in batch}
+    with sdpa_backends() as sdpa:
+        for batch in tqdm(
+            batches(todo, size),
+            desc=f"{model_name}/{o.decoder}/{o.precision}/{o.attention}",
+            disable=not progress,
+            file=sys.stderr,
+        ):
+            try:  # recorded, not dropped: a failing prompt is a result too
+                if batched:
+                    outs = batched_generate(model, [ids for _, ids in batch], o)
+                else:
+                    ((pid, ids),) = batch
+                    outs = [decode_one(model, ids, o, draft, (reference or {}).get(pid))]
+                done |= {pid: out for (pid, _), out in zip(batch, outs)}
+            except Exception as e:
+                done |= {pid: Trajectory.failed(f"{type(e).__name__}: {e}") for pid, _ in batch}
+    env = _env(model, options, draft, draft_name, shard, per_domain, sdpa)
     rows = [
         decoding_row(cell, row.prompt_id, row.domain, lengths[row.prompt_id], env, done[row.prompt_id])
         for row in prompts.itertuples()

@@ -30,16 +30,28 @@ def log(msg: str) -> None:
         print(f"[train] {msg}", file=sys.stderr, flush=True)
 
 
-def init():
-    """Join the process group when launched by torchrun; returns (device, started_here)."""
+def init(device: str = "auto"):
+    """Join the process group when launched by torchrun; returns (device, started_here).
+    `device`: `auto` takes CUDA where there is one (a process per GPU under torchrun, the
+    paper's 8-GPU distillation), `cpu` keeps to the CPU on a GPU machine too (the study's device is
+    the CPU: its distillation must not move to a GPU the decoding never sees), `cuda` demands one."""
     import torch
     import torch.distributed as dist
 
+    from orthrus.errors import InputError
+
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise InputError(f"training device must be auto, cpu or cuda, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"training device {device!r} asked for, but torch sees no CUDA device here")
+    cuda = device != "cpu" and torch.cuda.is_available()
     started = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
     if started:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        # one process per GPU under torchrun; a single process keeps the index it was given (cuda:N)
+        index = os.environ.get("LOCAL_RANK") or (device.partition(":")[2] if device.startswith("cuda") else "") or "0"
+        device = torch.device("cuda", int(index))
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -64,7 +76,13 @@ def all_reduce_sum(t):
     if world() > 1:
         import torch.distributed as dist
 
-        dist.all_reduce(t)
+        if dist.get_backend() == "nccl" and t.device.type != "cuda":
+            # NCCL (the group on GPUs) reduces device tensors only; the step's sums live on the host
+            on_device = t.cuda()  # this process's GPU (init sets it)
+            dist.all_reduce(on_device)
+            t.copy_(on_device.cpu())
+        else:
+            dist.all_reduce(t)
     return t
 
 

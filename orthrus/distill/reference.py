@@ -31,7 +31,7 @@ def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
         out = model.model(input_ids=batch["ids"], **cache_kwarg(model.model, cache), use_cache=True)
-    total = torch.zeros(())
+    total = torch.zeros((), device=batch["w"].device)
     for s in range(B):
         for blk in range(q // K):
             sl = slice(blk * K, (blk + 1) * K)
@@ -49,5 +49,5 @@ def blockwise_loss(model, batch: dict, objective: str, kl_weight: float):
                     logp = F.log_softmax(model.lm_head(out.last_hidden_state[s, idx]).float(), -1)
                 kl = (logp.exp() * (logp - logq)).sum(-1)
                 tok = kl if objective == "kl" else (1 - kl_weight) * tok + kl_weight * kl
-            total = total + (torch.where(w > 0, tok, torch.zeros(())) * w).sum()
+            total = total + (torch.where(w > 0, tok, torch.zeros((), device=w.device)) * w).sum()
     return total

@@ -182,8 +182,10 @@ def train(
     threads: int | None = None,
     progress: bool = True,
     on_step=None,
+    device: str = "auto",
 ) -> dict:
-    """Train the diffusion view of `teacher` on the corpus; write the model to `out_dir`.
+    """Train the diffusion view of `teacher` on the corpus; write the model to `out_dir`, on
+    `device` (orthrus.distill.dist.init: auto, cpu or cuda).
 
     `on_step(step, row)` is called after every optimizer step (and after its checkpoint);
     raising from it interrupts the run (used to test resumption). Returns the summary dict.
@@ -195,7 +197,7 @@ def train(
     if threads:
         torch.set_num_threads(int(threads))
     t_start = time.perf_counter()
-    device, started_pg = dist.init()
+    device, started_pg = dist.init(device)
     out_dir = Path(out_dir)
     ckpt_path = resume.checkpoint_dir(out_dir) / "last"
     try:
@@ -359,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help=f"override a setting; keys: {', '.join(DEFAULTS)}",
     )
+    ap.add_argument(
+        "--device",
+        default="auto",
+        help="auto (CUDA where there is one: one process per GPU under torchrun) | cpu | cuda",
+    )
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if args.no_progress:
@@ -376,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_prompts=args.eval_prompts,
         threads=args.threads,
         progress=not args.no_progress,
+        device=args.device,
     )
     return 0
 

@@ -15,6 +15,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
 from orthrus.chat import chat_messages
+from orthrus.contracts import PRECISIONS
 from orthrus.decode.trajectory import Trajectory
 from orthrus.decoders import DECODER
 from orthrus.models.hub import snapshot_commit
@@ -74,10 +75,10 @@ def lm_options(
         "message": message,
         "deterministic": None if deterministic is None else str(deterministic).lower() in ("1", "true", "yes"),
     }
-    if given["precision"] is not None:  # bf16, bfloat16 or torch.bfloat16 alike
+    if given["precision"] is not None and given["precision"] not in PRECISIONS:  # bfloat16, torch.bfloat16 alike
         from orthrus.models.precision import dtype_name, parse_dtype
 
-        given["precision"] = dtype_name(parse_dtype(given["precision"]))
+        given["precision"] = dtype_name(parse_dtype(given["precision"]))  # (tf32 is kept: no dtype names it)
     return base.replace(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -221,7 +222,7 @@ class OrthrusLM(HFLM):
                 )
             res = generate(
                 self.model,
-                torch.tensor(ids, dtype=torch.long),
+                torch.tensor(ids, dtype=torch.long, device=self.model.device),
                 options,
                 generator=generator,
                 trace=self._stop_at(until),

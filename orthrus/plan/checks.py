@@ -109,7 +109,25 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
     problems += _kernel_problems(cfg)
     problems += _revision_problems(cfg)
     problems += _prompt_and_corpus_problems(cfg)
+    problems += _device_problems(cfg)
     return [p for p in problems if p]
+
+
+def _device_problems(cfg: dict) -> list[str]:
+    """The shipped tiny subject is a CPU study: on a GPU its 1.1M parameters run slower than on
+    one core (on an H200 shared by 8 jobs its bf16 reference took 124 s, about 60 s on one core of a
+    2-core CPU) and its
+    products (K of 128-384) say nothing about a GPU's kernels; the GPU study is configs/gpu.yaml."""
+    device = (cfg.get("decode") or {}).get("device", "cpu")
+    if device == "cpu" or (cfg.get("teacher") or {}).get("source") != "shipped":
+        return []
+    return [
+        f"decode.device: {device!r} with the shipped tiny teacher (teacher.source shipped), which belongs on the "
+        "CPU: its 1.1M parameters decode slower on a GPU than on one core and its numbers say nothing about GPU "
+        "kernels. Keep decode.device: cpu (the default: every stage stays on the CPU, also on a GPU machine), "
+        "and study the GPU with the GPU-shaped world: snakemake --configfile configs/gpu.yaml --cores 16 "
+        "(docs/GPU.md)"
+    ]
 
 
 def _name_problems(cfg: dict) -> list[str]:

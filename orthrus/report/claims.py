@@ -13,7 +13,10 @@ claim and the table it rests on cannot disagree.
   in fp32, up to fp32's own rounding: a cell that parts does so on few prompts (Wilson lower
   bound >= `FP32_FLOOR`), each at a reference margin within the verdicts' fp32 bound
   (`analysis.rounding_ulps.fp32` ulps, forensics);
-  the statistic is the lowest fp32 match rate, with its Wilson interval.
+  the statistic is the lowest fp32 match rate, with its Wilson interval; its reason says what
+  allowing TF32 did where the study has `tf32` cells.
+- `tf32-exact`: `fp32-exact`'s test on the `tf32` cells (fp32 with TF32 products allowed), where
+  the study has any.
 - `bf16-inexact` (Tables 3-4), per bf16 speculative decoder and model: the Wilson 95% upper
   bound of the match rate is below 1 on the kernel where it is lowest.
 - `ppl-higher-when-diverging` (Table 5), per bf16 speculative configuration: the reference
@@ -150,12 +153,26 @@ def _lossless(df: pd.DataFrame, precision: str, speculative: bool = False) -> pd
 
 
 def fp32_exact(tables: Path, s: Settings) -> list[dict]:
+    return _exact(tables, "fp32-exact", "fp32")
+
+
+def tf32_exact(tables: Path, s: Settings) -> list[dict]:
+    """fp32's claim on the cells that allow TF32 products; no row where the study has none."""
+    mo = _read(tables, "match_overall.csv")
+    if mo is None or _lossless(mo, "tf32").empty:
+        return []
+    return _exact(tables, "tf32-exact", "tf32")
+
+
+def _exact(tables: Path, claim: str, precision: str) -> list[dict]:
+    """Every lossless cell at `precision` matches, up to the precision's own rounding."""
+    subject = f"every {precision} cell"
     mo = _read(tables, "match_overall.csv")
     if mo is None:
-        return _missing("fp32-exact", "every fp32 cell", "no match_overall.csv")
-    d = _lossless(mo, "fp32").sort_values(["match_rate", *CONFIG], kind="stable")
+        return _missing(claim, subject, "no match_overall.csv")
+    d = _lossless(mo, precision).sort_values(["match_rate", *CONFIG], kind="stable")
     if d.empty:
-        return _missing("fp32-exact", "every fp32 cell", "no fp32 decoding results")
+        return _missing(claim, subject, f"no {precision} decoding results")
     worst = d.iloc[0]
     below = d[d["match_rate"] < 1.0]
     reason = (
@@ -163,20 +180,25 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
         if len(below)
         else f"{len(d)} cells, lowest: {_cell(worst)}"
     )
-    rounding = _fp32_roundings(tables, below)
+    rounding = _fp32_roundings(tables, below, precision)
     if len(below):
         reason += f"; {rounding[1]}"
+    tf32 = _lossless(mo, "tf32").sort_values(["match_rate", *CONFIG], kind="stable")
+    if precision == "fp32" and len(tf32):  # what allowing TF32 does to fp32's exactness
+        w = tf32.iloc[0]
+        reason += f"; TF32 off here: with TF32 products allowed (tf32-exact, {len(tf32)} cells) the lowest is "
+        reason += f"{_cell(w)} {w.match_rate:.3f}"
     return [
         _row(
-            "fp32-exact",
-            "every fp32 cell",
+            claim,
+            subject,
             "lowest match rate",
             worst["match_rate"],
             (worst["ci_low"], worst["ci_high"]),
             int(worst["n"]),
-            "exact trajectory match with the AR reference in every cell, up to fp32's own rounding: a cell "
-            f"below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each a rounding within "
-            "analysis.rounding_ulps.fp32 ulps",
+            f"exact trajectory match with the AR reference in every cell, up to {precision}'s own rounding: a "
+            f"cell below 1 parts on few prompts (Wilson 95% lower bound >= {FP32_FLOOR:g}), each a rounding "
+            f"within analysis.rounding_ulps.{precision} ulps",
             f"= 1, or >= {FP32_FLOOR:g} with every divergence within rounding",
             verdict=HOLDS if rounding[0] else FAILS,
             reason=reason,
@@ -185,7 +207,7 @@ def fp32_exact(tables: Path, s: Settings) -> list[dict]:
     ]
 
 
-def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
+def _fp32_roundings(tables: Path, below: pd.DataFrame, precision: str = "fp32") -> tuple[bool, str]:
     """(whether every divergence of the fp32 cells in `below` is within rounding, what it says):
     a reference margin within the verdicts' bound in fp32 ulps, none structural or unexplained
     (forensics.csv). fp32 carries 16 more bits than bf16; a tiny world with dense near-ties still
@@ -211,9 +233,12 @@ def _fp32_roundings(tables: Path, below: pd.DataFrame) -> tuple[bool, str]:
         f = fx.loc[key]
         n, k = int(f["n_divergences"]), float(f["rounding_ulps"])
         if not (f["frac_within_ulps"] == 1 and f["n_structural"] == 0 and f["n_no_verdict"] == 0):
-            return False, f"{_cell(r)}: not every one of its {n} divergences is a rounding within {k:g} fp32 ulps"
+            return (
+                False,
+                f"{_cell(r)}: not every one of its {n} divergences is a rounding within {k:g} {precision} ulps",
+            )
         parts.append(
-            f"{_cell(r)}: {n} divergence(s), each within {k:g} fp32 ulps (largest {float(f['max_gap_ulps']):g})"
+            f"{_cell(r)}: {n} divergence(s), each within {k:g} {precision} ulps (largest {float(f['max_gap_ulps']):g})"
         )
     return True, "; ".join(parts)
 
@@ -694,6 +719,14 @@ CLAIMS: dict[str, Claim] = {
         "fp32's own rounding at ties (Table 8)",
         "match_overall.csv",
         fp32_exact,
+    ),
+    "tf32-exact": Claim(
+        "fp32 with TF32 products allowed (many users' setting): every lossless decoder emits the AR "
+        "reference's tokens, up to its rounding; no row without tf32 cells. TF32 rounds a product's inputs "
+        "to 10 mantissa bits on CUDA GPUs (Ampere and later) and is ignored by CPU kernels, so on a CPU these "
+        "cells are fp32's",
+        "match_overall.csv",
+        tf32_exact,
     ),
     "bf16-inexact": Claim(
         "bf16: the speculative decoder does not always emit the AR reference's tokens (Tables 3-4)",

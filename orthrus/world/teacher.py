@@ -1,7 +1,7 @@
 """Train the tiny-world teacher: a small `Qwen3ForCausalLM` on chat-formatted world samples.
 
 `orthrus train-teacher --out DIR [--config CFG [--section teacher]] [--seed N]
- [--steps N] [--threads N] [--tokenizer DIR] [--set key=value ...]`
+ [--steps N] [--threads N] [--device cpu|cuda] [--tokenizer DIR] [--set key=value ...]`
 
 `--tokenizer DIR` takes the tokenizer of an existing checkpoint instead of training one: a
 draft model for assisted decoding is a smaller teacher with its teacher's tokenizer.
@@ -21,6 +21,7 @@ takes id `len(tokenizer)`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -138,8 +139,8 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
             chunk = pairs[s : s + batch_size]
             enc = [render_chat(tokenizer, p) for p, _ in chunk]
             n = max(map(len, enc))
-            ids = torch.tensor([[tokenizer.pad_token_id] * (n - len(e)) + e for e in enc])
-            att = torch.tensor([[0] * (n - len(e)) + [1] * len(e) for e in enc])
+            ids = torch.tensor([[tokenizer.pad_token_id] * (n - len(e)) + e for e in enc], device=model.device)
+            att = torch.tensor([[0] * (n - len(e)) + [1] * len(e) for e in enc], device=model.device)
             with torch.no_grad():
                 gen = model.generate(
                     input_ids=ids,
@@ -164,9 +165,13 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
     return out
 
 
-def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: str | None = None) -> dict:
+def train_teacher(
+    cfg: dict | None, out_dir, verbose: bool = True, tokenizer: str | None = None, device: str = "cpu"
+) -> dict:
     """Train a teacher with settings `DEFAULTS | cfg` and save it to `out_dir` (atomic); with
-    the tokenizer loaded from `tokenizer` (a checkpoint) when given, else a world BPE.
+    the tokenizer loaded from `tokenizer` (a checkpoint) when given, else a world BPE. On a CUDA
+    `device` the forward and backward passes run under bf16 autocast with fp32 weights (as the
+    distillation does there): a GPU's fp32 products are a fifteenth of its bf16 rate.
 
     Returns a summary dict (seconds, final loss, per-domain eval, parameters)."""
     import torch
@@ -188,9 +193,11 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
         tok = AutoTokenizer.from_pretrained(tokenizer)
     else:
         tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
-    model = make_model(cfg, tok)
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"train-teacher: device {device!r} asked for, but torch sees no CUDA device here")
+    model = make_model(cfg, tok).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    _say(verbose, f"{n_params / 1e6:.2f}M parameters, vocab {len(tok)} -> {model.config.vocab_size}")
+    _say(verbose, f"{n_params / 1e6:.2f}M parameters, vocab {len(tok)} -> {model.config.vocab_size}, on {device}")
     log_rows, ema = _fit(model, tok, cfg, t0, verbose)
     train_seconds = time.perf_counter() - t0
     model.eval()
@@ -207,7 +214,7 @@ def train_teacher(cfg: dict | None, out_dir, verbose: bool = True, tokenizer: st
         for d, r in ev.items():
             _say(verbose, f"eval {d:12s} exact {r['exact']:.2f} distinct {r['distinct_outputs']:.2f}")
     summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2), "final_loss_ema": ema, "eval": ev}
-    _save(out_dir, model, tok, cfg, log_rows, summary)
+    _save(out_dir, model.cpu(), tok, cfg, log_rows, summary)
     return summary
 
 
@@ -286,12 +293,15 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
     log_rows, ema = [], None
     model.train()
     batches = _batches(tok, cfg)
+    device = model.device
+    cuda = device.type == "cuda"
     for step in range(int(cfg["steps"])):
-        ids, att, lab = next(batches)
+        ids, att, lab = (t.to(device, non_blocking=True) for t in next(batches))
         lr = _lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext():
+            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
@@ -333,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--device", default="cpu", help="torch device to train on (cpu, cuda, cuda:N)")
     ap.add_argument(
         "--tokenizer", help="checkpoint (directory or hub id) whose tokenizer to use instead of training one"
     )
@@ -348,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("seed", "steps", "threads"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    summary = train_teacher(cfg, args.out, tokenizer=args.tokenizer)
+    summary = train_teacher(cfg, args.out, tokenizer=args.tokenizer, device=args.device)
     print(
         f"[teacher] saved to {args.out} ({summary['parameters'] / 1e6:.2f}M params, {summary['train_seconds']:.1f}s)",
         file=sys.stderr,

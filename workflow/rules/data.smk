@@ -31,6 +31,7 @@ else:
         params:
             cfg=lambda w: settings(config["teacher"]["tiny"]),
             seed=config["seed"],
+            device=DEVICE,
         log:
             f"{R}/logs/train_teacher.log",
         benchmark:
@@ -45,7 +46,7 @@ else:
             ENV
         shell:
             "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
-            " --out {output:q} > {log:q} 2>&1"
+            " --device {params.device:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_draft:
@@ -58,6 +59,7 @@ rule train_draft:
     params:
         cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
         seed=config["seed"],
+        device=DEVICE,
         tokenizer=S.teacher_path(),
         weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
     log:
@@ -74,7 +76,7 @@ rule train_draft:
         ENV
     shell:
         "orthrus train-teacher --config {params.cfg:q} --seed {params.seed:q} --threads {threads:q}"
-        " --tokenizer {params.tokenizer:q} --out {output:q} > {log:q} 2>&1"
+        " --device {params.device:q} --tokenizer {params.tokenizer:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule prompts:
@@ -112,6 +114,7 @@ rule corpus_shard:
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
         source=S.corpus_source_args,
+        device=DEVICE,
         weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         data=lambda w: S.dataset_fingerprint(),  # a local dataset's files (common.smk)
 
@@ -132,4 +135,4 @@ rule corpus_shard:
         "orthrus corpus --teacher {params.teacher:q} {params.source:q} --message {params.c[message]:q}"
         " --shard {params.shard:q} --num-shards {params.n:q} --batch-size {params.c[batch_size]:q}"
         " --max-new-tokens {params.c[max_new_tokens]:q} --dtype {params.c[precision]:q}"
-        " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+        " --threads {threads:q} --device {params.device:q} --out {output:q} > {log:q} 2>&1"

@@ -13,6 +13,7 @@ rule train:
         cfg=lambda w: settings(S.variant_settings(w.model)),
         # more than one GPU: data parallel, one process per GPU
         launch=lambda w, resources: launcher(resources.gpu),
+        device=DEVICE,
     log:
         f"{R}/logs/train/{{model}}.log",
     benchmark:
@@ -31,5 +32,5 @@ rule train:
         ENV
     shell:
         "{params.launch} train --teacher {params.teacher:q} --corpus {input.corpus:q} --config {params.cfg:q}"
-        " --eval-prompts {input.eval:q} --threads {threads:q} --no-progress"
+        " --eval-prompts {input.eval:q} --threads {threads:q} --device {params.device:q} --no-progress"
         " --out {output:q} > {log:q} 2>&1"

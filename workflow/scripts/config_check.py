@@ -242,6 +242,12 @@ def check_config(config: dict, schema_path, files=(), scatter=None) -> dict:
     from orthrus.plan.validate import check
 
     problems += check(config, yaml.safe_load(Path(schema_path).read_text(encoding="utf-8")), scatter)
+    if any(p.endswith(": required key missing") for p in problems) and files:
+        # the Snakefile studies a --configfile instead of config.yaml, never on top of it
+        problems.append(
+            f"(--configfile {' '.join(map(str, files))} replaces the embedded config.yaml: give a whole config "
+            "such as configs/gpu.yaml, or name both, config.yaml first: --configfile config.yaml my-overlay.yaml)"
+        )
     if problems:
         raise ConfigError(problems)
     return config

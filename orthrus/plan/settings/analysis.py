@@ -41,12 +41,14 @@ ANALYSIS = section(
                 "(fp16) ulps; fp32 logits keep every rounding of the network's sums, up to 22 ulps (`python "
                 "benchmarks/rounding_noise.py` on the shipped teacher). Two logits that each move by d change "
                 "rank only within 2d: each default is twice the largest measured, rounded up to a power of two "
-                "(orthrus/audit/verdict.py)."
+                "(orthrus/audit/verdict.py). tf32 (fp32 with TF32 products) takes fp16's bound, not yet measured "
+                "on a GPU."
             ),
             {
                 "bf16": key(float, ROUNDING_ULPS["bf16"], minimum=0, maximum=1024),
                 "fp16": key(float, ROUNDING_ULPS["fp16"], minimum=0, maximum=1024),
                 "fp32": key(float, ROUNDING_ULPS["fp32"], minimum=0, maximum=1024),
+                "tf32": key(float, ROUNDING_ULPS["tf32"], minimum=0, maximum=1024),
             },
             default=ROUNDING_ULPS,
         ),

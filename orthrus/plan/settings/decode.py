@@ -302,7 +302,12 @@ DECODE = section(
         "device": key(
             str,
             "cpu",
-            "torch device for decoding, perplexity, forensics and benchmarks (cpu, cuda, cuda:N, mps).",
+            (
+                "torch device of every stage that runs a model: a tiny teacher's and draft's training, the "
+                "corpus, the distillation, decoding, perplexity, forensics, the frontier, sampling and benchmarks "
+                "(cpu, cuda, cuda:N, mps). `cpu` keeps them all on the CPU, also on a GPU machine; the shipped tiny "
+                "teacher is refused on anything else (configs/gpu.yaml is the GPU study)."
+            ),
             pattern="^(cpu|cuda(:[0-9]+)?|mps)$",
         ),
         "max_error_share": key(
