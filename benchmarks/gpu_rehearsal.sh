@@ -9,7 +9,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="${1:-gpu-rehearsal}"
 shift || true
 mkdir -p "$work"
-read -r device kernels name < <(python - <<'PY'
+read -r device kernels name < <(python3 - <<'PY'
 import importlib.util, torch
 cuda = torch.cuda.is_available()
 kernels = ["eager", "sdpa"] + (["flash_attention_2"] if cuda and importlib.util.find_spec("flash_attn") else [])
@@ -33,7 +33,7 @@ if [ -n "${ORTHRUS_VLLM_PYTHON:-}" ]; then
     eagle=""
     [ -z "${ORTHRUS_EAGLE_HEAD:-}" ] || eagle="
     vllm-eagle3-bf16: {engine: vllm, speculative: eagle3, k: 3, precision: bf16, reference: vllm-bf16, draft: ${ORTHRUS_EAGLE_HEAD}}"
-    python - "$overlay" "$eagle" <<'PY'
+    python3 - "$overlay" "$eagle" <<'PY'
 import sys
 path, eagle = sys.argv[1], sys.argv[2]
 text = open(path).read().replace("decode: {", "decode: {engines: {ENGINES}, ", 1)
