@@ -227,7 +227,7 @@ def test_gpu_check_falls_back_to_the_smallest_world_on_a_cpu_and_writes_the_reco
     decode = pd.read_parquet(work / "world/results/decode/ce-k8/orthrus-tf32-sdpa.parquet")
     env_row = json.loads(decode["env"].iloc[0])
     assert env_row["tf32_matmul"] is True and sum(env_row["sdpa_backends"].values()) > 0
-    times = (out / "stage_times.txt").read_text()
+    times = (out / "world/stage_times.txt").read_text()
     assert "train_teacher" in times and "decode" in times
 
 
