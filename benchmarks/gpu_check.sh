@@ -50,11 +50,11 @@ if [ "$device" = cuda ]; then
     fi
     rehearsal="${rehearsal:-run}"
 else
+    rehearsal="${rehearsal:-dry}"
     echo "gpu_check: no CUDA device here; running the smallest form of the GPU world on the CPU" \
-         "(configs/gpu-smallest.yaml) and the rehearsal dry: a rehearsal of this script, not a GPU record" >&2
+         "(configs/gpu-smallest.yaml), the paper rehearsal: $rehearsal; a rehearsal of this script, not a GPU record" >&2
     echo "decode: {device: cpu}" > "$work/cpu.yaml"
     configs+=("$repo/configs/gpu-smallest.yaml" "$work/cpu.yaml")
-    rehearsal="${rehearsal:-dry}"
 fi
 
 # the numerical environment, before anything runs
