@@ -34,14 +34,17 @@ def init(device: str = "auto"):
     """Join the process group when launched by torchrun; returns (device, started_here).
     `device`: `auto` takes CUDA where there is one (a process per GPU under torchrun, the
     paper's 8-GPU distillation), `cpu` keeps to the CPU on a GPU machine too (the study's device is
-    the CPU: its distillation must not move to a GPU the decoding never sees), `cuda` demands one."""
+    the CPU: its distillation must not move to a GPU the decoding never sees), `cuda` demands one,
+    `mps` takes an Apple GPU (decode.device's choices)."""
     import torch
     import torch.distributed as dist
 
     from orthrus.errors import InputError
 
-    if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise InputError(f"training device must be auto, cpu or cuda, got {device!r}")
+    if device not in ("auto", "cpu", "mps") and not device.startswith("cuda"):
+        raise InputError(f"training device must be auto, cpu, cuda or mps, got {device!r}")
+    if device == "mps":  # one Apple GPU, no process group
+        return torch.device("mps"), False
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"training device {device!r} asked for, but torch sees no CUDA device here")
     cuda = device != "cpu" and torch.cuda.is_available()

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--device",
         default="auto",
-        help="auto (CUDA where there is one: one process per GPU under torchrun) | cpu | cuda",
+        help="auto (CUDA where there is one: one process per GPU under torchrun) | cpu | cuda | mps",
     )
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)

@@ -116,8 +116,8 @@ def cross_key_problems(cfg: dict, schema: dict, scatter: dict | None = None) -> 
 def _device_problems(cfg: dict) -> list[str]:
     """The shipped tiny subject is a CPU study: on a GPU its 1.1M parameters run slower than on
     one core (on an H200 shared by 8 jobs its bf16 reference took 124 s, about 60 s on one core of a
-    2-core CPU) and its
-    products (K of 128-384) say nothing about a GPU's kernels; the GPU study is configs/gpu.yaml."""
+    2-core CPU) and its products (K of 128-384) say nothing about a GPU's kernels; the GPU study is
+    configs/gpu.yaml."""
     device = (cfg.get("decode") or {}).get("device", "cpu")
     if device == "cpu" or (cfg.get("teacher") or {}).get("source") != "shipped":
         return []
