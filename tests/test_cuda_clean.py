@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import json
 import os
 import re
 import tokenize
@@ -241,6 +242,9 @@ def test_the_sampling_audit_runs_on_a_device(monkeypatch):
         same = [c for c in cpu.columns if c not in ("env", "seconds")]
         pd.testing.assert_frame_equal(cpu[same], dev[same], check_exact=True)
     assert on_device[0]["tv"].map(len).sum() > 0
+    # every row records its cell's SDPA kernels (counted on its own calls), on either device
+    for rows in (*on_cpu, *on_device):
+        assert all("sdpa_backends" in json.loads(e) for e in rows["env"])
 
 
 def _decodes(model, tok):

@@ -112,6 +112,10 @@ def test_measure_and_table_on_a_saved_model(tmp_path):
     assert rows.groupby(["precision", "attention", "verify_guard"]).size().tolist() == [2] * 5
     assert rows[rows["precision"] == "fp32"]["match"].all()
     assert all(json.loads(e)["dtype"] for e in rows["env"])
+    # each setting's SDPA kernels, counted in its own calls: none on eager, this CPU's flash kernel on sdpa
+    kernels = {(r.attention, json.dumps(json.loads(r.env)["sdpa_backends"])) for r in rows.itertuples()}
+    assert {k for a, k in kernels if a == "eager"} == {"{}"}
+    assert all(set(json.loads(k)) == {"flash_attention"} for a, k in kernels if a == "sdpa")
     assert (
         rows[rows["verify_guard"] > 0]["n_verify"].values
         >= rows[(rows["precision"] == "bf16") & (rows["attention"] == "sdpa") & (rows["verify_guard"] == 0)][

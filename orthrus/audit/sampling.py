@@ -324,7 +324,7 @@ def measure(
     `cfg["two_sample"]`'s precision and the first attention."""
     from orthrus.data.prompt_set import first_per_domain
     from orthrus.models.loading import load_model
-    from orthrus.models.precision import numerical_env
+    from orthrus.models.precision import numerical_env, sdpa_backends, with_sdpa
 
     tv_rows, test_rows = [], []
     ts = cfg["two_sample"]
@@ -338,10 +338,13 @@ def measure(
         options = base.replace(precision=precision, attention=attention, decoder="orthrus")
         model, tokenizer = load_model(model_path, options, device)
         env = json.dumps(numerical_env(model) | {"options": options.record(), "sampling": cfg}, sort_keys=True)
-        if precision in precisions and attention in attentions:
-            tv_rows += measure_tv(model, tokenizer, name, tv_prompts, options, cfg, env)
-        if ts["enabled"] and (precision, attention) == test_cell:
-            test_rows += measure_two_sample(model, tokenizer, name, test_prompts, options, cfg, env)
+        with sdpa_backends() as used:  # the cell's SDPA kernels, for its rows' env
+            if precision in precisions and attention in attentions:
+                tv_rows += measure_tv(model, tokenizer, name, tv_prompts, options, cfg, env)
+            if ts["enabled"] and (precision, attention) == test_cell:
+                test_rows += measure_two_sample(model, tokenizer, name, test_prompts, options, cfg, env)
+        for r in tv_rows + test_rows:
+            r["env"] = with_sdpa(env, used) if r["env"] == env else r["env"]  # this cell's rows
     return pd.DataFrame(tv_rows, columns=SAMPLING_TV_ROWS), pd.DataFrame(test_rows, columns=SAMPLING_TEST_ROWS)
 
 

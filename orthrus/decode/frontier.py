@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 
 import pandas as pd
 
@@ -57,9 +58,9 @@ def measure(
     from orthrus.chat import render_chat
     from orthrus.decode.loop import generate
     from orthrus.models.loading import load_model
-    from orthrus.models.precision import numerical_env
+    from orthrus.models.precision import numerical_env, sdpa_backends, with_sdpa
 
-    loaded = {}
+    loaded, sdpa = {}, {}
     for o in cells:  # one model per (precision, attention); the guards share the base cell's
         if (o.precision, o.attention) not in loaded:
             model, tokenizer = load_model(model_path, o, device)
@@ -70,14 +71,16 @@ def measure(
         for o in cells:
             model, tokenizer, env = loaded[o.precision, o.attention]
             ids = torch.tensor(render_chat(tokenizer, p.prompt, o.message), dtype=torch.long, device=model.device)
-            if (o.precision, o.attention) not in ar:
-                ar[o.precision, o.attention] = generate(
-                    model, ids, o.replace(decoder="ar", verify_guard=0.0)
-                ).tokens.tolist()
-            ref = ar[o.precision, o.attention]
-            t0 = time.perf_counter()
-            out = generate(model, ids, o)
-            seconds = time.perf_counter() - t0
+            with sdpa_backends() as used:  # the cell's SDPA kernels, for its rows' env
+                if (o.precision, o.attention) not in ar:
+                    ar[o.precision, o.attention] = generate(
+                        model, ids, o.replace(decoder="ar", verify_guard=0.0)
+                    ).tokens.tolist()
+                ref = ar[o.precision, o.attention]
+                t0 = time.perf_counter()
+                out = generate(model, ids, o)
+                seconds = time.perf_counter() - t0
+            sdpa.setdefault((o.precision, o.attention), Counter()).update(used)
             t = Trajectory.from_loop(out.tokens.tolist(), out.stats)
             rows.append(
                 t.columns()
@@ -94,6 +97,8 @@ def measure(
                     "env": env,
                 }
             )
+    for r in rows:
+        r["env"] = with_sdpa(r["env"], sdpa[r["precision"], r["attention"]])
     return pd.DataFrame(rows, columns=FRONTIER_COLUMNS)
 
 

