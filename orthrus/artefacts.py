@@ -16,8 +16,6 @@ from orthrus.contracts import (
     CLAIMS_TABLES,
     CORPUS_COLUMNS,
     DECODE_COLUMNS,
-    EXPORT_FIELDS,
-    EXTERNAL_FIELDS,
     FIGURE_FORMATS,
     FIGURES,
     FORENSICS_COLUMNS,
@@ -26,8 +24,6 @@ from orthrus.contracts import (
     FRONTIER_TABLES,
     PPL_COLUMNS,
     PROMPT_COLUMNS,
-    SAMPLED_EXPORT_FIELDS,
-    SAMPLED_FIELDS,
     SAMPLING_ENGINE_TABLES,
     SAMPLING_FIGURE,
     SAMPLING_TABLES,
@@ -37,6 +33,7 @@ from orthrus.contracts import (
     TRAIN_EVAL_COLUMNS,
     TRAIN_LOG_COLUMNS,
 )
+from orthrus.engines.formats import EXPORT_FIELDS, EXTERNAL_FIELDS, SAMPLED_EXPORT_FIELDS, SAMPLED_FIELDS
 
 # what a table's columns mean, where its column names do not say it
 TABLE_NOTES = {
@@ -102,7 +99,7 @@ TABLE_NOTES = {
     "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
     "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
     "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
-    "listed in `orthrus/report/claims.py`; `orthrus compare-runs` compares two runs' verdicts.",
+    "listed in `orthrus/report/claims/`; `orthrus compare-runs` compares two runs' verdicts.",
 }
 
 

@@ -121,39 +121,6 @@ FORENSICS_COLUMNS = CONFIG + [
     "verdict",
     "verdict_note",
 ]
-# The way in and out for engines outside this package: the evaluation set as an engine needs it
-# (`orthrus export-prompts`, one JSON object per line and prompt) and the trajectory file an engine
-# writes back (decode.external; `orthrus ingest` checks it and writes a decoding result).
-EXPORT_FIELDS = [
-    "prompt_id",
-    "domain",
-    "prompt",
-    "messages",
-    "prompt_text",
-    "prompt_token_ids",
-    "max_new_tokens",
-    "stop_token_ids",
-    "temperature",
-    "message",
-]
-EXTERNAL_REQUIRED = ["prompt_id", "token_ids", "env"]
-EXTERNAL_FIELDS = EXTERNAL_REQUIRED + [
-    "text",
-    "finish_reason",
-    "prompt_token_ids",
-    "accepted",
-    "forwards",
-    "draft_forwards",
-    "seconds",
-    "settings",
-    "logprobs",
-    "extra",
-]
-# sampled engines (sampling.engines; `orthrus engine-samples`): the sampled export adds the two-sample test's
-# settings to each record (max_new_tokens is its m), an engine writes N samples per prompt back
-SAMPLED_EXPORT_FIELDS = EXPORT_FIELDS + ["top_p", "top_k", "n_samples"]
-SAMPLED_REQUIRED = ["prompt_id", "samples", "env"]
-SAMPLED_FIELDS = SAMPLED_REQUIRED + ["extra"]
 TRAIN_LOG_COLUMNS = ["step", "loss", "lr", "tokens", "seconds", "loss_tokens", "ce", "kl", "acc", "grad_norm"]
 TRAIN_EVAL_COLUMNS = ["step", "domain", "n", "tpf_verify", "tpf_all", "tpf_authors", "accepted_mean"]
 

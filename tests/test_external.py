@@ -13,6 +13,7 @@ from orthrus.analysis import analyze
 from orthrus.chat import render_chat
 from orthrus.cli import main as cli
 from orthrus.engines.export_prompts import stop_ids
+from orthrus.engines.formats import EXPORT_FIELDS
 from orthrus.engines.ingest import cell, ingest
 from orthrus.errors import InputError
 from orthrus.options import DecodeOptions
@@ -157,7 +158,7 @@ def test_exported_prompts_round_trip(tmp_path):
     tok = word_tokenizer()
     assert [r["prompt_id"] for r in exported] == list(PROMPTS)
     for r in exported:
-        assert list(r) == contracts.EXPORT_FIELDS
+        assert list(r) == EXPORT_FIELDS
         assert tok(r["prompt_text"], add_special_tokens=False)["input_ids"] == r["prompt_token_ids"]
         assert r["prompt_token_ids"] == render_chat(tok, PROMPTS[r["prompt_id"]][1], DecodeOptions.message)
         assert (r["max_new_tokens"], r["stop_token_ids"], r["temperature"]) == (MAX_NEW, [EOS], 0.0)

@@ -161,14 +161,14 @@ def test_the_real_model_config_is_valid_and_names_its_sources():
     cfg = yaml.safe_load(REAL.read_text())
     assert cfg["teacher"]["source"] == "gguf" and cfg["teacher"]["gguf"]["package"] == PACKAGE
     assert cfg["prompts"]["eval_file_split"] >= 1 and cfg["prompts"]["distill_n"] >= 1
-    from orthrus.plan.checks import _gguf_problems
+    from orthrus.plan.model_checks import gguf_problems
 
-    assert _gguf_problems(cfg) == []
-    assert _gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": {"package": PACKAGE}}}) == [
+    assert gguf_problems(cfg) == []
+    assert gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": {"package": PACKAGE}}}) == [
         "teacher.gguf.file: required with teacher.gguf.package (the file's path inside the package)"
     ]
     both = {"package": PACKAGE, "file": FILE, "path": "/x.gguf"}
-    assert "one of the two" in _gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": both}})[0]
+    assert "one of the two" in gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": both}})[0]
 
 
 def _installed(dist: str) -> bool:

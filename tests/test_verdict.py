@@ -15,8 +15,8 @@ from orthrus.analysis.match import audit, compare_trajectories, decoders_table, 
 from orthrus.audit.forensics import judge
 from orthrus.audit.forensics import main as forensics
 from orthrus.audit.verdict import ROUNDING_ULPS, gap_ulps, parse_rounding_ulps, ulp, verdict
-from orthrus.decode.stage import batched_generate, hf_generate
 from orthrus.decode.stage import main as decode
+from orthrus.decode.transformers_decoders import batched_generate, hf_generate
 from orthrus.options import DecodeOptions, OptionsError
 
 

@@ -53,7 +53,8 @@ from orthrus.chat import render_chat
 from orthrus.contracts import FORENSICS_COLUMNS
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
 from orthrus.decode.loop import generate
-from orthrus.decode.stage import batched_generate, batches, hf_generate
+from orthrus.decode.stage import batches
+from orthrus.decode.transformers_decoders import batched_generate, hf_generate
 from orthrus.decoders import DECODER
 from orthrus.io import write_parquet
 from orthrus.models.cache import cache_kwarg

@@ -30,7 +30,6 @@ replay reproduces both recorded trajectories, 1 when it does not (the record is 
 from __future__ import annotations
 
 import argparse
-import platform
 import re
 import shlex
 import sys
@@ -41,38 +40,19 @@ import pandas as pd
 import torch
 
 from orthrus.audit.forensics import batch_of, judge, margin, replay_generate, replay_verify, row_options, stepwise
+from orthrus.audit.replay_record import record, summary, token_at
 from orthrus.audit.verdict import ROUNDING_ULPS
 from orthrus.chat import render_chat
 from orthrus.contracts import REFERENCE_DECODER
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.decode.stage import batched_generate, decode_one
+from orthrus.decode.stage import decode_one
+from orthrus.decode.transformers_decoders import batched_generate
 from orthrus.decoders import DECODER
 from orthrus.errors import InputError
 from orthrus.io import write_json
 from orthrus.models.loading import load_draft, load_model
-from orthrus.models.precision import numerical_env
 from orthrus.options import DecodeOptions, env_record
 from orthrus.stats import as_token_list, first_divergence
-
-VERSIONED = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pyarrow", "lm_eval", "orthrus")
-
-
-def versions() -> dict:
-    """The installed versions of the libraries a decoding depends on, and the platform."""
-    from importlib import metadata
-
-    out = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-    }
-    for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name.replace("_", "-") if name == "lm_eval" else name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def _row(path: Path, prompt_id: str):
@@ -240,10 +220,6 @@ def _layer_diffs(ref_hidden, dec_hidden) -> list | None:
     return [float((a.float() - b.float()).abs().max()) for a, b in zip(ref_hidden, dec_hidden)]
 
 
-def _token_at(tokens: list, t: int):
-    return tokens[t] if t < len(tokens) else None
-
-
 def replay(
     results,
     model: str,
@@ -293,7 +269,7 @@ def replay(
     )
     replayed = _redecode(dec, ref, draft, oracle, batch)
 
-    ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
+    ref_tok, dec_tok = token_at(ref.recorded, t), token_at(dec.recorded, t)
     forwards, verdict = {}, None
     ref_logits = ref_hidden = dec_hidden = None
     if ref_tok is not None:
@@ -306,7 +282,7 @@ def replay(
             consistent = forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == ref.recorded
             verdict = judge(ref_logits, dec_logits, ref_tok, dec_tok, precision, rounding_ulps, consistent)
     cell = {"model": model, "decoder": decoder, "precision": precision, "attention": attention}
-    return _record(
+    return record(
         results,
         cell,
         prompt_id,
@@ -320,89 +296,6 @@ def replay(
         verdict,
         _layer_diffs(ref_hidden, dec_hidden),
     )
-
-
-def _record(
-    results: Path,
-    cell: dict,
-    prompt_id: str,
-    text: str,
-    prompt_file: Path,
-    dec: _Side,
-    ref: _Side,
-    t: int,
-    replayed: dict,
-    forwards: dict,
-    verdict,
-    layers,
-) -> dict:
-    """The JSON record of one replayed divergence."""
-    recorded = {"decoder": dec.recorded, "reference": ref.recorded}
-    ref_tok, dec_tok = _token_at(ref.recorded, t), _token_at(dec.recorded, t)
-    reproduced = {side: replayed[side] == recorded[side] for side in recorded}
-    return {
-        "results": str(results),
-        **cell,
-        "prompt_id": prompt_id,
-        "domain": dec.row.domain,
-        "prompt": text,
-        "prompt_ids": dec.ids,
-        "reference_prompt_ids": ref.ids if ref.ids != dec.ids else None,
-        "files": {"decoder": str(dec.file), "reference": str(ref.file), "prompts": str(prompt_file)},
-        "models": {"decoder": dec.path, "reference": ref.path},
-        "options": {"decoder": dec.options.record(), "reference": ref.options.record()},
-        "tokens": {"recorded": recorded, "replayed": replayed},
-        "reproduced": reproduced | {"all": all(reproduced.values())},
-        "divergence": {
-            "position": t,
-            "common_prefix": ref.recorded[:t],
-            "reference_token": ref_tok,
-            "decoder_token": dec_tok,
-            "reference_text": None if ref_tok is None else ref.tokenizer.decode([ref_tok]),
-            "decoder_text": None if dec_tok is None else dec.tokenizer.decode([dec_tok]),
-        },
-        "forwards": forwards,
-        "margin": forwards.get("reference", {}).get("margin"),
-        "verdict": verdict,
-        "max_abs_hidden_diff": layers,
-        "first_layer_diverging": None if layers is None else next((i for i, d in enumerate(layers) if d > 0), None),
-        "numerical_env": {"decoder": numerical_env(dec.net), "reference": numerical_env(ref.net)},
-        "recorded_env": {"decoder": dec.env, "reference": ref.env},
-        "versions": versions(),
-    }
-
-
-def summary(rec: dict, out) -> str:
-    d, f = rec["divergence"], rec["forwards"]
-    what = f"{rec['model']}/{rec['decoder']}/{rec['precision']}/{rec['attention']} {rec['prompt_id']}"
-    lines = [
-        f"{what}: diverges from the reference at token {d['position']}: reference {d['reference_token']} "
-        f"({d['reference_text']!r}), {rec['decoder']} {d['decoder_token']} ({d['decoder_text']!r})"
-    ]
-    if "reference" in f:
-        lines.append(
-            f"  reference step: margin {f['reference']['margin']:.4g} (fp32 {f['reference']['margin_fp32']:.4g}), "
-            f"argmax {f['reference']['argmax']}"
-        )
-    if f.get("decoder", {}).get("kind") == "verify":
-        lines.append(
-            f"  {rec['decoder']} verify row: margin {f['decoder']['margin']:.4g}, argmax {f['decoder']['argmax']}, "
-            f"block {f['decoder']['block']}; first differing layer {rec['first_layer_diverging']}"
-        )
-    elif f.get("decoder", {}).get("kind"):
-        lines.append(
-            f"  {rec['decoder']} own row ({f['decoder']['kind']}): margin {f['decoder']['margin']:.4g}, "
-            f"argmax {f['decoder']['argmax']}"
-        )
-    if rec.get("verdict"):
-        v = rec["verdict"]
-        lines.append(f"  verdict: {v['verdict']} ({v['verdict_note']}; gap {v['gap_ulps']:g} ulp)")
-    r = rec["reproduced"]
-    lines.append(
-        f"  replay reproduces the recorded trajectories: decoder {'yes' if r['decoder'] else 'NO'}, "
-        f"reference {'yes' if r['reference'] else 'NO'} -> {out}"
-    )
-    return "\n".join(lines) + "\n"
 
 
 def _safe(name: str) -> str:

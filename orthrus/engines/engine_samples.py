@@ -29,7 +29,8 @@ import sys
 
 import pandas as pd
 
-from orthrus.contracts import ENGINE_TWO_SAMPLE_COLUMNS, ERRORS, SAMPLED_FIELDS, SAMPLED_REQUIRED
+from orthrus.contracts import ENGINE_TWO_SAMPLE_COLUMNS, ERRORS
+from orthrus.engines.formats import SAMPLED_FIELDS, SAMPLED_REQUIRED
 from orthrus.engines.ingest import ExternalFileError, _ints, _is_int, _lines, _object, check_fields
 
 # the sampling settings a sampled file's env must state, each the export's

@@ -56,7 +56,7 @@ def stop_ids(path) -> list[int]:
 
 
 def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, message: str) -> list[dict]:
-    """One record (`orthrus.contracts.EXPORT_FIELDS`) per prompt of `prompts`, in the prompt set's order."""
+    """One record (`orthrus.engines.formats.EXPORT_FIELDS`) per prompt of `prompts`, in the prompt set's order."""
     check_message(message)
     records = []
     for pid, domain, prompt in zip(prompts["prompt_id"], prompts["domain"], prompts["prompt"]):

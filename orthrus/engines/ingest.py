@@ -50,8 +50,9 @@ import math
 import sys
 from pathlib import Path
 
-from orthrus.contracts import ATTENTIONS, DECODE_COLUMNS, EXTERNAL_DECODER, EXTERNAL_FIELDS, EXTERNAL_REQUIRED
+from orthrus.contracts import ATTENTIONS, DECODE_COLUMNS, EXTERNAL_DECODER
 from orthrus.decode.trajectory import Trajectory, decoding_row
+from orthrus.engines.formats import EXTERNAL_FIELDS, EXTERNAL_REQUIRED
 from orthrus.errors import InputError
 from orthrus.options import DecodeOptions
 

@@ -33,7 +33,7 @@ def run(model, tokenizer, exported: list[dict], options, device: str) -> list[di
     import torch
     import transformers
 
-    from orthrus.decode.stage import GENERATE_ARGS, StepSizes, count_forwards
+    from orthrus.decode.transformers_decoders import GENERATE_ARGS, StepSizes, count_forwards
 
     lookup = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, None)
     env = {
@@ -96,7 +96,7 @@ def run_sampled(model, exported: list[dict], options, device: str, seed: int) ->
     import torch
     import transformers
 
-    from orthrus.decode.stage import GENERATE_ARGS
+    from orthrus.decode.transformers_decoders import GENERATE_ARGS
 
     lookup = GENERATE_ARGS.get(options.decoder, lambda o, d: {})(options, None)
     records = []

@@ -1,0 +1,149 @@
+"""Lossless in distribution (orthrus/audit/sampling.py): fp32 at rounding, bf16 bounded, the
+planted sampler caught."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from orthrus.report.claims.base import (
+    FAILS,
+    HOLDS,
+    PLANTED,
+    REDUCED,
+    UNTESTABLE,
+    Settings,
+    claim_row,
+    missing_row,
+    read_table,
+)
+
+# ---- lossless in distribution (orthrus/audit/sampling.py)
+SAMPLING_TV = "sampling_tv.csv"
+
+SAMPLING_TEST = "sampling_two_sample.csv"
+
+# fp32's rounding moves a per-position TV by ~1e-7 to ~1e-5 (a few ulps of the largest
+# probabilities); a TV above 1e-4 would be something other than rounding
+FP32_TV_CEILING = 1e-4
+
+# "orders of magnitude": the planted control's mean TV at least this times the honest loop's
+PLANTED_TV_FACTOR = 100.0
+
+
+def _sampling(tables: Path):
+    tv, test = read_table(tables, SAMPLING_TV), read_table(tables, SAMPLING_TEST)
+    return tv, test
+
+
+def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
+    """The honest sampled loop in fp32: every cell's largest per-position TV at rounding level
+    (below FP32_TV_CEILING) and no prompt's two-sample test rejected after Holm's correction."""
+    tv, test = _sampling(tables)
+    if tv is None:
+        return missing_row(
+            "sampling-lossless-fp32", "orthrus fp32", "the sampling audit did not run (sampling.enabled)"
+        )
+    cells = tv[(tv["decoder"] == "orthrus") & (tv["precision"] == "fp32")]
+    if cells.empty:
+        return missing_row("sampling-lossless-fp32", "orthrus fp32", "no fp32 cell in sampling_tv.csv")
+    worst = float(cells["tv_max"].max())
+    honest = (
+        test[(test["decoder"] == "orthrus") & (test["precision"] == "fp32")] if test is not None else pd.DataFrame()
+    )
+    rejected = int(honest["rejected"].sum()) if len(honest) else 0
+    reason = f"largest per-position TV {worst:.2g} over {int(cells['n_positions'].sum())} positions; " + (
+        f"{rejected} of {len(honest)} prompts rejected by the two-sample test (Holm, family-wise "
+        f"{honest['alpha'].iloc[0]:g}), {int((honest['p_value'] < honest['alpha']).sum())} below alpha "
+        "uncorrected"
+        if len(honest)
+        else "no two-sample test ran (sampling.two_sample)"
+    )
+    verdict = HOLDS if worst < FP32_TV_CEILING and rejected == 0 else FAILS
+    return [
+        claim_row(
+            "sampling-lossless-fp32",
+            "orthrus fp32",
+            "largest per-position TV",
+            worst,
+            n=int(cells["n_positions"].sum()),
+            test="analytic TV vs single-step sampling; two-sample chi-square",
+            threshold=f"TV < {FP32_TV_CEILING:g} and no Holm rejection",
+            verdict=verdict,
+            reason=reason,
+        )
+    ]
+
+
+def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
+    """Per bf16 cell of the honest sampled loop: its bound on the TV of a response of the study's
+    length, and whether bf16 moves it above fp32's rounding (its mean TV at least ten times the
+    fp32 cell's with the same kernel, temperature and top-p)."""
+    tv, _ = _sampling(tables)
+    if tv is None:
+        return missing_row("sampling-tv-bf16", "orthrus bf16", "the sampling audit did not run (sampling.enabled)")
+    honest = tv[tv["decoder"] == "orthrus"]
+    key = ["attention", "temperature", "top_p"]
+    fp32 = honest[honest["precision"] == "fp32"].set_index(key)["tv_mean"]
+    out = []
+    for _, r in honest[honest["precision"] == REDUCED].iterrows():
+        subject = f"{r['model']}/orthrus/{REDUCED}/{r['attention']} T={r['temperature']:g} top_p={r['top_p']:g}"
+        base = fp32.get(tuple(r[k] for k in key))
+        bound = float(r["bound_at_length"])
+        meaning = (
+            f"a {int(r['length'])}-token response's distribution is within TV {bound:.3g} of the AR model's "
+            f"(mean per-position TV {r['tv_mean']:.2g} x {int(r['length'])}; the sum along the "
+            f"{int(r['n_trajectories'])} reference trajectories averages {r['seq_bound']:.3g}); n sampled responses "
+            f"are within n x TV, so a test needs at least 0.5 / TV = {0.5 / max(bound, 1e-300):.3g} of them to "
+            f"gain a power of 0.5 over its level (this is a bound: the real TV may be smaller)"
+        )
+        verdict = UNTESTABLE if base is None else (HOLDS if r["tv_mean"] > 10 * base else FAILS)
+        out.append(
+            claim_row(
+                "sampling-tv-bf16",
+                subject,
+                "TV bound at the study's length",
+                bound,
+                n=int(r["n_positions"]),
+                test="mean per-position TV x length (chain rule)",
+                threshold="bf16 mean TV > 10 x fp32's",
+                verdict=verdict,
+                reason=meaning if base is not None else "no fp32 cell to compare with",
+            )
+        )
+    return out or missing_row("sampling-tv-bf16", "orthrus bf16", "no bf16 cell in sampling_tv.csv")
+
+
+def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
+    """The planted biased sampler (orthrus-lossy sampled): the two-sample test rejects it on most
+    prompts (Holm), and its analytic mean TV stands PLANTED_TV_FACTOR times above the honest
+    loop's in every fp32 cell where the bug acts (temperature != 1)."""
+    tv, test = _sampling(tables)
+    if tv is None or test is None:
+        return missing_row("planted-sampler-bias-caught", PLANTED, "the sampling audit did not run (sampling.enabled)")
+    planted = test[test["decoder"] == PLANTED]
+    key = ["precision", "attention", "temperature", "top_p"]
+    acts = tv[(tv["temperature"] != 1.0) & (tv["precision"] == "fp32")]
+    ratio = acts[acts["decoder"] == PLANTED].set_index(key)["tv_mean"] / acts[acts["decoder"] == "orthrus"].set_index(
+        key
+    )["tv_mean"].clip(lower=1e-300)
+    if planted.empty or ratio.empty:
+        return missing_row("planted-sampler-bias-caught", PLANTED, "no planted two-sample test or fp32 cell at T != 1")
+    rejected, n = int(planted["rejected"].sum()), len(planted)
+    low = float(ratio.min())
+    verdict = HOLDS if rejected > n / 2 and low >= PLANTED_TV_FACTOR else FAILS
+    return [
+        claim_row(
+            "planted-sampler-bias-caught",
+            PLANTED,
+            "prompts rejected",
+            rejected,
+            n=n,
+            test="two-sample chi-square per prompt, Holm; analytic TV ratio planted / honest",
+            threshold=f"most prompts rejected and TV ratio >= {PLANTED_TV_FACTOR:g}",
+            verdict=verdict,
+            reason=f"{rejected} of {n} prompts rejected; the planted mean TV is {low:.3g} times the honest "
+            f"loop's or more ({len(ratio)} fp32 cells at T != 1)",
+        )
+    ]
