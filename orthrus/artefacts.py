@@ -86,7 +86,10 @@ TABLE_NOTES = {
     "test on the first token, `p_min_position` the smallest over the m positions, "
     "`p_prefix` on the m-token prefix (these three describe); `p_value` the stratified "
     "chi-square (each token against the other arm's given the same earlier tokens); `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
-    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected).",
+    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected). `p_known` the known-probability z-test "
+    "(the loop's samples against the AR model's own probabilities, orthrus/audit/known_p.py), "
+    "`rejected_known` by Holm likewise (`n_rejected_known`); `planned_power` that test's power against the "
+    "planted control at the prompt's `n_samples`, planned before sampling.",
     "sampling_engines.csv": "One row per (engine pair, prompt) of sampling.engines: the sampled file of `engine` "
     "against its `reference`'s (the same engine plain), `n_samples` samples of the first `m` tokens each, "
     "from the seeds `engine_seed` and `reference_seed`; `patches` the engine functions corrected for "
@@ -97,7 +100,8 @@ TABLE_NOTES = {
     "claims.csv": "One row per claim of the study and subject (a decoding configuration, a benchmark task): "
     "`statistic` (`statistic_name`) with its interval `ci_low`/`ci_high`, read from or computed once "
     "from the table `source`; `test`, `threshold`, `p_value` where the test has one; `verdict` "
-    "holds, fails or untestable, and `reason` says why (e.g. too few divergences). "
+    "holds, fails, untestable or underpowered (the config's power plan, `analysis.power`), and `reason` "
+    "says why (e.g. too few divergences). "
     "`n_errors_excluded`: the decoding error rows its source rows left out. The claims are "
     "listed in `orthrus/report/claims/`; `orthrus compare-runs` compares two runs' verdicts.",
 }
@@ -284,7 +288,9 @@ ARTEFACTS["Sampling measurement: two-sample test"] = Artefact(
     "orthrus sampling measure",
     SAMPLING_TEST_ROWS,
     "One row per (loop, prompt) of the two-sample test with its `samples`, the AR arm's `ar_samples` and the "
-    "cell's `env`.",
+    "cell's `env`; `z_known` and `p_known` the known-probability test (orthrus/audit/known_p.py), "
+    "`n_outside` the sampled tokens the AR sampler gives no mass; `planted_shift` the planted control's "
+    "surprisal shift per sample, `n_planned` the samples it asks for and `planned_power` what `n_samples` buys.",
 )
 ARTEFACTS.update(
     {

@@ -281,7 +281,8 @@ BENCHMARK_AGREEMENT_COLUMNS = [
 ]
 BENCHMARK_TABLES = {"benchmarks.csv": BENCHMARK_COLUMNS, "benchmarks_agreement.csv": BENCHMARK_AGREEMENT_COLUMNS}
 # the claims table (`orthrus claims`, from the tables above): one row per claim and subject
-CLAIM_VERDICTS = ("holds", "fails", "untestable")
+# `underpowered`: the config planned too little power for the claim (orthrus/report/claims/power.py)
+CLAIM_VERDICTS = ("holds", "fails", "untestable", "underpowered")
 CLAIMS_COLUMNS = [
     "claim",
     "subject",
@@ -347,6 +348,12 @@ SAMPLING_TEST_ROWS = SAMPLING_CELL + [
     "p_positions",
     "p_prefix",
     "p_value",
+    "z_known",
+    "p_known",
+    "n_outside",
+    "planted_shift",
+    "n_planned",
+    "planned_power",
     "samples",
     "ar_samples",
     "seconds",
@@ -376,6 +383,10 @@ TWO_SAMPLE_COLUMNS = SAMPLING_CELL + [
     "n_prompts",
     "n_rejected",
     "n_below_alpha",
+    "p_known",
+    "rejected_known",
+    "n_rejected_known",
+    "planned_power",
 ]
 ENGINE_TWO_SAMPLE_COLUMNS = [
     "engine",

@@ -160,14 +160,12 @@ def verify_rows(
     return rows
 
 
-def position_tvs(single_logits: torch.Tensor, rows, sampler, planted: bool = False) -> np.ndarray:
-    """Per position, the TV between the speculative row's exact output distribution and the
-    single-step distribution (`sampler` an `orthrus.decode.loop.Sampler`); `planted`: the
+def row_distributions(single_logits: torch.Tensor, rows, sampler, planted: bool = False):
+    """Per position of `rows` (verify_rows), the speculative row's exact output distribution and the
+    single-step distribution (`sampler` an `orthrus.decode.loop.Sampler`), in float64; `planted`: the
     control whose ratio takes q at temperature 1."""
     from orthrus.decode.loop import Sampler
 
-    if not rows:
-        return np.zeros(0)
     t = torch.tensor([r[0] for r in rows], device=single_logits.device)
     p_single = sampler.probs(single_logits[t])
     p_verify = sampler.probs(torch.stack([r[1] for r in rows]))
@@ -178,6 +176,15 @@ def position_tvs(single_logits: torch.Tensor, rows, sampler, planted: bool = Fal
         q = sampler.probs(logits)
         q_ratio = Sampler(1.0, sampler.top_k, sampler.top_p).probs(logits) if planted else None
         out[drafted] = step_distribution(p_verify[drafted], q, q_ratio)
+    return out, p_single
+
+
+def position_tvs(single_logits: torch.Tensor, rows, sampler, planted: bool = False) -> np.ndarray:
+    """Per position, the TV between the speculative row's exact output distribution and the
+    single-step distribution (`row_distributions`)."""
+    if not rows:
+        return np.zeros(0)
+    out, p_single = row_distributions(single_logits, rows, sampler, planted)
     return total_variation(out, p_single).cpu().numpy()  # the model's device may be a GPU
 
 
@@ -271,9 +278,13 @@ def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: di
 
 def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: dict, env: str) -> list[dict]:
     """The empirical part: per prompt, N samples of the first m tokens from plain AR sampling and
-    from the honest and the planted loop, each arm from its own seed; one row per (loop, prompt)."""
+    from the honest and the planted loop, each arm from its own seed, tested two ways: against the AR
+    samples (`two_sample_test`) and against the AR model's probabilities (orthrus/audit/known_p.py).
+    N is planned per prompt (`plan_n`) before sampling; one row per (loop, prompt)."""
     import time
 
+    from orthrus.audit.known_p import plan_n, sample_surprisals, z_test
+    from orthrus.decode.loop import Sampler
     from orthrus.models.loading import eos_ids
 
     ts = cfg["two_sample"]
@@ -281,15 +292,21 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
         temperature=float(ts["temperature"]), top_p=ts["top_p"], top_k=ts.get("top_k"), max_new_tokens=ts["m"]
     )
     eos = set(eos_ids(model, options.eos))
-    n, m, seed = ts["n_samples"], ts["m"], int(cfg["seed"]) * 100_003
+    m, seed = ts["m"], int(cfg["seed"]) * 100_003
+    sampler = Sampler(options.temperature, options.top_k, options.top_p)
     rows = []
     for rank, r in enumerate(prompts.itertuples()):
         ids = _prompt_ids(tokenizer, r.prompt, options, model.device)
+        # the plan's reference trajectories draw from a stream after every arm's
+        plan = plan_n(model, ids, options, ts, len(prompts), seed + 3 * len(prompts) + rank)
+        n = plan["n_samples"]
         ar = sample_ar(model, ids, options, n, seed + 3 * rank, eos)
         for k, decoder in enumerate(("orthrus", PLANTED), start=1):
             t0 = time.perf_counter()
             spec = sample_prefixes(model, ids, options.replace(decoder=decoder), n, seed + 3 * rank + k)
             test = two_sample_test(spec, ar, m)
+            s, h, v, outside = sample_surprisals(model, ids, spec, sampler)
+            z, p_known = z_test(s, h, v)
             rows.append(
                 {
                     "model": name,
@@ -305,6 +322,10 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
                     "p_positions": test["p_positions"],
                     "p_prefix": test["p_prefix"],
                     "p_value": test["p_value"],
+                    "z_known": z,
+                    "p_known": p_known,
+                    "n_outside": outside,
+                    **{k: plan[k] for k in ("planted_shift", "n_planned", "planned_power")},
                     "samples": spec,
                     "ar_samples": ar,
                     "seconds": time.perf_counter() - t0,

@@ -27,12 +27,14 @@ def tv_table(rows: pd.DataFrame, length: int) -> pd.DataFrame:
 
 
 def two_sample_table(rows: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """One row per (loop, prompt): the test's p-value and Holm's rejection over the loop's prompts
-    at family-wise level `alpha`, with the count of rejections per loop."""
+    """One row per (loop, prompt): each test's p-value (the two-sample test's and the known-probability
+    test's) and Holm's rejection over the loop's prompts at family-wise level `alpha`, with the count
+    of rejections per loop, and the power planned for the prompt's N against the planted control."""
     out = []
     for key, g in rows.groupby(CELL, sort=False):
         reject = holm(list(g["p_value"]), alpha)
-        for r, rej in zip(g.itertuples(), reject):
+        known = holm(list(g["p_known"]), alpha) if "p_known" in g else [False] * len(g)
+        for r, rej, rej_known in zip(g.itertuples(), reject, known):
             out.append(
                 dict(zip(CELL, key))
                 | {
@@ -49,6 +51,11 @@ def two_sample_table(rows: pd.DataFrame, alpha: float) -> pd.DataFrame:
                     "n_prompts": len(g),
                     "n_rejected": int(sum(reject)),
                     "n_below_alpha": int((g["p_value"] < alpha).sum()),
+                    # the known-probability test (orthrus/audit/known_p.py); a row measured before it has none
+                    "p_known": getattr(r, "p_known", float("nan")),
+                    "rejected_known": bool(rej_known),
+                    "n_rejected_known": int(sum(known)),
+                    "planned_power": getattr(r, "planned_power", float("nan")),
                 }
             )
     df = pd.DataFrame(out, columns=TWO_SAMPLE_COLUMNS)

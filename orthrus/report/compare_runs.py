@@ -8,7 +8,8 @@ machines, library versions, seeds or code versions. For each claim and subject o
 that has none) it prints both verdicts, both statistics with their intervals, and whether the two
 intervals overlap. Exit status 0 when every verdict agrees, 1 otherwise; a claim only one run holds
 is a disagreement unless `--common` leaves it out (e.g. runs over different grids), except where the
-other run finds it untestable (neither says anything).
+other run finds it untestable (neither says anything). An `underpowered` verdict (the config planned
+too little power for the claim) agrees with any other: it states no finding.
 
 `orthrus compare-tables` asks another question: are the tables the same bytes? Use it for a change
 that must not move a single bit (a refactor, on one machine); use `compare-runs` where the numbers
@@ -25,6 +26,7 @@ import sys
 import pandas as pd
 
 from orthrus.report.claims import DEFAULT_ALPHA, DEFAULT_MARGIN, Settings, load_or_compute
+from orthrus.report.claims.base import UNDERPOWERED
 
 KEY = ["claim", "subject"]
 
@@ -59,9 +61,12 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, common: bool = False) -> pd.DataFr
     for side in ("a", "b"):
         m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
     # a claim one run does not state and the other cannot test (e.g. a stage that ran in neither,
-    # such as the sampling audit when it is off) says nothing either way
+    # such as the sampling audit when it is off) says nothing either way; nor does one whose config
+    # planned too little power for it (orthrus/report/claims/power.py): a verdict of the plan, not the data
     silent = {frozenset({"absent", "untestable"})}
-    m["agree"] = [a == b or frozenset({a, b}) in silent for a, b in zip(m["verdict_a"], m["verdict_b"])]
+    m["agree"] = [
+        a == b or frozenset({a, b}) in silent or UNDERPOWERED in (a, b) for a, b in zip(m["verdict_a"], m["verdict_b"])
+    ]
     return m.drop(columns="_merge").reset_index(drop=True)
 
 
@@ -100,7 +105,9 @@ def format_report(m: pd.DataFrame, dir_a, dir_b, notes=()) -> str:
     line = lambda cells: "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip()
     out = [f"A: {dir_a}", f"B: {dir_b}", *notes, line(head), *map(line, rows)]
     n_diff = int((~m["agree"]).sum())
-    out.append(f"{len(m)} claim(s), {n_diff} verdict(s) differ" if len(m) else "no claims")
+    n_short = int(((m["verdict_a"] == UNDERPOWERED) | (m["verdict_b"] == UNDERPOWERED)).sum()) if len(m) else 0
+    short = f" ({n_short} underpowered in either run: no finding)" if n_short else ""
+    out.append(f"{len(m)} claim(s), {n_diff} verdict(s) differ{short}" if len(m) else "no claims")
     return "\n".join(out) + "\n"
 
 

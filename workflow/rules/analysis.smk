@@ -150,6 +150,8 @@ rule claims:
         tables=lambda w, input: os.path.dirname(input[0]),
         margin=config["analysis"]["equivalence_margin"],
         alpha=config["analysis"]["alpha"],
+        power=settings(config["analysis"]["power"]),
+        sampled_power=SAMPLING["two_sample"]["power"],
     log:
         f"{R}/logs/claims.log",
     localrule: True
@@ -160,4 +162,4 @@ rule claims:
         ENV
     shell:
         "orthrus claims --tables {params.tables:q} --equivalence-margin {params.margin:q} --alpha {params.alpha:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " --power {params.power:q} --sampled-power {params.sampled_power:q} --out {output:q} > {log:q} 2>&1"

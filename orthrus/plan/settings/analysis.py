@@ -71,6 +71,37 @@ ANALYSIS = section(
             exclusiveMinimum=0,
             exclusiveMaximum=0.5,
         ),
+        "power": section(
+            (
+                "The power planned for the claims tested by an estimate and its standard error "
+                "(orthrus/report/claims/power.py; `orthrus power --configfile FILE` prints it before a run): "
+                "per claim, a pilot run's effect, its standard error and its n (`orthrus power --pilot "
+                "CLAIMS.csv` reads them off a committed run). A claim whose power at its cell's n is below "
+                "`target` says `underpowered`, whatever its test gave. No pilot: no plan, every verdict is "
+                "the test's."
+            ),
+            {
+                "target": key(
+                    float, 0.9, "The power each planned claim needs.", exclusiveMinimum=0.5, exclusiveMaximum=1
+                ),
+                "pilot": key(
+                    dict,
+                    {},
+                    "claim -> {effect, se, n}: the pilot's estimate, its standard error and its prompts.",
+                    propertyNames={"enum": ["ppl-higher-when-diverging", "beta1-negative"]},
+                    additionalProperties=section(
+                        "One claim's pilot.",
+                        {
+                            "effect": key(float, description="The pilot's estimate (not 0)."),
+                            "se": key(float, description="Its standard error.", exclusiveMinimum=0),
+                            "n": key(int, description="The prompts it rested on.", minimum=2),
+                        },
+                        required=["effect", "se", "n"],
+                    ),
+                ),
+            },
+            default={},
+        ),
     },
     default={},
 )

@@ -178,7 +178,40 @@ SAMPLING = section(
                 ),
                 "top_p": key((float, None), None, "Its top-p (null is none).", exclusiveMinimum=0, maximum=1),
                 "top_k": key((int, None), None, "Its top-k (null is none).", minimum=1),
-                "n_samples": key(int, 300, "Samples per arm and prompt.", minimum=10, maximum=1000000),
+                "n_samples": key(
+                    int,
+                    300,
+                    "Samples per arm and prompt; the least, where n_samples_max lets the plan raise it.",
+                    minimum=10,
+                    maximum=1000000,
+                ),
+                "n_samples_max": key(
+                    (int, None),
+                    None,
+                    (
+                        "The most samples per arm and prompt the plan may take (null: n_samples, fixed). Each "
+                        "prompt's N is the one at which the known-probability test rejects the planted control "
+                        "with probability `power` at Holm's strictest level, from the planted loop's exact "
+                        "distributions (orthrus/audit/known_p.py); where this cap binds, the prompt's planned "
+                        "power is short and the planted claim says so."
+                    ),
+                    minimum=10,
+                    maximum=1000000,
+                ),
+                "power": key(
+                    float,
+                    0.95,
+                    "Probability of rejecting the planted control on each prompt that N is planned for.",
+                    exclusiveMinimum=0.5,
+                    exclusiveMaximum=1,
+                ),
+                "plan_trajectories": key(
+                    int,
+                    8,
+                    "Reference trajectories the planted control's shift is averaged over, per prompt.",
+                    minimum=1,
+                    maximum=1000,
+                ),
                 "m": key(int, 6, "Tokens per sample (the prefix tested).", minimum=2, maximum=1000),
                 "prompts_per_domain": key(int, 1, "Prompts per domain.", minimum=1, maximum=1000),
                 "domains": array(

@@ -1,11 +1,12 @@
 """`orthrus claims`: the study's verdict in one table, each claim tested on the run's own tables.
 
-    orthrus claims --tables results/tables [--alpha 0.05] [--equivalence-margin 2]
+    orthrus claims --tables results/tables [--alpha 0.05] [--equivalence-margin 2] [--power JSON]
                    [--out results/tables/claims.csv]
 
 One row per claim and subject (a decoding configuration, a benchmark task): the statistic, its
-interval, the test, the threshold and a verdict, `holds`, `fails` or `untestable` (with the
-reason, e.g. too few divergences). Every statistic is read from, or computed once from, a table
+interval, the test, the threshold and a verdict, `holds`, `fails`, `untestable` (with the
+reason, e.g. too few divergences) or `underpowered` (the config's power plan, `analysis.power`, gives
+the claim's test too little power at the cell's n: orthrus/report/claims/power.py). Every statistic is read from, or computed once from, a table
 `orthrus analyze` or `orthrus lm-eval table` already wrote (`source`): nothing is refitted, so a
 claim and the table it rests on cannot disagree.
 
@@ -39,9 +40,11 @@ claim and the table it rests on cannot disagree.
   first divergence is a `tie` or a `rounding` (orthrus.audit.verdict), none structural or unexplained.
 - `sampling-lossless-fp32`, `sampling-tv-bf16`, `planted-sampler-bias-caught` (sampling_tv.csv,
   sampling_two_sample.csv; docs/SAMPLING.md): the sampled loop's per-position TV against single-step
-  sampling at fp32 rounding and no two-sample rejection in fp32; the bf16 TV bound for a response of
-  the study's length (holds when bf16 lifts the mean TV ten times above fp32's); the planted biased
-  sampler rejected on most prompts and 100 times the honest TV. Untestable when the audit is off.
+  sampling at fp32 rounding and no rejection in fp32 by either test (two-sample, known-probability);
+  the bf16 TV bound for a response of the study's length (holds when bf16 lifts the mean TV ten times
+  above fp32's); the planted biased sampler rejected on every prompt by the known-probability test,
+  whose N is planned for it (`underpowered` where a prompt it missed had its power capped by
+  sampling.two_sample.n_samples_max), and 100 times the honest TV. Untestable when the audit is off.
 - `planted-bug-caught` (decoders.csv), per cell of the planted `orthrus-lossy` control: the audit
   says `not lossless` (untestable where it did not run or did not diverge).
 
@@ -53,6 +56,7 @@ a run that predates it (`orthrus compare-runs`, `orthrus summary`).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -63,7 +67,8 @@ import pandas as pd
 from orthrus.contracts import CLAIMS_COLUMNS, ERRORS
 from orthrus.errors import InputError
 from orthrus.io import write_table
-from orthrus.report.claims.base import DEFAULT_ALPHA, DEFAULT_MARGIN, DEFAULT_SETTINGS, VERDICTS, Settings
+from orthrus.report.claims import power
+from orthrus.report.claims.base import DEFAULT_ALPHA, DEFAULT_MARGIN, DEFAULT_SETTINGS, VERDICTS, Settings, read_table
 from orthrus.report.claims.benchmarks import benchmarks_equivalent
 from orthrus.report.claims.exactness import bf16_inexact, fp32_exact, tf32_exact
 from orthrus.report.claims.perplexity import beta1_negative, ppl_higher
@@ -149,9 +154,9 @@ CLAIMS: dict[str, Claim] = {
         sampling_tv_bf16,
     ),
     "planted-sampler-bias-caught": Claim(
-        "the two-sample test rejects the planted biased sampler on most prompts, "
-        "and its analytic TV stands orders of magnitude above the honest loop's "
-        "(negative control)",
+        "the audit rejects the planted biased sampler on every prompt tested (the known-probability "
+        "test, at the N planned for it), and its analytic TV stands orders of magnitude above the honest "
+        "loop's (negative control)",
         SAMPLING_TEST,
         planted_sampler_bias_caught,
     ),
@@ -169,6 +174,9 @@ def claims_table(tables, settings: Settings = DEFAULT_SETTINGS) -> pd.DataFrame:
         for r in c.rows(tables, settings)
     ]
     df = pd.DataFrame(rows, columns=CLAIMS_COLUMNS)
+    if plan := power.pilots(settings.power):
+        sizes = power.cell_sizes(read_table(tables, "match_overall.csv"))
+        df = power.apply(df, plan, sizes, settings.alpha, power.target(settings.power))
     df["n"] = pd.array(df["n"], dtype="Int64")
     df[ERRORS] = pd.array(df[ERRORS], dtype="int64")
     return df
@@ -199,13 +207,29 @@ def main(argv=None) -> int:
         default=DEFAULT_MARGIN,
         help="TOST margin of the benchmark claim, in points (a 0-1 score counts 100 points)",
     )
+    ap.add_argument(
+        "--power",
+        default="{}",
+        help="the config's analysis.power as JSON: a claim whose planned power is short says underpowered",
+    )
+    ap.add_argument(
+        "--sampled-power",
+        type=float,
+        default=0.95,
+        help="sampling.two_sample.power: the planted sampler's planned power per prompt",
+    )
     ap.add_argument("--out", help="CSV, with a Markdown twin (default: TABLES/claims.csv)")
     args = ap.parse_args(argv)
+    try:
+        planned = json.loads(args.power)
+        power.pilots(planned)
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"--power is not an analysis.power section as JSON ({e!r})") from None
     if not 0 < args.alpha < 0.5:
         raise InputError(f"--alpha must lie in (0, 0.5), got {args.alpha}")
     if not args.equivalence_margin > 0:
         raise InputError(f"--equivalence-margin must be positive, got {args.equivalence_margin}")
-    df = claims_table(args.tables, Settings(args.alpha, args.equivalence_margin))
+    df = claims_table(args.tables, Settings(args.alpha, args.equivalence_margin, planned, args.sampled_power))
     out = Path(args.out) if args.out else Path(args.tables) / "claims.csv"
     write_table(df, out)
     counts = df["verdict"].value_counts()

@@ -4,14 +4,14 @@ claim row (orthrus/report/claims/__init__.py adds the claim's description and so
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from orthrus.contracts import CLAIM_VERDICTS, CONFIG, ERRORS, SPECULATIVE
 
-HOLDS, FAILS, UNTESTABLE = VERDICTS = CLAIM_VERDICTS
+HOLDS, FAILS, UNTESTABLE, UNDERPOWERED = VERDICTS = CLAIM_VERDICTS
 
 # The decoders that are lossless in exact arithmetic, whose tokens the claims say something about.
 # A decoder added to the study joins the claims here (a deliberately lossy one stays out).
@@ -32,6 +32,10 @@ DEFAULT_ALPHA = 0.05
 class Settings:
     alpha: float = DEFAULT_ALPHA  # level of the p-value tests (beta1, Welch, TOST)
     equivalence_margin: float = DEFAULT_MARGIN  # TOST margin, in points of the benchmark's score
+    # the config's analysis.power: {"target": power, "pilot": {claim: {effect, se, n}}} (claims/power.py)
+    power: dict = field(default_factory=dict)
+    # sampling.two_sample.power: the planted sampler's planned power per prompt, below which a miss is no failure
+    sampled_power: float = 0.95
 
 
 def read_table(tables: Path, name: str) -> pd.DataFrame | None:

@@ -12,6 +12,7 @@ from orthrus.report.claims.base import (
     HOLDS,
     PLANTED,
     REDUCED,
+    UNDERPOWERED,
     UNTESTABLE,
     Settings,
     claim_row,
@@ -53,14 +54,15 @@ def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
         test[(test["decoder"] == "orthrus") & (test["precision"] == "fp32")] if test is not None else pd.DataFrame()
     )
     rejected = int(honest["rejected"].sum()) if len(honest) else 0
+    known = int(honest["rejected_known"].sum()) if "rejected_known" in honest else 0
     reason = f"largest per-position TV {worst:.2g} over {int(cells['n_positions'].sum())} positions; " + (
-        f"{rejected} of {len(honest)} prompts rejected by the two-sample test (Holm, family-wise "
-        f"{honest['alpha'].iloc[0]:g}), {int((honest['p_value'] < honest['alpha']).sum())} below alpha "
-        "uncorrected"
+        f"{rejected} of {len(honest)} prompts rejected by the two-sample test and {known} by the "
+        f"known-probability test (Holm, family-wise {honest['alpha'].iloc[0]:g}), "
+        f"{int((honest['p_value'] < honest['alpha']).sum())} below alpha uncorrected"
         if len(honest)
         else "no two-sample test ran (sampling.two_sample)"
     )
-    verdict = HOLDS if worst < FP32_TV_CEILING and rejected == 0 else FAILS
+    verdict = HOLDS if worst < FP32_TV_CEILING and rejected == 0 and known == 0 else FAILS
     return [
         claim_row(
             "sampling-lossless-fp32",
@@ -68,7 +70,7 @@ def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
             "largest per-position TV",
             worst,
             n=int(cells["n_positions"].sum()),
-            test="analytic TV vs single-step sampling; two-sample chi-square",
+            test="analytic TV vs single-step sampling; two-sample chi-square; known-probability z-test",
             threshold=f"TV < {FP32_TV_CEILING:g} and no Holm rejection",
             verdict=verdict,
             reason=reason,
@@ -116,9 +118,11 @@ def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
 
 
 def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
-    """The planted biased sampler (orthrus-lossy sampled): the two-sample test rejects it on most
-    prompts (Holm), and its analytic mean TV stands PLANTED_TV_FACTOR times above the honest
-    loop's in every fp32 cell where the bug acts (temperature != 1)."""
+    """The planted biased sampler (orthrus-lossy sampled): rejected on every prompt tested (Holm over
+    its prompts), by the known-probability test where the run has it (orthrus/audit/known_p.py: its N
+    planned for that), else by the two-sample test on most prompts; and its analytic mean TV stands
+    PLANTED_TV_FACTOR times above the honest loop's in every fp32 cell where the bug acts (T != 1).
+    A prompt missed where its planned power was short makes the claim `underpowered`, not `fails`."""
     tv, test = _sampling(tables)
     if tv is None or test is None:
         return missing_row("planted-sampler-bias-caught", PLANTED, "the sampling audit did not run (sampling.enabled)")
@@ -130,20 +134,39 @@ def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
     )["tv_mean"].clip(lower=1e-300)
     if planted.empty or ratio.empty:
         return missing_row("planted-sampler-bias-caught", PLANTED, "no planted two-sample test or fp32 cell at T != 1")
-    rejected, n = int(planted["rejected"].sum()), len(planted)
-    low = float(ratio.min())
-    verdict = HOLDS if rejected > n / 2 and low >= PLANTED_TV_FACTOR else FAILS
+    n, low = len(planted), float(ratio.min())
+    chi2 = int(planted["rejected"].sum())
+    if "p_known" in planted and planted["p_known"].notna().all():
+        missed = planted[~planted["rejected_known"].astype(bool)]
+        caught, test_name = n - len(missed), "known-probability z-test per prompt, Holm"
+        short = missed[missed["planned_power"] < s.sampled_power]
+        verdict = HOLDS if missed.empty else (UNDERPOWERED if len(short) == len(missed) else FAILS)
+        threshold = "every prompt rejected and TV ratio >= "
+        said = (
+            f"{caught} of {n} prompts rejected by the known-probability test (planned power "
+            f"{planted['planned_power'].min():.3g} or more at N = {planted['n_samples'].min()}-"
+            f"{planted['n_samples'].max()}), {chi2} by the two-sample test"
+        )
+        if len(short):
+            said += f"; missed where the planned power was short: {', '.join(short['prompt_id'])}"
+    else:  # a run from before the known-probability test
+        caught, test_name = chi2, "two-sample chi-square per prompt, Holm"
+        verdict = HOLDS if chi2 > n / 2 else FAILS
+        threshold = "most prompts rejected and TV ratio >= "
+        said = f"{chi2} of {n} prompts rejected"
+    if low < PLANTED_TV_FACTOR:
+        verdict = FAILS
     return [
         claim_row(
             "planted-sampler-bias-caught",
             PLANTED,
             "prompts rejected",
-            rejected,
+            caught,
             n=n,
-            test="two-sample chi-square per prompt, Holm; analytic TV ratio planted / honest",
-            threshold=f"most prompts rejected and TV ratio >= {PLANTED_TV_FACTOR:g}",
+            test=f"{test_name}; analytic TV ratio planted / honest",
+            threshold=f"{threshold}{PLANTED_TV_FACTOR:g}",
             verdict=verdict,
-            reason=f"{rejected} of {n} prompts rejected; the planted mean TV is {low:.3g} times the honest "
-            f"loop's or more ({len(ratio)} fp32 cells at T != 1)",
+            reason=f"{said}; the planted mean TV is {low:.3g} times the honest loop's or more ({len(ratio)} fp32 "
+            "cells at T != 1)",
         )
     ]

@@ -1,0 +1,97 @@
+"""Power planned before a run (orthrus/report/claims/power.py): the n a claim's test needs, and the
+verdict `underpowered` where the config gives less, whatever the data said."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from orthrus.report.claims import claims_table
+from orthrus.report.claims.base import Settings
+from orthrus.report.claims.power import Pilot, apply, needed_n, pilot_from_claims, power
+from orthrus.report.compare_runs import compare, format_report
+
+REAL = "docs/real-model"
+
+
+def test_power_grows_with_n_and_needed_n_is_the_first_n_that_reaches_the_target():
+    pilot = Pilot(effect=0.37, se=0.146, n=36)
+    powers = [power(pilot, n, 0.05) for n in (10, 36, 61, 200)]
+    assert powers == sorted(powers) and powers[-1] > 0.99
+    assert power(pilot, 36, 0.05) == pytest.approx(0.72, abs=0.02)  # 0.37 / 0.146 = 2.53 sd at the pilot's n
+    n = needed_n(pilot, 0.05, 0.9)
+    assert power(pilot, n, 0.05) >= 0.9 > power(pilot, n - 1, 0.05)
+    assert needed_n(Pilot(-0.37, 0.146, 36), 0.05, 0.9) == n  # the sign of the effect does not matter
+
+
+def test_the_committed_real_model_run_gives_its_weakest_cell_as_the_pilot():
+    claims = pd.read_csv(f"{REAL}/claims.csv")
+    p = pilot_from_claims(claims, "ppl-higher-when-diverging")
+    # prompt lookup's difference (0.37 [0.08, 0.65], 36 prompts) is weaker than Orthrus's
+    assert p.n == 36 and p.effect == pytest.approx(0.366, abs=1e-3) and p.se == pytest.approx(0.146, abs=1e-3)
+    assert pilot_from_claims(claims, "beta1-negative").n == 33  # Orthrus's fit did not converge: no estimate
+    assert pilot_from_claims(claims, "no-such-claim") is None
+
+
+def _plan(target=0.9):
+    return {"target": target, "pilot": {"ppl-higher-when-diverging": {"effect": 0.37, "se": 0.146, "n": 36}}}
+
+
+def test_a_short_plan_says_underpowered_whatever_the_test_said():
+    """Two machines' rows for the same cell, one where Welch's test held and one where it failed: with
+    the plan short at n = 36, both say underpowered; with n = 72 the test's own verdicts stand."""
+    row = {"claim": "ppl-higher-when-diverging", "subject": "m/prompt-lookup/bf16/sdpa", "reason": "r"}
+    held, failed = pd.DataFrame([row | {"verdict": "holds"}]), pd.DataFrame([row | {"verdict": "fails"}])
+    plan = {"ppl-higher-when-diverging": Pilot(0.37, 0.146, 36)}
+    for n, expect in ((36, ("underpowered", "underpowered")), (72, ("holds", "fails"))):
+        got = [apply(df, plan, {row["subject"]: n}, 0.05, 0.9)["verdict"].iloc[0] for df in (held, failed)]
+        assert tuple(got) == expect
+    short = apply(held, plan, {row["subject"]: 36}, 0.05, 0.9)["reason"].iloc[0]
+    assert "planned power 0.72 < 0.9 at n = 36" in short and "needs n >= 59" in short and "holds: r" in short
+
+
+def test_the_claims_of_the_committed_real_model_run_under_a_plan():
+    plain = claims_table(REAL)
+    planned = claims_table(REAL, Settings(power=_plan()))
+    changed = planned["verdict"] != plain["verdict"]
+    # only the planned claim's cells move, and to underpowered (36 and 48 prompts, where 59 are needed)
+    assert set(planned.loc[changed, "claim"]) == {"ppl-higher-when-diverging"}
+    assert set(planned.loc[changed, "verdict"]) == {"underpowered"} and changed.sum() == 2
+    assert planned.loc[changed, "statistic"].equals(plain.loc[changed, "statistic"])  # the test still reported
+    lax = claims_table(REAL, Settings(power=_plan(target=0.6)))
+    assert lax["verdict"].equals(plain["verdict"])
+
+
+def test_compare_runs_counts_underpowered_as_no_finding():
+    a = pd.DataFrame(
+        {
+            "claim": ["c1", "c2", "c3"],
+            "subject": ["s"] * 3,
+            "verdict": ["holds", "underpowered", "holds"],
+            "statistic": [1.0, 0.3, 2.0],
+            "ci_low": [math.nan] * 3,
+            "ci_high": [math.nan] * 3,
+            "reason": [""] * 3,
+        }
+    )
+    b = a.assign(verdict=["underpowered", "fails", "fails"])
+    m = compare(a, b)
+    assert m["agree"].tolist() == [True, True, False]
+    assert "3 claim(s), 1 verdict(s) differ (2 underpowered in either run: no finding)" in format_report(m, "A", "B")
+
+
+def test_orthrus_claims_refuses_a_power_section_it_cannot_read(tmp_path):
+    from orthrus.errors import InputError
+    from orthrus.report.claims import main
+
+    with pytest.raises(InputError, match="--power"):
+        main(
+            [
+                "--tables",
+                REAL,
+                "--power",
+                '{"pilot": {"beta1-negative": {"effect": 1}}}',
+                "--out",
+                str(tmp_path / "c.csv"),
+            ]
+        )
