@@ -86,7 +86,7 @@ TABLE_NOTES = {
     "test on the first token, `p_min_position` the smallest over the m positions, "
     "`p_prefix` on the m-token prefix (these three describe); `p_value` the stratified "
     "chi-square (each token against the other arm's given the same earlier tokens); `rejected` by Holm over the loop's `n_prompts` prompts at family-wise "
-    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected). `p_known` the known-probability z-test "
+    "`alpha` (`n_rejected` of them; `n_below_alpha` uncorrected). `p_known` the known-probability test "
     "(the loop's samples against the AR model's own probabilities, orthrus/audit/known_p.py), "
     "`rejected_known` by Holm likewise (`n_rejected_known`); `planned_power` that test's power against the "
     "planted control at the prompt's `n_samples`, planned before sampling.",
@@ -288,9 +288,8 @@ ARTEFACTS["Sampling measurement: two-sample test"] = Artefact(
     "orthrus sampling measure",
     SAMPLING_TEST_ROWS,
     "One row per (loop, prompt) of the two-sample test with its `samples`, the AR arm's `ar_samples` and the "
-    "cell's `env`; `z_known` and `p_known` the known-probability test (orthrus/audit/known_p.py), "
-    "`n_outside` the sampled tokens the AR sampler gives no mass; `planted_shift` the planted control's "
-    "surprisal shift per sample, `n_planned` the samples it asks for and `planned_power` what `n_samples` buys.",
+    "cell's `env`; `p_known` the known-probability test (orthrus/audit/known_p.py) and `planned_power` its "
+    "power against the planted control at `n_samples`, planned before sampling.",
 )
 ARTEFACTS.update(
     {

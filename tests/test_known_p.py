@@ -1,60 +1,69 @@
 """The sampled loop against the AR model's known probabilities (orthrus/audit/known_p.py): the test
-keeps its level under the null, and the N it plans from a loop's exact distribution buys the power
-it promises."""
+keeps its level under the null, sees a token the AR sampler never draws, and the power it plans from a
+loop's exact distribution is the power it has."""
 
 import numpy as np
+import pytest
 import torch
 
-from orthrus.audit.known_p import planned_n, power_at, shift, surprisal_moments, z_test
+from orthrus.audit.known_p import categories, gof, power_at, strata, stratified_gof
 from orthrus.audit.sampling import step_distribution
 
 
-def _rows(seed=5, positions=3, vocab=12):
-    """A target p at T = 0.5 per position, and the planted loop's exact output there (q at temperature
-    1 in the ratio, as orthrus-lossy sampled does)."""
+def _row(seed=5, vocab=12):
+    """A target p at T = 0.5, and the planted loop's exact output for it (q at temperature 1 in the
+    ratio, as orthrus-lossy sampled does)."""
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(positions, vocab, generator=g, dtype=torch.float64) * 1.5
+    logits = torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5
     p = torch.softmax(logits / 0.5, -1)
-    draft = logits + 0.3 * torch.randn(positions, vocab, generator=g, dtype=torch.float64)
-    return p, step_distribution(p, torch.softmax(draft / 0.5, -1), torch.softmax(draft, -1))
+    draft = logits + 0.3 * torch.randn(vocab, generator=g, dtype=torch.float64)
+    r = step_distribution(p[None], torch.softmax(draft / 0.5, -1)[None], torch.softmax(draft, -1)[None])[0]
+    return p.numpy(), (r / r.sum()).numpy()
 
 
 def _rejections(p, r, n, trials, alpha, rng):
-    """How often the z-test rejects at level alpha, n samples of the positions drawn from r."""
-    pn, rn = p.numpy(), (r / r.sum(-1, keepdim=True)).numpy()
-    h, v = (x.numpy() for x in surprisal_moments(p))
-    out = 0
-    for _ in range(trials):
-        tok = np.stack([rng.choice(len(rn[j]), size=n, p=rn[j]) for j in range(len(rn))], 1)
-        s = -np.log(pn[np.arange(len(pn)), tok])
-        out += z_test(s.ravel(), np.tile(h, n), np.tile(v, n))[1] < alpha
-    return out / trials
+    """How often the test of n one-token samples drawn from r rejects p at level alpha."""
+    return np.mean(
+        [stratified_gof({(): list(rng.choice(len(r), size=n, p=r))}, {(): p})[2] < alpha for _ in range(trials)]
+    )
 
 
-def test_surprisal_moments_of_a_known_distribution():
-    h, v = surprisal_moments(torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]))
-    assert torch.allclose(h, torch.tensor([np.log(2), 0.0], dtype=torch.float64))
-    assert torch.allclose(v, torch.zeros(2, dtype=torch.float64))  # fair coin: every surprisal is log 2
-    assert z_test(np.zeros(4), np.zeros(4), np.zeros(4)) == (0.0, 1.0)  # nothing uncertain, nothing to test
+def test_rare_tokens_are_pooled_and_an_impossible_token_rejects():
+    group, k = categories(np.array([50.0, 30.0, 3.0, 2.0, 0.0]))
+    assert k == 3 and group.tolist() == [0, 1, 2, 2, 2]  # the three rare ones pooled (expected 5)
+    group, k = categories(np.array([50.0, 30.0, 3.0]))
+    assert k == 2 and group.tolist() == [0, 1, 1]  # a pool still too rare joins the smallest other
+    p = np.array([0.5, 0.5, 0.0])
+    assert gof([0] * 10 + [1] * 10, p)[0] == 0.0
+    stat, dof = gof([0] * 10 + [1] * 9 + [2], np.array([0.5, 0.45, 0.05]))
+    assert (stat, dof) == (0.0, 1)  # token 2 pooled with token 1: 10 seen where 10 expected
+    assert gof([0] * 19 + [2], np.array([0.6, 0.4, 0.0]))[0] == np.inf  # a token p never draws: impossible
+    assert stratified_gof({(): [0] * 19 + [2]}, {(): np.array([0.6, 0.4, 0.0])})[2] == 0.0
+
+
+def test_strata_group_samples_by_the_tokens_before():
+    samples = [[1, 2, 3]] * 6 + [[1, 4]] * 5 + [[7]] * 10
+    got = strata(samples, 3, min_stratum=5)
+    assert got == {(): [1] * 11 + [7] * 10, (1,): [2] * 6 + [4] * 5, (1, 2): [3] * 6}
 
 
 def test_the_level_holds_under_the_null():
-    p, _ = _rows()
+    p, _ = _row()
     rate = _rejections(p, p, 200, 400, 0.05, np.random.default_rng(0))
     assert 0.02 <= rate <= 0.09  # 0.05 +- 2.5 standard errors of 400 trials
 
 
-def test_the_planned_n_buys_the_planned_power():
-    """At the N planned for 0.95, the planted loop is rejected about 95% of the time; at a quarter of
-    it, about as often as power_at says (the estimate the audit's plan reports)."""
-    p, r = _rows()
-    delta, v0, v1 = shift(p, r)
-    assert delta < 0  # the planted ratio sharpens: its samples are less surprising than p's
+def test_the_planned_power_is_the_power():
+    """One position whose loop distribution is known: power_at predicts the rejection rate at two N
+    (the noncentral chi-square of the plan), and at the N it asks for the planted loop is caught."""
+    p, r = _row()
     alpha = 0.05 / 2  # Holm's first step over two prompts
-    n = int(np.ceil(planned_n(delta, v0, v1, alpha, 0.95)))
-    assert 10 < n < 2000
+    path = [[(1.0, r, p)]]
+    assert power_at(400, [[(1.0, p, p)]], alpha) == pytest.approx(alpha)  # the honest loop: nothing to find
     rng = np.random.default_rng(1)
+    for n in (120, 250):
+        planned = power_at(n, path, alpha)
+        assert 0.2 < planned < 0.98
+        assert abs(_rejections(p, r, n, 300, alpha, rng) - planned) < 0.1
+    n = next(n for n in range(10, 2000, 10) if power_at(n, path, alpha) >= 0.95)
     assert _rejections(p, r, n, 300, alpha, rng) >= 0.9
-    quarter = power_at(n // 4, delta, v0, v1, alpha)
-    assert 0.2 < quarter < 0.8 and abs(_rejections(p, r, n // 4, 300, alpha, rng) - quarter) < 0.12
-    assert shift(p, p)[0] == 0.0 or abs(shift(p, p)[0]) < 1e-12  # the honest loop does not move it

@@ -1,20 +1,16 @@
 """The sampled loop tested against the probabilities it should sample from, and the samples that test
 needs (docs/SAMPLING.md).
 
-The two-sample test (orthrus/audit/two_sample.py) must estimate the AR sampler's distribution from a
-second sample; the AR model's own probabilities are known. Under the null (the loop samples the AR
-sampler's distribution p), a sampled token's surprisal s = -log p(y) has mean H(p) and variance V(p)
-(entropy and varentropy) given the tokens before it, so over N samples of m tokens
-
-    Z = sum (s - H) / sqrt(sum V)
-
-is standard normal in the limit (a martingale central limit theorem). A loop that sharpens or flattens
-the distribution, as the planted control does (q at temperature 1 in the ratio: its rows favour the
-draft's likely tokens), moves Z by N times its mean shift per sample, E_r[s] - H(p) summed over the m
-positions, with r the loop's exact output distribution (orthrus.audit.sampling.step_distribution):
-so the N that rejects it with a given probability is known before sampling (`planned_n`). The test is
-blind to biases that leave the surprisal's mean alone (a swap of two equally likely tokens): the
-two-sample test stays beside it for those.
+The two-sample test (orthrus/audit/two_sample.py) compares the loop's samples with a second sample,
+of plain AR sampling; but the AR model's probabilities are known. `stratified_gof` is that test's
+one-sample twin: at each position, within each stratum of samples sharing the tokens before it,
+Pearson's goodness of fit of the next token's counts to the AR sampler's own probabilities after that
+prefix, summed over strata and positions. Its expected counts are exact where the two-sample test
+estimates them from N more samples, so it needs fewer samples for the same power, and its power
+against a loop whose exact output distribution is known (the planted control,
+orthrus.audit.sampling.step_distribution) follows before sampling: a noncentral chi-square whose
+noncentrality is each stratum's size times the chi-square divergence of the loop's row from p
+(`plan_n`, from reference trajectories sampled from the AR view).
 """
 
 from __future__ import annotations
@@ -23,120 +19,154 @@ import math
 
 import numpy as np
 import torch
-from scipy.stats import norm
+from scipy.stats import chi2, ncx2
+
+MIN_EXPECTED = 5.0  # Pearson's rule: categories expected fewer times are pooled
+MIN_STRATUM = 10  # as the two-sample test's strata
 
 
-def surprisal_moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row of probabilities (last axis), the surprisal's mean and variance, in float64."""
-    p = p.double()
-    logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
-    h = -(p * logp).sum(-1)
-    return h, (p * logp.square()).sum(-1) - h.square()
+def categories(expected: np.ndarray, min_expected: float = MIN_EXPECTED) -> tuple[np.ndarray, int]:
+    """Each token's category: its own where its expected count reaches `min_expected`, else one pooled
+    category (merged into the smallest of the others while it is itself too rare). (map, count)."""
+    big = np.flatnonzero(expected >= min_expected)
+    big = big[np.argsort(-expected[big], kind="stable")]
+    group = np.full(len(expected), len(big))
+    group[big] = np.arange(len(big))
+    if len(big) and expected[group == len(big)].sum() < min_expected:
+        group[group == len(big)] = len(big) - 1
+    return group, int(group.max()) + 1
 
 
-def shift(p: torch.Tensor, r: torch.Tensor) -> tuple[float, float, float]:
-    """Summed over rows: the surprisal's mean shift under r, E_r[-log p] - H(p), its variance under p
-    (the null) and under r. A token r draws that p never does counts as p's least likely one."""
-    p, r = p.double(), r.double()
-    r = r / r.sum(-1, keepdim=True)
-    floor = torch.where(p > 0, p, torch.ones_like(p)).amin(-1, keepdim=True)
-    s = -torch.where(p > 0, p, floor).log()
-    h, v0 = surprisal_moments(p)
-    mean_r = (r * s).sum(-1)
-    v1 = (r * s.square()).sum(-1) - mean_r.square()
-    return float((mean_r - h).sum()), float(v0.sum()), float(v1.clamp_min(0).sum())
+def gof(tokens: list[int], p: np.ndarray, min_expected: float = MIN_EXPECTED) -> tuple[float, int]:
+    """Pearson's statistic and degrees of freedom of `tokens` against the distribution p; a token p
+    gives no mass at all is impossible under the null: infinite (a top-k or top-p boundary that
+    rounding moves could do that to an honest loop; the study's test samples without them)."""
+    n = len(tokens)
+    if (p[np.asarray(tokens)] <= 0).any():
+        return np.inf, max(1, int((p > 0).sum()) - 1)
+    group, k = categories(n * p, min_expected)
+    if k < 2:
+        return 0.0, 0
+    exp = np.bincount(group, weights=n * p, minlength=k)
+    obs = np.bincount(group[np.asarray(tokens)], minlength=k).astype(np.float64)
+    return float(((obs - exp) ** 2 / exp).sum()), k - 1
 
 
-def power_at(n: float, delta: float, v0: float, v1: float, alpha: float) -> float:
-    """The probability that the two-sided level-alpha test of n samples rejects a loop whose samples
-    shift the surprisal by `delta` each (variances v0 under the null, v1 under the loop)."""
-    if n <= 0 or delta == 0 or v0 <= 0:
-        return alpha
-    z = norm.ppf(1 - alpha / 2)
-    sd1 = math.sqrt(max(v1, 1e-300))
-    return float(norm.cdf((math.sqrt(n) * abs(delta) - z * math.sqrt(v0)) / sd1))
+def strata(samples: list[list[int]], m: int, min_stratum: int = MIN_STRATUM) -> dict[tuple, list[int]]:
+    """Per prefix of the first m positions shared by at least `min_stratum` samples, the tokens those
+    samples drew next (a sample cut by EOS has no token after it)."""
+    out: dict[tuple, list[int]] = {}
+    for j in range(m):
+        for s in samples:
+            if len(s) > j:
+                out.setdefault(tuple(s[:j]), []).append(s[j])
+    return {k: v for k, v in out.items() if len(v) >= min_stratum}
 
 
-def planned_n(delta: float, v0: float, v1: float, alpha: float, power: float) -> float:
-    """The samples at which `power_at` reaches `power` (inf for a loop that does not move the mean)."""
-    if delta == 0 or v0 <= 0:
-        return math.inf
-    z = norm.ppf(1 - alpha / 2) * math.sqrt(v0) + norm.ppf(power) * math.sqrt(max(v1, 0.0))
-    return (z / abs(delta)) ** 2
+def stratified_gof(groups: dict[tuple, list[int]], probs: dict[tuple, np.ndarray]) -> tuple[float, int, float]:
+    """The test that every stratum's next tokens (`strata`) follow the AR sampler's probabilities after
+    its prefix (`probs`): Pearson's statistics and degrees of freedom summed over strata (under the
+    null the conditional tests are asymptotically independent). (statistic, dof, p)."""
+    stat, dof = 0.0, 0
+    for prefix, tokens in groups.items():
+        st, d = gof(tokens, probs[prefix])
+        stat, dof = stat + st, dof + d
+    return stat, dof, float(chi2.sf(stat, dof)) if dof else 1.0
 
 
-def z_test(s: np.ndarray, h: np.ndarray, v: np.ndarray) -> tuple[float, float]:
-    """Z and its two-sided p-value from the sampled tokens' surprisals and their null moments."""
-    var = float(np.sum(v))
-    if var <= 0:
-        return 0.0, 1.0  # every position certain: nothing sampled could differ
-    z = float(np.sum(s - h)) / math.sqrt(var)
-    return z, float(2 * norm.sf(abs(z)))
-
-
-def sample_surprisals(model, ids: torch.Tensor, samples: list[list[int]], sampler, batch: int = 32):
-    """Per sampled token, its surprisal under the AR sampler (`sampler`, an orthrus.decode.loop.Sampler,
-    applied to the model's teacher-forced logits of prompt `ids` and the sample) and that distribution's
-    entropy and varentropy: three flat arrays over every sample's tokens (a sample cut by EOS is
-    shorter), and the count of tokens the AR sampler gives no mass (its top-p or top-k left them out),
-    scored as its least likely token."""
-    s_all, h_all, v_all, outside = [], [], [], 0
-    m = max((len(x) for x in samples), default=0)
+def prefix_probs(model, ids: torch.Tensor, prefixes, sampler, batch: int = 16) -> dict[tuple, np.ndarray]:
+    """The AR sampler's next-token distribution (`sampler`, an orthrus.decode.loop.Sampler, on the
+    model's logits) after the prompt `ids` and each prefix, in float64, batched by prefix length."""
+    out = {}
+    by_len: dict[int, list[tuple]] = {}
+    for x in prefixes:
+        by_len.setdefault(len(x), []).append(x)
     with torch.inference_mode():
-        for i in range(0, len(samples), batch):
-            chunk = samples[i : i + batch]
-            # prompt + the first m - 1 tokens: the last m positions predict tokens 1..m
-            rows = [x + [x[-1] if x else 0] * (m - len(x)) for x in chunk]
-            inp = torch.cat([ids[None].expand(len(chunk), -1), torch.tensor(rows, device=ids.device)[:, : m - 1]], 1)
-            logits = model(input_ids=inp, use_cache=False, logits_to_keep=m).logits.float()
-            p = sampler.probs(logits).double()
-            h, v = surprisal_moments(p)
-            tok = torch.tensor(rows, device=ids.device)
-            py = p.gather(-1, tok[..., None])[..., 0]
-            floor = torch.where(p > 0, p, torch.ones_like(p)).amin(-1)
-            for j, x in enumerate(chunk):
-                k = len(x)
-                outside += int((py[j, :k] <= 0).sum())
-                s_all.append((-torch.where(py[j, :k] > 0, py[j, :k], floor[j, :k]).log()).cpu().numpy())
-                h_all.append(h[j, :k].cpu().numpy())
-                v_all.append(v[j, :k].cpu().numpy())
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
-    return cat(s_all), cat(h_all), cat(v_all), outside
+        for length, group in by_len.items():
+            for i in range(0, len(group), batch):
+                chunk = group[i : i + batch]
+                tail = torch.tensor(chunk, dtype=torch.long, device=ids.device).reshape(len(chunk), length)
+                inp = torch.cat([ids[None].expand(len(chunk), -1), tail], 1)
+                logits = model(input_ids=inp, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+                p = sampler.probs(logits).double().cpu().numpy()  # the model's device may be a GPU
+                out.update(zip(chunk, p))
+    return out
 
 
-def planted_shift(model, ids: torch.Tensor, options, generator: torch.Generator, trajectories: int) -> tuple:
-    """The planted control's surprisal shift per sample of `options.max_new_tokens` tokens, and the
-    two variances (`shift`), averaged over `trajectories` reference trajectories sampled from the AR
-    view: along each, the loop's own blocks teacher-forced (orthrus.audit.sampling.verify_rows) give
-    its rows' exact output distributions. An estimate: the samples' own prefixes part from these."""
-    from orthrus.audit.sampling import reference_trajectory, row_distributions, verify_rows
-    from orthrus.decode.loop import Sampler
+def known_p_test(model, ids: torch.Tensor, samples: list[list[int]], m: int, sampler) -> tuple[float, int, float]:
+    """One loop's samples of a prompt against the AR sampler's probabilities (`stratified_gof`)."""
+    groups = strata(samples, m)
+    return stratified_gof(groups, prefix_probs(model, ids, list(groups), sampler))
+
+
+# ---- the plan: the N at which the test rejects the planted control
+
+
+def divergence(r: np.ndarray, p: np.ndarray, n: float) -> tuple[float, int]:
+    """The chi-square divergence of r from p over the categories a stratum of n samples is tested in,
+    and their degrees of freedom."""
+    group, k = categories(n * p)
+    if k < 2:
+        return 0.0, 0
+    pc, rc = np.bincount(group, weights=p, minlength=k), np.bincount(group, weights=r / r.sum(), minlength=k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(pc > 0, (rc - pc) ** 2 / pc, 0.0)
+    return float(terms.sum()), k - 1
+
+
+def power_at(n: int, paths, alpha: float) -> float:
+    """The probability that the test of n samples rejects at level alpha a loop whose rows along
+    trajectories it sampled (`paths`) are known: per path, per position, (the prefix's probability
+    under the loop, the loop's distribution r, the AR sampler's p). A stratum of n R(prefix) samples
+    adds n R(prefix) times r's chi-square divergence from p to the noncentrality; the sums over every
+    stratum large enough to test are estimated from the paths (each stratum one reaches weighted by one
+    over its probability for the degrees of freedom)."""
+    lam = dof = 0.0
+    for path in paths:
+        for prob, r, p in path:
+            if n * prob >= MIN_STRATUM:
+                d, k = divergence(r, p, n * prob)
+                lam, dof = lam + n * d, dof + k / prob
+    lam, dof = lam / len(paths), max(1, round(dof / len(paths)))
+    return float(ncx2.sf(chi2.isf(alpha, dof), dof, lam)) if lam > 0 else alpha
+
+
+def planted_paths(model, ids: torch.Tensor, options, generator: torch.Generator, trajectories: int) -> list:
+    """`trajectories` runs of the planted loop (`options.max_new_tokens` tokens each), and along each, per
+    position, (its prefix's probability under the loop, the loop's exact output distribution there, the
+    AR sampler's): the loop's own blocks teacher-forced over the run's tokens
+    (orthrus.audit.sampling.verify_rows) and the AR view's logits over the same tokens; the first token
+    is the prefill's, the same in both."""
+    from orthrus.audit.sampling import PLANTED, row_distributions, verify_rows
+    from orthrus.decode.loop import Sampler, generate
 
     sampler = Sampler(options.temperature, options.top_k, options.top_p)
-    sums = np.zeros(3)
+    paths = []
     for _ in range(trajectories):
-        tokens, single = reference_trajectory(model, ids, options, generator)
+        tokens = generate(model, ids, options.replace(decoder=PLANTED), generator=generator).tokens.tolist()
+        inp = torch.cat([ids, torch.tensor(tokens[:-1], dtype=torch.long, device=ids.device)])
+        with torch.inference_mode():
+            single = model(input_ids=inp[None], use_cache=False, logits_to_keep=len(tokens)).logits[0].float()
+        p = sampler.probs(single).double().cpu().numpy()
+        r = p.copy()
         rows = verify_rows(model, ids, tokens, options)
         if rows:
-            r, p = row_distributions(single, rows, sampler, planted=True)
-            sums += shift(p, r)
-    return tuple(float(x) for x in sums / max(trajectories, 1))
+            out, _ = row_distributions(single, rows, sampler, planted=True)
+            r[[t for t, *_ in rows]] = out.cpu().numpy()
+        r /= r.sum(-1, keepdims=True)
+        prob = np.concatenate([[1.0], np.cumprod([r[j, tok] for j, tok in enumerate(tokens)])])
+        paths.append([(float(prob[j]), r[j], p[j]) for j in range(len(tokens))])
+    return paths
 
 
 def plan_n(model, ids: torch.Tensor, options, ts: dict, n_prompts: int, seed: int) -> dict:
-    """A prompt's N: the samples at which the known-probability test rejects the planted control with
-    probability `two_sample.power` at Holm's strictest level (alpha / prompts), from the planted
-    loop's exact distributions (known_p.planted_shift), within [n_samples, n_samples_max]; the power
-    that N reaches (below the target where the cap binds)."""
+    """A prompt's N: the fewest samples, within [n_samples, n_samples_max] (`two_sample`), at which the
+    test rejects the planted control with probability `two_sample.power` at Holm's strictest level
+    (alpha / prompts), or the cap where none does; the power that N reaches."""
     alpha = ts["alpha"] / n_prompts
     g = torch.Generator(device=model.device).manual_seed(seed)
-    delta, v0, v1 = planted_shift(model, ids, options, g, ts["plan_trajectories"])
-    need = planned_n(delta, v0, v1, alpha, ts["power"])
-    cap = ts["n_samples_max"] or ts["n_samples"]
-    n = int(min(cap, max(ts["n_samples"], math.ceil(need) if math.isfinite(need) else cap)))
-    return {
-        "n_samples": n,
-        "planted_shift": delta,
-        "n_planned": need,
-        "planned_power": power_at(n, delta, v0, v1, alpha),
-    }
+    paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
+    low, cap = ts["n_samples"], ts["n_samples_max"] or ts["n_samples"]
+    step = max(1, math.ceil((cap - low) / 50))
+    n = next((n for n in range(low, cap, step) if power_at(n, paths, alpha) >= ts["power"]), cap)
+    return {"n_samples": n, "planned_power": power_at(n, paths, alpha)}

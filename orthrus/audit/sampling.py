@@ -283,7 +283,7 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
     N is planned per prompt (`plan_n`) before sampling; one row per (loop, prompt)."""
     import time
 
-    from orthrus.audit.known_p import plan_n, sample_surprisals, z_test
+    from orthrus.audit.known_p import known_p_test, plan_n
     from orthrus.decode.loop import Sampler
     from orthrus.models.loading import eos_ids
 
@@ -305,8 +305,7 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
             t0 = time.perf_counter()
             spec = sample_prefixes(model, ids, options.replace(decoder=decoder), n, seed + 3 * rank + k)
             test = two_sample_test(spec, ar, m)
-            s, h, v, outside = sample_surprisals(model, ids, spec, sampler)
-            z, p_known = z_test(s, h, v)
+            _, _, p_known = known_p_test(model, ids, spec, m, sampler)
             rows.append(
                 {
                     "model": name,
@@ -322,10 +321,8 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
                     "p_positions": test["p_positions"],
                     "p_prefix": test["p_prefix"],
                     "p_value": test["p_value"],
-                    "z_known": z,
                     "p_known": p_known,
-                    "n_outside": outside,
-                    **{k: plan[k] for k in ("planted_shift", "n_planned", "planned_power")},
+                    "planned_power": plan["planned_power"],
                     "samples": spec,
                     "ar_samples": ar,
                     "seconds": time.perf_counter() - t0,

@@ -70,7 +70,7 @@ def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
             "largest per-position TV",
             worst,
             n=int(cells["n_positions"].sum()),
-            test="analytic TV vs single-step sampling; two-sample chi-square; known-probability z-test",
+            test="analytic TV vs single-step sampling; two-sample chi-square; known-probability goodness of fit",
             threshold=f"TV < {FP32_TV_CEILING:g} and no Holm rejection",
             verdict=verdict,
             reason=reason,
@@ -138,7 +138,7 @@ def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
     chi2 = int(planted["rejected"].sum())
     if "p_known" in planted and planted["p_known"].notna().all():
         missed = planted[~planted["rejected_known"].astype(bool)]
-        caught, test_name = n - len(missed), "known-probability z-test per prompt, Holm"
+        caught, test_name = n - len(missed), "known-probability stratified goodness of fit per prompt, Holm"
         short = missed[missed["planned_power"] < s.sampled_power]
         verdict = HOLDS if missed.empty else (UNDERPOWERED if len(short) == len(missed) else FAILS)
         threshold = "every prompt rejected and TV ratio >= "
