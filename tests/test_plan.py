@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from orthrus.plan import PlanError, Study
+from orthrus.errors import ConfigError
+from orthrus.plan import Study
 from orthrus.plan.fingerprints import fingerprint, weights_fingerprint
 from orthrus.plan.rule_args import cell_options, rule_name, scatter_index
 
@@ -172,7 +173,7 @@ def test_the_shipped_subject_is_checked_before_any_job(monkeypatch):
     plan_study._check_shipped_subject.cache_clear()
     monkeypatch.setattr(plan_study.shipped_subject, "check", lambda: ["teacher/model.safetensors: sha256 differs"])
     s = study("config.yaml")
-    with pytest.raises(PlanError, match="teacher.source: the shipped subject is damaged: teacher/model.safetensors"):
+    with pytest.raises(ConfigError, match="teacher.source: the shipped subject is damaged: teacher/model.safetensors"):
         s.teacher_path()
     plan_study._check_shipped_subject.cache_clear()
 
@@ -184,7 +185,7 @@ def test_an_engine_file_outside_the_grid_is_refused_naming_the_key(tmp_path):
     def engine(cfg):
         cfg["decode"]["external"] = {"eng": {"path": str(traj)}}
 
-    with pytest.raises(PlanError, match=r"decode\.external\.eng\.precision: 'fp16' .* not in the decode grid"):
+    with pytest.raises(ConfigError, match=r"decode\.external\.eng\.precision: 'fp16' .* not in the decode grid"):
         study(mutate=engine)
 
 

@@ -15,20 +15,12 @@ import os
 
 from orthrus import contracts
 from orthrus.decoders import DECODER
-from orthrus.errors import InputError
+from orthrus.errors import ConfigError, InputError
 from orthrus.plan.fingerprints import file_fingerprint, fingerprint, model_files, weights_fingerprint
 from orthrus.plan.sampling_plan import SamplingPlan
 from orthrus.world import subject as shipped_subject
 
 R = "results"
-
-
-class PlanError(InputError):
-    """Problems of a config that only the whole study shows, one line each, naming the key."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
 
 
 class Study(SamplingPlan):
@@ -327,10 +319,10 @@ class Study(SamplingPlan):
             try:
                 p, a = cell(name, entry)
             except InputError as e:
-                raise PlanError([str(e)]) from None
+                raise ConfigError([str(e)]) from None
             for key, value, grid in (("precision", p, self.precisions), ("attention", a, self.attentions)):
                 if value not in grid:
-                    raise PlanError(
+                    raise ConfigError(
                         [
                             f"decode.external.{name}.{key}: {value!r} (from {entry['path']}) not in the decode "
                             f"grid {grid} (the ar-ref reference runs only there): set it, or add it there"
@@ -424,4 +416,4 @@ def _hidden(rel: str) -> bool:
 def _check_shipped_subject():
     problems = shipped_subject.check()
     if problems:
-        raise PlanError([f"teacher.source: the shipped subject is damaged: {p}" for p in problems])
+        raise ConfigError([f"teacher.source: the shipped subject is damaged: {p}" for p in problems])

@@ -6,24 +6,21 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-from config_check import ConfigError, check_config, load_yaml, typed_overrides
+from config_check import check_config, load_yaml, typed_overrides
 from snakemake.utils import update_config
 
 sys.path.insert(0, workflow.basedir)
 from orthrus import contracts
-from orthrus.plan import PlanError, Study
+from orthrus.plan import Study
 from orthrus.plan.fingerprints import model_files, weights_fingerprint
 from orthrus.plan.rule_args import cell_options, launcher, rule_name, scatter_index, settings
 
 _SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 # `--config` values typed by the schema: a nested override arrives with every value a string
 update_config(config, typed_overrides(dict(workflow.config_settings.config), load_yaml(_SCHEMA)))
-try:
-    # `--set-scatter corpus=N` replaces corpus.shards: checked with it (Snakemake itself takes 0)
-    check_config(config, _SCHEMA, workflow.configfiles, scatter=dict(workflow.resource_settings.overwrite_scatter))
-    S = Study(config)
-except PlanError as e:
-    raise ConfigError(e.problems) from None
+# `--set-scatter corpus=N` replaces corpus.shards: checked with it (Snakemake itself takes 0)
+check_config(config, _SCHEMA, workflow.configfiles, scatter=dict(workflow.resource_settings.overwrite_scatter))
+S = Study(config)
 
 scattergather:
     corpus=config["corpus"]["shards"],
