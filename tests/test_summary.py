@@ -84,10 +84,8 @@ def test_a_changed_claim_makes_the_readme_stale(tmp_path):
 
 
 def test_a_changed_table_makes_the_results_stale(tmp_path):
-    tables = tmp_path / "tables"
-    shutil.copytree(RUN, tables)
-    readme = tmp_path / "RESULTS.md"
-    shutil.copy(ROOT / "docs" / "RESULTS.md", readme)
+    _docs_copy(tmp_path)
+    tables, readme = tmp_path / "docs" / "results", tmp_path / "docs" / "RESULTS.md"
     mo = pd.read_csv(tables / "match_overall.csv")
     mo.loc[(mo["decoder"] == "orthrus") & (mo["precision"] == "fp32"), "match_rate"] = 0.5
     mo.to_csv(tables / "match_overall.csv", index=False)
