@@ -111,9 +111,12 @@ def test_a_value_is_one_row_or_an_aggregate_in_its_format():
     assert v("decoders.csv n min decoder=orthrus :d") == "48"
     assert v("decoders.csv decoder count precision=fp32 decoder!=orthrus :d") == "2"
     assert v("decoders.csv n_structural sum 'audit!=not lossless' :d") == "0"
+    assert v("decoders.csv n_structural sum decoder~orthrus.* :d") == v("forensics.csv n_structural sum model~.*-k8 :d")
     assert v("real-model/decoders.csv model precision=fp32 decoder=orthrus") == "ce-k8"  # a path: the document's folder
     with pytest.raises(ValueError, match="selects 2 rows"):
         v("decoders.csv match_rate decoder=orthrus precision=fp32")
+    with pytest.raises(ValueError, match="selects 0 rows"):  # a condition that matches nothing is no number
+        v("decoders.csv match_rate max decoder~orthr")
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         v("nope.csv x")
 

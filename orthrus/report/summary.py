@@ -8,9 +8,9 @@ it rewrites what a file marks:
 
 - the whole results section between `<!-- results:begin -->` and `<!-- results:end -->`;
 - the claims table alone between `<!-- claims:begin -->` and `<!-- claims:end -->`;
-- one number in the prose, `<!-- v TABLE COLUMN [AGG] [KEY=VALUE|KEY!=VALUE ...] [:FORMAT] -->0.52<!-- /v -->`:
-  the column of the one row the conditions select (or AGG, one of min, max, sum, mean, count, of the
-  rows they select) in Python's FORMAT (default: a float to 3 decimals). TABLE is the run's
+- one number in the prose, `<!-- v TABLE COLUMN [AGG] [CONDITION ...] [:FORMAT] -->0.52<!-- /v -->`:
+  the column of the one row the conditions (KEY=VALUE, KEY!=VALUE, KEY~REGEX) select, or AGG (min,
+  max, sum, mean, count) of the rows they select, in Python's FORMAT (default: a float to 3 decimals). TABLE is the run's
   (`--tables`) when a bare name, a committed run's path relative to the document when it has a `/`
   (`engines/decoders.csv` in docs/ENGINES.md); a value with spaces is quoted.
 
@@ -40,6 +40,7 @@ BLOCKS = {
 BEGIN, END = BLOCKS["results"]
 VALUE = re.compile(r"<!-- v (?P<spec>[^>]*?) -->(?P<text>.*?)<!-- /v -->", re.S)
 AGGREGATES = ("min", "max", "sum", "mean", "count")
+CONDITION = re.compile(r"([^=!~]+)(!=|=|~)(.*)", re.S)  # KEY=VALUE, KEY!=VALUE, KEY~REGEX
 REDUCED = ("bf16", "fp16")
 # the decoder whose tables these are (the diffusion view's lossless speculative loop) and the
 # trajectory every decoder is compared with
@@ -319,18 +320,21 @@ def value(spec: str, tables: Path, base: Path) -> str:
     t = _read(path.parent, path.name)
     fmt = next((r[1:] for r in rest if r.startswith(":")), None)
     agg = [r for r in rest if r in AGGREGATES]
-    for cond in (r for r in rest if "=" in r and not r.startswith(":")):
-        key, want = cond.split("=", 1)
-        keep = t[key.rstrip("!")].astype(str) == want
-        t = t[~keep if key.endswith("!") else keep]
-    if agg:
+    for cond in (r for r in rest if not r.startswith(":") and CONDITION.fullmatch(r)):
+        key, op, want = CONDITION.fullmatch(cond).groups()
+        col = t[key].astype(str)
+        keep = col.str.fullmatch(want) if op == "~" else col == want
+        t = t[~keep if op == "!=" else keep]
+    if agg and (len(t) or agg[0] == "count"):
         x = len(t) if agg[0] == "count" else getattr(t[column], agg[0])()
-    elif len(t) != 1:
+    elif len(t) != 1 or agg:
         raise ValueError(f"<!-- v {spec} --> selects {len(t)} rows of {path}, not one")
     else:
         x = t[column].iloc[0]
     if fmt is None and isinstance(x, float):
         fmt = ".3f"
+    elif fmt and fmt.endswith("d") and float(x).is_integer():  # a count in a column pandas read as float
+        x = int(x)
     return format(x, fmt) if fmt else str(x)
 
 
