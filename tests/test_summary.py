@@ -3,6 +3,7 @@ tables, rendered."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -36,6 +37,16 @@ def test_every_rendered_number_of_the_readme_and_docs_is_the_committed_tables():
     args = ["--tables", str(RUN)] + [a for p in RENDERED for a in ("--readme", str(p))]
     assert summary.main([*args, "--check"]) == 0
     assert summary.VALUE.search((ROOT / "README.md").read_text()), "the README's findings are rendered values"
+
+
+def test_the_readme_quotes_no_result_by_hand():
+    """Outside its rendered blocks, values and code, the README has no decimal number or `n of m` count
+    (configuration facts such as "1.1M parameters" or "Qwen3-1.7B" are no results and stay)."""
+    text = (ROOT / "README.md").read_text()
+    for begin, end in summary.BLOCKS.values():
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", summary.VALUE.sub("", text), flags=re.S)
+    assert not re.findall(r"\b\d+\.\d+\b|\b\d+ of \d+\b", text)
 
 
 def _docs_copy(tmp_path: Path) -> Path:
