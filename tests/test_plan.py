@@ -1,5 +1,6 @@
 """The study plan (orthrus/plan): cells, paths and each job's arguments, computed from a checked
-config without Snakemake. tests/test_workflow.py checks that the workflow runs what the plan says."""
+config without Snakemake, by the whole `Study` and by each stage's plan on its own.
+tests/test_workflow.py checks that the workflow runs what the plan says."""
 
 from __future__ import annotations
 
@@ -180,14 +181,14 @@ def test_the_global_seed_is_added_to_each_variants_own():
 
 
 def test_the_shipped_subject_is_checked_before_any_job(monkeypatch):
-    from orthrus.plan import models_plan as plan_study
+    from orthrus.plan import models_plan
 
-    plan_study._check_shipped_subject.cache_clear()
-    monkeypatch.setattr(plan_study.shipped_subject, "check", lambda: ["teacher/model.safetensors: sha256 differs"])
+    models_plan._check_shipped_subject.cache_clear()
+    monkeypatch.setattr(models_plan.shipped_subject, "check", lambda: ["teacher/model.safetensors: sha256 differs"])
     s = study("config.yaml")
     with pytest.raises(ConfigError, match="teacher.source: the shipped subject is damaged: teacher/model.safetensors"):
         s.models.teacher_path()
-    plan_study._check_shipped_subject.cache_clear()
+    models_plan._check_shipped_subject.cache_clear()
 
 
 def test_an_engine_file_outside_the_grid_is_refused_naming_the_key(tmp_path):
