@@ -21,6 +21,8 @@ _checked = study_config(
 )
 config.clear()
 config.update(_checked)
+if not workflow.overwrite_configfiles:
+    workflow.configfiles.append(EMBEDDED)  # named in the run's header and the report, as `configfile:` did
 
 
 include: "workflow/rules/common.smk"
