@@ -5,24 +5,24 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-import os
-import sys
+from orthrus.plan.config import EMBEDDED, study_config
 
-sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-from config_check import refuse_hazards
-
-# Config files are data (config_check.yaml_hazards): the embedded config.yaml is checked here,
-# before Snakemake renders it; a --configfile was checked by the workflow profile
-# (profiles/default/config.yaml) before Snakemake read it, and is checked again here for a run
-# without that profile (`--workflow-profile none`, where Snakemake has already rendered it).
-refuse_hazards(workflow.overwrite_configfiles or ["config.yaml"])
-
-
-# `--configfile X` studies X instead of the embedded default (rather than merging the two,
-# which would add the default's tiny variants to a paper-scale run); `--config k=v` still overrides.
+# The config, read, defaulted and checked once, here, before any rule (orthrus/plan/config.py):
+# `--configfile X` studies X instead of the embedded config.yaml (rather than merging the two,
+# which would add the default's tiny variants to a paper-scale run), `--config k=v` lays values
+# over it, `--set-scatter` is checked with it; one ConfigError names every key that is wrong. The
+# files are read again as data: what Snakemake built from them is replaced. Snakemake has rendered
+# a `--configfile` that sets `__use_yte__` before this runs (docs/CONFIG.md): `orthrus
+# check-config FILE` checks a file you did not write first.
+_checked = study_config(
+    workflow.overwrite_configfiles or [EMBEDDED],
+    workflow.config_settings.config,
+    workflow.resource_settings.overwrite_scatter,
+)
+config.clear()
+config.update(_checked)
 if not workflow.overwrite_configfiles:
-
-    configfile: "config.yaml"
+    workflow.configfiles.append(EMBEDDED)  # named in the run's header and the report, as `configfile:` did
 
 
 include: "workflow/rules/common.smk"
@@ -42,5 +42,5 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        S.final_outputs(corpus_shards()),
+        S.report.final_outputs(corpus_shards()),
     default_target: True

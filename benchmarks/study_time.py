@@ -1,8 +1,8 @@
-"""The default study's wall time and memory, read from Snakemake's benchmark files.
+"""The default study's wall time and memory, read from the jobs' timing files.
 
     python benchmarks/study_time.py [--timing results/timing] [--budget 600] [--cores 2]
 
-Every rule writes `results/timing/<stage>/...tsv` (Snakemake's `benchmark:`): the job's
+Every rule writes a timing file `results/timing/<stage>/...tsv` (Snakemake's `benchmark:`): the job's
 seconds and peak resident memory. A file's modification time is when its job ended, so
 `end - s` is when it started; the study's wall time is the span from the first start to the
 last end (jobs run in parallel, so it is less than the sum). Prints one row per stage
@@ -68,7 +68,7 @@ def critical_path(jobs: pd.DataFrame, slack: float = 2.0) -> list[dict]:
     """The chain of jobs that decides the wall time: from the job that ended last, back through
     the job that ended latest before each one started (within `slack` seconds of its start:
     the scheduler's own delay), to one that started with the run. Each link with the gap
-    before it (time nothing on the chain ran: jobs without a benchmark file, start-up, a wait
+    before it (time nothing on the chain ran: jobs without a timing file, start-up, a wait
     for cores)."""
     chain, job = [], jobs.loc[jobs["end"].idxmax()]
     while True:
@@ -82,7 +82,7 @@ def critical_path(jobs: pd.DataFrame, slack: float = 2.0) -> list[dict]:
 
 
 def idle_share(jobs: pd.DataFrame, cores: int) -> float:
-    """The share of the cores' time over the run's span that no benchmarked job held: each job
+    """The share of the cores' time over the run's span that no timed job held: each job
     holds its core for its wall seconds. (Not the files' cpu_time: Snakemake samples it, so a job
     of under a minute reads as 14 or 44 CPU seconds whatever it ran.)"""
     wall = float(jobs["end"].max() - jobs["start"].min())
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     jobs = read_timings(args.timing)
     if jobs.empty:
-        sys.exit(f"no Snakemake benchmark files under {args.timing}: run `snakemake --cores 2` first")
+        sys.exit(f"no timing files under {args.timing}: run `snakemake --cores 2` first")
     table, wall = summarize(jobs)
     print(table.round(1).to_string())
     print(f"\n{len(jobs)} jobs, {jobs['seconds'].sum():.0f} s of job time, peak RSS {jobs['max_rss_mb'].max():.0f} MB")
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         print(f"  {c['job']:<60} {c['seconds']:7.1f} s  (gap before {c['gap_before_s']:.1f} s)")
     print(
         f"cores idle: {idle_share(jobs, args.cores):.0%} of {args.cores} cores x wall time "
-        "(jobs without a benchmark file, e.g. gathers and tables, count as idle)"
+        "(jobs without a timing file, e.g. gathers and tables, count as idle)"
     )
     return 0
 

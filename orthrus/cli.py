@@ -34,6 +34,7 @@ COMMANDS = {
     "frontier": "orthrus.decode.frontier",
     "sampling": "orthrus.audit.sampling",
     "rehearsal-standins": "orthrus.rehearsal.standins",
+    "check-config": "orthrus.plan.config",
 }
 
 

@@ -15,3 +15,12 @@ class MissingInputError(InputError, FileNotFoundError):
 
 class ModelError(InputError):
     """A model directory or checkpoint that cannot be used as it is: names the path and the problem."""
+
+
+class ConfigError(InputError):
+    """A study config's problems (orthrus/plan/config.py), one line each, naming its key (or the
+    file and line): `key.path: what is wrong`."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))

@@ -1,9 +1,8 @@
 """Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
-before any job, naming the key (workflow/scripts/config_check.py)."""
+before any job, naming the key, however the workflow is started (orthrus/plan/config.py)."""
 
 import copy
 import importlib
-import importlib.util
 import os
 import re
 import subprocess
@@ -14,20 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orthrus.errors import ConfigError
+from orthrus.plan.config import study_config, typed_overrides
+from orthrus.plan.yaml_data import file_hazards, yaml_hazards
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
 SMOKE = yaml.safe_load((ROOT / "tests/smoke/config.yaml").read_text())
 SMOKE_TEXT = (ROOT / "tests/smoke/config.yaml").read_text()
-
-
-def _load_checker():
-    spec = importlib.util.spec_from_file_location("config_check", ROOT / "workflow/scripts/config_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cc = _load_checker()
 
 
 def _set(path, value):
@@ -380,8 +373,8 @@ def _check(text: str, tmp_path) -> list[str]:
     path = tmp_path / "config.yaml"
     path.write_text(text)
     try:
-        cc.check_config(yaml.safe_load(text), SCHEMA, [path])
-    except cc.ConfigError as e:
+        study_config([path])
+    except ConfigError as e:
         return e.problems
     return []
 
@@ -449,8 +442,7 @@ def test_schema_describes_every_setting(section, defaults):
 
 @pytest.mark.parametrize("path", ["config.yaml", "tests/smoke/config.yaml", "configs/paper.yaml"])
 def test_shipped_configs_pass(path):
-    cfg = cc.load_yaml(ROOT / path)
-    cc.check_config(cfg, SCHEMA, [ROOT / path])
+    cfg = study_config([ROOT / path])
     assert cfg["decode"]["max_error_share"] == 0 and "resources" in cfg  # defaults filled in
     assert all(
         set(s or {}) <= set(yaml.safe_load((ROOT / path).read_text())["models"][m] or {})
@@ -463,9 +455,9 @@ def test_local_hf_teacher_directory_is_accepted(tmp_path):
     (tmp_path / "my teacher" / "config.json").write_text("{}")
     cfg = copy.deepcopy(SMOKE)
     cfg["teacher"] = {**HF, "path": str(tmp_path / "my teacher"), "draft": {"source": "tiny"}}
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
     cfg["teacher"]["path"] = "Qwen/Qwen3-1.7B"  # a hub id is checked by the job that downloads it
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
 
 
 def test_paper_protocol_sources_are_accepted(tmp_path):
@@ -483,9 +475,9 @@ def test_paper_protocol_sources_are_accepted(tmp_path):
     }
     cfg["corpus"] |= {"source": "hf", "dataset": "ai-forever/ZaryaOrthrusDataset-1.7B", "message": "none"}
     cfg["external_models"] = {"ZaryaOrthrus-1.7B": "ai-forever/ZaryaOrthrus-1.7B"}
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
     cfg["prompts"]["eval_file"] = "https://example.org/speed_evaluation_dataset.json"
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
 
 
 def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
@@ -501,10 +493,10 @@ def test_grid_keys_name_a_decoder_or_an_orthrus_model(tmp_path):
         "ext": {"precisions": ["fp32"]},
         "assisted": {"attentions": ["eager"]},
     }
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
     cfg["decode"]["grids"]["kl-k8"] = {"attentions": ["sdpa"]}
-    with pytest.raises(cc.ConfigError) as err:
-        cc.check_config(cfg, SCHEMA)
+    with pytest.raises(ConfigError) as err:
+        study_config(values=cfg)
     assert err.value.problems == [
         "decode.grids.kl-k8: 'kl-k8' is neither a speculative decoder of decode.decoders or a control of "
         "decode.controls ['assisted', 'prompt-lookup', 'oracle', 'ar-batched', 'orthrus-lossy'] nor an Orthrus "
@@ -563,14 +555,12 @@ def test_draft_rules_apply_only_to_the_assisted_decoder(tmp_path):
     cfg = copy.deepcopy(SMOKE)
     cfg["decode"]["decoders"] = ["prompt-lookup"]
     del cfg["teacher"]["draft"]
-    cc.check_config(cfg, SCHEMA)
-    assert cfg["decode"]["prompt_lookup_tokens"] == 10  # default filled in
+    assert study_config(values=cfg)["decode"]["prompt_lookup_tokens"] == 10  # default filled in
     cfg = copy.deepcopy(SMOKE)
     cfg["teacher"] = {**HF, "path": "Qwen/Qwen3-1.7B", "draft": {"source": "hf", "path": "Qwen/Qwen3-0.6B"}}
-    cc.check_config(cfg, SCHEMA)
-    assert cfg["teacher"]["draft"]["threads"] == 1  # defaults filled in
+    assert study_config(values=cfg)["teacher"]["draft"]["threads"] == 1  # defaults filled in
     cfg["teacher"]["draft"] = {"source": "tiny", "tiny": {"steps": 5, "warmup_steps": 1}}
-    cc.check_config(cfg, SCHEMA)
+    cfg = study_config(values=cfg)
     assert cfg["teacher"]["draft"]["tiny"] == {"steps": 5, "warmup_steps": 1}  # the draft's settings stay as written
 
 
@@ -584,8 +574,7 @@ def test_integer_valued_floats_are_integers_everywhere(tmp_path):
             c["models"]["smoke-ce"].__setitem__("block_size", 4.0),
         )
     )
-    cfg = yaml.safe_load(text)
-    cc.check_config(cfg, SCHEMA, [])
+    cfg = study_config(values=yaml.safe_load(text))
     assert cfg["corpus"]["shards"] == 2 and type(cfg["corpus"]["shards"]) is int
     assert type(cfg["decode"]["max_new_tokens"]) is int and type(cfg["models"]["smoke-ce"]["block_size"]) is int
     problems = _check(_config_text(_set("corpus.shards", 2.5)), tmp_path)
@@ -627,33 +616,102 @@ YTE = "__use_yte__: true\n" + SMOKE_TEXT.replace(
 )
 
 
-def test_yte_config_file_is_refused_before_snakemake_renders_it(tmp_path):
-    """`--configfile` with `__use_yte__` and a ?-expression: the workflow profile refuses it before
-    Snakemake reads it, in one line naming the file; the expression never runs."""
+def test_check_config_refuses_a_yte_file_without_running_it(tmp_path, monkeypatch, capsys):
+    """`orthrus check-config FILE` reads a file with `__use_yte__` and a ?-expression as data: refused
+    in one line naming file and line, the expression never run; a plain config passes."""
+    from orthrus.cli import main
+
     assert "?__import__" in YTE
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.yaml").write_text(YTE)
+    assert main(["check-config", "evil.yaml"]) == 2 and not (tmp_path / "MARKER").exists()
+    assert "evil.yaml:1: __use_yte__ refused" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
+    assert main(["check-config"]) == 0 and "config.yaml: a valid study config" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("profile", [True, False], ids=["workflow profile", "--workflow-profile none"])
+def test_yte_config_file_is_refused_by_the_snakefile_after_snakemake_rendered_it(tmp_path, profile):
+    """A `--configfile` with `__use_yte__`: Snakemake renders it while it reads its command line,
+    before any code of this workflow runs (docs/CONFIG.md says so, and to run `orthrus check-config`
+    first); the Snakefile refuses it in one line naming the file, with or without the profile."""
     (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
     (tmp_path / "evil.yaml").write_text(YTE)
-    rc, out = _dry(tmp_path, "--configfile", "evil.yaml")
-    assert rc != 0 and not (tmp_path / "MARKER").exists(), out
+    rc, out = _dry(tmp_path, "--configfile", "evil.yaml", profile=profile)
+    assert rc != 0 and not (tmp_path / "results").exists(), out
     lines = [line for line in out.splitlines() if "refused" in line]
     assert len(lines) == 1 and "evil.yaml:1: __use_yte__ refused" in lines[0], out
+    # what docs/CONFIG.md warns of; should this fail, Snakemake no longer renders it: say so there
+    assert (tmp_path / "MARKER").exists()
 
 
-def test_yte_embedded_config_is_refused_before_rendering_without_the_profile(tmp_path):
-    """The embedded config.yaml is checked by the Snakefile before its `configfile:` reads it."""
+@pytest.mark.parametrize("profile", [True, False], ids=["workflow profile", "--workflow-profile none"])
+def test_yte_embedded_config_is_read_as_data_and_refused(tmp_path, profile):
+    """The embedded config.yaml is read by the Snakefile alone, as data: never rendered."""
     (tmp_path / "config.yaml").write_text(YTE)
-    rc, out = _dry(tmp_path, profile=False)
+    rc, out = _dry(tmp_path, profile=profile)
     assert rc != 0 and not (tmp_path / "MARKER").exists(), out
     assert "config.yaml:1: __use_yte__ refused" in out
 
 
-def test_yte_config_file_without_the_profile_is_refused_after_rendering(tmp_path):
-    """The exact guard without the workflow profile (`--workflow-profile none`): Snakemake renders a
-    `--configfile` before the Snakefile runs, so the expression has run, but the run stops."""
-    (tmp_path / "config.yaml").write_text(SMOKE_TEXT)
-    (tmp_path / "evil.yaml").write_text(YTE)
-    rc, out = _dry(tmp_path, "--configfile", "evil.yaml", profile=False)
-    assert rc != 0 and "evil.yaml:1: __use_yte__ refused" in out and not (tmp_path / "results").exists(), out
+def test_the_profiles_hold_settings_not_code():
+    """No YTE, no tag, no ?-expression in a profile: nothing of a profile runs as Python."""
+    for path in sorted((ROOT / "profiles").rglob("*.yaml")):
+        text = path.read_text()
+        assert yaml_hazards(text, str(path)) == [], path  # __use_yte__ and tags
+        values = [yaml.safe_load(text)]
+        while values:
+            v = values.pop()
+            if isinstance(v, dict):
+                assert "__definitions__" not in v and "__variables__" not in v, path
+                values += [*v.keys(), *v.values()]
+            elif isinstance(v, list):
+                values += v
+            else:
+                assert not str(v).startswith("?"), (path, v)
+
+
+def test_workflow_scripts_are_run_not_imported():
+    """workflow/scripts holds scripts (`bash workflow/scripts/rehearse.sh`); what the workflow and
+    the tests import lives in the package: no sys.path entry, no module loaded from that folder."""
+    code = [ROOT / "Snakefile", *ROOT.glob("workflow/rules/*.smk"), *ROOT.glob("tests/*.py")]
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in code
+        for m in re.finditer(r"sys\.path\.insert\(.*|spec_from_file_location\(.*workflow/scripts.*", p.read_text())
+        if p.suffix != ".py" or "spec_from_file_location" in m.group(0)
+    ]
+    assert not found, found
+    assert not list((ROOT / "workflow/scripts").glob("*.py")) or all(
+        "__main__" in p.read_text() for p in (ROOT / "workflow/scripts").glob("*.py")
+    )
+
+
+def _invalid(out: str) -> list[str]:
+    """The problem lines of the ConfigError a run printed (Snakemake adds the traceback's `File` lines)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if "invalid configuration:" in line)
+    return [line.strip() for line in lines[start + 1 :] if line.startswith("  ") and not line.startswith("  File ")]
+
+
+def test_every_way_of_starting_the_workflow_gives_the_same_error(tmp_path):
+    """One bad key, the same lines from the one check whether the workflow is started plainly, under
+    the cluster profile, without the workflow profile or with the file as `--configfile`."""
+    bad = SMOKE_TEXT.replace("\nseed: 0\n", "\nseed: zero\n")
+    assert bad != SMOKE_TEXT
+    (tmp_path / "config.yaml").write_text(bad)
+    (tmp_path / "given").mkdir()
+    (tmp_path / "given" / "bad.yaml").write_text(bad)
+    runs = {
+        "plain": _dry(tmp_path),
+        "--profile profiles/slurm": _dry(tmp_path, "--profile", str(ROOT / "profiles/slurm")),
+        "--workflow-profile none": _dry(tmp_path, profile=False),
+        "--configfile": _dry(tmp_path / "given", "--configfile", "bad.yaml"),
+    }
+    errors = {how: (rc, _invalid(out)) for how, (rc, out) in runs.items()}
+    assert errors["plain"][0] != 0 and errors["plain"][1] == ["seed: 'zero' is not of type 'integer'"], runs["plain"]
+    assert all(e == errors["plain"] for e in errors.values()), errors
+    assert not list(tmp_path.rglob("results"))
 
 
 HAZARDS = [
@@ -684,18 +742,19 @@ HAZARDS = [
 def test_config_text_that_is_more_than_data_is_refused(tmp_path, name, text, what):
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    problems = cc.file_hazards(path)
+    problems = file_hazards(path)
     assert len(problems) == 1 and what in problems[0] and str(path) in problems[0], problems
-    with pytest.raises(cc.ConfigError):
-        cc.check_config({}, SCHEMA, [path])
+    with pytest.raises(ConfigError) as err:
+        study_config([path])
+    assert err.value.problems == problems
 
 
 def test_plain_config_data_with_aliases_passes(tmp_path):
     """Anchors and aliases that stay small, nested keys named like YTE's, quoted '?...' strings: data."""
     text = SMOKE_TEXT + "x: &x [1, 2]\ny: *x\nz: {__use_yte__: 1}\nq: '?not code'\n"
-    assert cc.yaml_hazards(text, "c") == []
+    assert yaml_hazards(text, "c") == []
     for path in [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]:
-        assert cc.file_hazards(path) == [], path
+        assert file_hazards(path) == [], path
 
 
 @pytest.mark.slow
@@ -722,8 +781,8 @@ def test_alias_bomb_in_a_parsed_config_is_bounded():
     node = ["lol"]
     for _ in range(60):
         node = [node, node]
-    with pytest.raises(cc.ConfigError, match="more than 100000 values"):
-        cc.check_config({"corpus": {"data_files": node}}, SCHEMA)
+    with pytest.raises(ConfigError, match="more than 100000 values"):
+        study_config(values={"corpus": {"data_files": node}})
 
 
 def test_free_form_data_files_are_bounded(tmp_path):
@@ -731,32 +790,11 @@ def test_free_form_data_files_are_bounded(tmp_path):
     assert any(p.startswith("corpus.data_files:") for p in problems), problems
 
 
-@pytest.mark.parametrize(
-    "argv, files, values",
-    [
-        (["-n", "--configfile", "a.yaml", "b.yaml", "-p"], ["a.yaml", "b.yaml"], []),
-        (["--configfiles=a.yaml", "target"], ["a.yaml"], []),
-        (["--config", "seed=1", "decode={x: 1}", "--configfile", "c.yaml"], ["c.yaml"], ["seed=1", "decode={x: 1}"]),
-        (["-C", "seed=1", "-n"], [], ["seed=1"]),
-    ],
-)
-def test_the_profile_guard_reads_the_command_line_as_snakemake_does(argv, files, values):
-    assert cc.argv_sources(argv) == (files, values)
-
-
-def test_the_profile_guard_refuses_a_config_value(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        cc.guard_argv(["--config", "decode={a: !!python/name:os.system x}"])
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--config decode" in err and "YAML tag" in err
-    cc.guard_argv(["--config", "seed=1", "--configfile", str(tmp_path / "missing.yaml")])  # Snakemake reports it
-
-
 def test_nested_config_overrides_are_typed_by_the_schema():
     """Snakemake reads `decode={max_new_tokens: 8}` with YAML's base loader (every value a string):
     where the schema wants no string, the value is read as YAML; strings stay strings."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    got = cc.typed_overrides(
+    got = typed_overrides(
         {
             "decode": {"max_new_tokens": "8", "own_ar_view": "false", "message": "8", "precisions": ["fp32"]},
             "teacher": {"name": "123"},
@@ -771,8 +809,8 @@ def test_nested_config_overrides_are_typed_by_the_schema():
         "corpus": {"shards": 2},
         "seed": 3,
     }
-    with pytest.raises(cc.ConfigError, match="YAML tag"):
-        cc.typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
+    with pytest.raises(ConfigError, match="YAML tag"):
+        typed_overrides({"corpus": "{shards: !!python/name:os.system x}"}, schema)
 
 
 @pytest.mark.slow
@@ -861,10 +899,10 @@ def test_glob_characters_in_a_local_dataset_path_are_refused(tmp_path):
 def test_set_scatter_counts_are_checked_with_the_config(scatter, where):
     """`--set-scatter corpus=0` (Snakemake itself takes 0) or more shards than distillation prompts
     (32 in the smoke config) is refused naming the option."""
-    with pytest.raises(cc.ConfigError) as err:
-        cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter=scatter)
+    with pytest.raises(ConfigError) as err:
+        study_config(values=SMOKE, scatter=scatter)
     assert len(err.value.problems) == 1 and err.value.problems[0].startswith(where), err.value.problems
-    cc.check_config(copy.deepcopy(SMOKE), SCHEMA, scatter={"corpus": 32, "decode": 3})
+    study_config(values=SMOKE, scatter={"corpus": 32, "decode": 3})
 
 
 @pytest.mark.slow
@@ -881,7 +919,7 @@ def test_huge_but_legal_seeds_are_accepted_silently(seed):
     taken modulo 2^32 (orthrus/lmeval/run.py)."""
     cfg = copy.deepcopy(SMOKE)
     cfg["seed"] = seed
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
 
 
 def test_a_file_url_is_checked_like_a_path(tmp_path):
@@ -890,8 +928,8 @@ def test_a_file_url_is_checked_like_a_path(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     cfg = copy.deepcopy(SMOKE)
     cfg["prompts"]["eval_file"] = (tmp_path / "p.json").as_uri()
-    cc.check_config(cfg, SCHEMA)
+    study_config(values=cfg)
     cfg = copy.deepcopy(SMOKE)
     cfg["prompts"]["eval_file"] = (tmp_path / "fifo").as_uri()
-    with pytest.raises(cc.ConfigError, match="prompts.eval_file: .* is not a regular file"):
-        cc.check_config(cfg, SCHEMA)
+    with pytest.raises(ConfigError, match="prompts.eval_file: .* is not a regular file"):
+        study_config(values=cfg)

@@ -240,6 +240,8 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
 
 
 def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
+    from types import SimpleNamespace
+
     from orthrus.plan.sampling_plan import SamplingPlan
 
     engines = {
@@ -254,11 +256,11 @@ def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
             "reference": "p",
         },
     }
-    s = SamplingPlan()  # Study's sampled side runs: they read sampling, config and teacher
-    s.sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
-    s.config, s.teacher = {"seed": 0, "engines": {}}, "teacher"
-    runs = {r["name"]: r for r in s.sampled_engine_runs(None)}
-    [standin] = s.sampled_engine_runs(None, "transformers")  # the stand_in entry is the transformers engine's
+    sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
+    # the sampled side runs' plan, given the config and the one model name it reads
+    s = SamplingPlan({"seed": 0, "engines": {}, "sampling": sampling}, SimpleNamespace(teacher="teacher"))
+    runs = {r["name"]: r for r in s.engine_runs(None, "vllm")}
+    [standin] = s.engine_runs(None, "transformers")  # the stand_in entry is the transformers engine's
     assert list(runs) == ["p", "s", "f"] and (standin["name"], standin["seed"]) == ("t", 1005)
     assert json.loads(standin["options"])["decoder"] == "ar-ref" and standin["out"] == "r/t.jsonl"
     assert [runs[n]["seed"] for n in ("p", "s", "f")] == [5, 77, 3005]

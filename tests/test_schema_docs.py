@@ -1,24 +1,17 @@
 """docs/CONFIG.md is generated from the config schema and kept up to date."""
 
-import importlib.util
 from pathlib import Path
 
 import yaml
 
+from orthrus.plan import schema_docs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("schema_docs", ROOT / "workflow/scripts/schema_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_config_doc_is_up_to_date():
-    mod = load()
-    assert (ROOT / "docs/CONFIG.md").read_text() == mod.render(), (
-        "docs/CONFIG.md is out of date: run python workflow/scripts/schema_docs.py"
+    assert (ROOT / "docs/CONFIG.md").read_text() == schema_docs.render(), (
+        "docs/CONFIG.md is out of date: run python -m orthrus.plan.schema_docs"
     )
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/study_time.py: the wall-time span and per-stage table from Snakemake benchmark files."""
+"""benchmarks/study_time.py: the wall-time span and per-stage table from the jobs' timing files (Snakemake's `benchmark:`)."""
 
 from __future__ import annotations
 

@@ -209,66 +209,74 @@ def analyse(
     rows = []
     for o, r_tokens, o_tokens, t in tqdm(cases, desc="forensics", file=sys.stderr):
         options = row_options(o)
-        prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
         step_logits, step_hidden, step32 = steps[(o.prompt_id, options.message, t)]
-        row = {
-            "model": o.model,
-            "decoder": o.decoder,
-            "precision": o.precision,
-            "attention": o.attention,
-            "prompt_id": o.prompt_id,
-            "domain": o.domain,
-            "position": t,
-            "ref_token": r_tokens[t],
-            "orthrus_token": o_tokens[t],
-            "margin_native": margin(step_logits),
-            "margin_fp32": margin(step32),
-            "verify_margin": None,
-            "first_layer_diverging": None,
-            "max_abs_hidden_diff": [],
-            "replay_consistent": int(step_logits.argmax()) == r_tokens[t],
-        }
+        row = _case_row(o, t, r_tokens[t], o_tokens[t], step_logits, step32)
         if DECODER[o.decoder].runner == "engine":  # an engine's file: nothing to replay (see judge_external)
-            rows.append(
-                row
-                | judge_external(
-                    step_logits,
-                    r_tokens[t],
-                    o_tokens[t],
-                    o.precision,
-                    max_ulps,
-                    row["replay_consistent"],
-                    engine_top(o.env, t),
-                )
+            top = engine_top(o.env, t)
+            verdict = judge_external(
+                step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, row["replay_consistent"], top
             )
-            continue
-        if DECODER[o.decoder].runner == "loop":
-            ver_logits, ver_hidden, replayed, _ = replay_verify(
-                model, prompt, options, t, r_tokens if DECODER[o.decoder].takes_reference else None
-            )
-            diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
-            row |= {
-                "max_abs_hidden_diff": diffs,
-                "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
-            }
         else:
-            batch = (
-                batch_of(
-                    prompts, tokenizer, options, env_record(o.env), o.prompt_id, model.config.max_position_embeddings
-                )
-                if DECODER[o.decoder].batched
-                else None
+            prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
+            ver_logits, replayed, hidden = _replay_case(
+                model, tokenizer, prompts, o, prompt, options, t, r_tokens, step_hidden, draft
             )
-            ver_logits, replayed = replay_generate(model, prompt, options, t, draft, batch)
-        # the replay reproduces the run when the step-by-step row picks the reference's token and
-        # the decoder re-emits the run's tokens up to and including the divergence
-        consistent = row["replay_consistent"] and replayed == o_tokens[: t + 1]
-        rows.append(
-            row
-            | {"verify_margin": margin(ver_logits), "replay_consistent": consistent}
-            | judge(step_logits, ver_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, consistent)
-        )
+            # the replay reproduces the run when the step-by-step row picks the reference's token and
+            # the decoder re-emits the run's tokens up to and including the divergence
+            consistent = row["replay_consistent"] and replayed == o_tokens[: t + 1]
+            row |= hidden | {"verify_margin": margin(ver_logits), "replay_consistent": consistent}
+            verdict = judge(step_logits, ver_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, consistent)
+        rows.append(row | verdict)
     return rows
+
+
+def _case_row(o, t: int, ref_token: int, orthrus_token: int, step_logits, step32) -> dict:
+    """A case's row before its replay: which run, where it parted from the reference, and the
+    step-by-step reference's margins there (native and fp32) and whether it picks its own token."""
+    return {
+        "model": o.model,
+        "decoder": o.decoder,
+        "precision": o.precision,
+        "attention": o.attention,
+        "prompt_id": o.prompt_id,
+        "domain": o.domain,
+        "position": t,
+        "ref_token": ref_token,
+        "orthrus_token": orthrus_token,
+        "margin_native": margin(step_logits),
+        "margin_fp32": margin(step32),
+        "verify_margin": None,
+        "first_layer_diverging": None,
+        "max_abs_hidden_diff": [],
+        "replay_consistent": int(step_logits.argmax()) == ref_token,
+    }
+
+
+def _replay_case(model, tokenizer, prompts, o, prompt: list[int], options, t: int, r_tokens, step_hidden, draft):
+    """(verify logits at `t`, the tokens replayed through `t`, the hidden-state columns) of the case's
+    decoder run again: our loop's verify block, its hidden states against the step-by-step
+    reference's; a transformers decoder re-run (a batched one in its batch), no hidden states."""
+    decoder = DECODER[o.decoder]
+    if decoder.runner == "loop":
+        oracle = r_tokens if decoder.takes_reference else None
+        ver_logits, ver_hidden, replayed, _ = replay_verify(model, prompt, options, t, oracle)
+        return ver_logits, replayed, _hidden_diffs(step_hidden, ver_hidden)
+    batch = None
+    if decoder.batched:
+        positions = model.config.max_position_embeddings
+        batch = batch_of(prompts, tokenizer, options, env_record(o.env), o.prompt_id, positions)
+    ver_logits, replayed = replay_generate(model, prompt, options, t, draft, batch)
+    return ver_logits, replayed, {}
+
+
+def _hidden_diffs(step_hidden, ver_hidden) -> dict:
+    """Per layer, the largest absolute difference of the verify block's hidden state from the
+    step-by-step reference's, and the first layer where they differ (None: none does)."""
+    diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(step_hidden, ver_hidden)]
+    return {
+        "max_abs_hidden_diff": diffs,
+        "first_layer_diverging": next((i for i, d in enumerate(diffs) if d > 0), None),
+    }
 
 
 def judge(

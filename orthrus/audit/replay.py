@@ -162,14 +162,25 @@ def _divergence(dec: _Side, ref: _Side, what: str, prompt_id: str) -> int:
     return t
 
 
-def _redecode(dec: _Side, ref: _Side, draft, oracle, batch) -> dict:
+@dataclass
+class _AsRun:
+    """What the decoder ran with beside its options: the draft model (assisted), the reference's
+    tokens as drafts (the oracle), the batch the decode stage formed (ar-batched: the batch's
+    prompt ids and the prompt's index in it)."""
+
+    draft: object
+    oracle: list | None
+    batch: tuple | None
+
+
+def _redecode(dec: _Side, ref: _Side, run: _AsRun) -> dict:
     """Both trajectories decoded again with their recorded options (ar-batched in its run's batch)."""
-    if batch is not None:
-        prompts = [torch.tensor(p, device=dec.net.device) for p in batch[0]]
-        dec_tokens = batched_generate(dec.net, prompts, dec.options)[batch[1]].tokens
+    if run.batch is not None:
+        prompts = [torch.tensor(p, device=dec.net.device) for p in run.batch[0]]
+        dec_tokens = batched_generate(dec.net, prompts, dec.options)[run.batch[1]].tokens
     else:
         dec_ids = torch.tensor(dec.ids, device=dec.net.device)
-        dec_tokens = decode_one(dec.net, dec_ids, dec.options, draft, oracle).tokens
+        dec_tokens = decode_one(dec.net, dec_ids, dec.options, run.draft, run.oracle).tokens
     ref_tokens = decode_one(ref.net, torch.tensor(ref.ids, device=ref.net.device), ref.options).tokens
     return {"decoder": as_token_list(dec_tokens), "reference": as_token_list(ref_tokens)}
 
@@ -198,14 +209,14 @@ def _reference_step(ref: _Side, t: int, k: int, device: str, own: int, other):
     return forward, logits, hidden
 
 
-def _decoder_row(dec: _Side, decoder: str, t: int, k: int, own: int, other, draft, oracle, batch):
+def _decoder_row(dec: _Side, decoder: str, t: int, k: int, own: int, other, run: _AsRun):
     """The decoder's own row that emitted its token at t: our loop's verify row (rerun and traced,
     with hidden states), or the logits transformers' generate returns for that token (none)."""
     if DECODER[decoder].runner == "loop":
-        logits, hidden, emitted, blocks = replay_verify(dec.net, dec.ids, dec.options, t, oracle)
+        logits, hidden, emitted, blocks = replay_verify(dec.net, dec.ids, dec.options, t, run.oracle)
         extra = {"kind": "verify", "block": list(blocks[-1])}
     else:
-        logits, emitted = replay_generate(dec.net, dec.ids, dec.options, t, draft, batch)
+        logits, emitted = replay_generate(dec.net, dec.ids, dec.options, t, run.draft, run.batch)
         hidden, extra = None, {"kind": "generate output_logits"}
     forward = _forward(
         logits, dec.tokenizer, k, own, other, **extra, replayed_prefix_matches=emitted == dec.recorded[: t + 1]
@@ -218,6 +229,49 @@ def _layer_diffs(ref_hidden, dec_hidden) -> list | None:
     if ref_hidden is None or dec_hidden is None:
         return None
     return [float((a.float() - b.float()).abs().max()) for a, b in zip(ref_hidden, dec_hidden)]
+
+
+def _rows(results: Path, cell: dict, prompt_id: str, reference):
+    """(file, row) of the prompt's decoding by the cell's decoder, then by the AR reference."""
+    dec_file = results / "decode" / cell["model"] / "{decoder}-{precision}-{attention}.parquet".format(**cell)
+    dec_row = _row(dec_file, prompt_id)
+    ref_file = reference_file(results, cell["precision"], cell["attention"], reference)
+    return dec_file, dec_row, ref_file, _row(ref_file, prompt_id)
+
+
+def _draft(dec: _Side, decoder: str, results: Path):
+    """The draft model the decoder ran with (assisted), loaded as its run recorded it; else None."""
+    if not DECODER[decoder].needs_draft:
+        return None
+    return load_draft(model_location(dec.env.get("draft"), results), dec.net, dec.tokenizer, dec.path)
+
+
+def _as_run(dec: _Side, ref: _Side, decoder: str, draft, prompt_file: Path, prompt_id: str) -> _AsRun:
+    """What the decoder replays with, as it ran: its draft (assisted), the reference's tokens as
+    drafts (the oracle), the batch the decode stage formed (ar-batched)."""
+    oracle = ref.recorded if DECODER[decoder].takes_reference else None
+    batch = None
+    if DECODER[decoder].batched:
+        prompts, positions = read_prompt_set(prompt_file), dec.net.config.max_position_embeddings
+        batch = batch_of(prompts, dec.tokenizer, dec.options, dec.env, prompt_id, positions)
+    return _AsRun(draft, oracle, batch)
+
+
+def _forwards_at(t: int, dec: _Side, ref: _Side, cell: dict, run: _AsRun, replayed: dict, k, device, rounding_ulps):
+    """(the two forwards that chose token t, the divergence's verdict, the per-layer hidden-state
+    differences): the reference's step and the decoder's row, each where its trajectory has a
+    token t; the verdict where both do, and whether the replay reproduced the run."""
+    ref_tok, dec_tok = token_at(ref.recorded, t), token_at(dec.recorded, t)
+    forwards, verdict = {}, None
+    ref_logits = ref_hidden = dec_hidden = None
+    if ref_tok is not None:
+        forwards["reference"], ref_logits, ref_hidden = _reference_step(ref, t, k, device, ref_tok, dec_tok)
+    if dec_tok is not None:
+        forwards["decoder"], dec_logits, dec_hidden = _decoder_row(dec, cell["decoder"], t, k, dec_tok, ref_tok, run)
+        if ref_logits is not None:
+            consistent = forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == ref.recorded
+            verdict = judge(ref_logits, dec_logits, ref_tok, dec_tok, cell["precision"], rounding_ulps, consistent)
+    return forwards, verdict, _layer_diffs(ref_hidden, dec_hidden)
 
 
 def replay(
@@ -237,65 +291,20 @@ def replay(
 ) -> dict:
     """The replay record (see the module docstring)."""
     results = Path(results)
+    cell = {"model": model, "decoder": decoder, "precision": precision, "attention": attention}
     # every file is read and checked before any model loads
-    dec_file = results / "decode" / model / f"{decoder}-{precision}-{attention}.parquet"
-    dec_row = _row(dec_file, prompt_id)
-    ref_file = reference_file(results, precision, attention, reference)
-    ref_row = _row(ref_file, prompt_id)
+    dec_file, dec_row, ref_file, ref_row = _rows(results, cell, prompt_id, reference)
     prompt_file = Path(prompts) if prompts else results / "prompts" / "eval.parquet"
     text = _prompt_text(prompt_file, prompt_id)
 
     dec = _side(dec_row, dec_file, results, model_path, text, device)
-    draft = None
-    if DECODER[decoder].needs_draft:
-        draft = load_draft(model_location(dec.env.get("draft"), results), dec.net, dec.tokenizer, dec.path)
+    draft = _draft(dec, decoder, results)
     ref = _side(ref_row, ref_file, results, reference_path, text, device)
     t = _divergence(dec, ref, f"{model}/{decoder}/{precision}/{attention}", prompt_id)
-
-    # the controls replay as they ran: the oracle with the reference's tokens as drafts, ar-batched
-    # in the batch the decode stage formed
-    oracle = ref.recorded if DECODER[decoder].takes_reference else None
-    batch = (
-        batch_of(
-            read_prompt_set(prompt_file),
-            dec.tokenizer,
-            dec.options,
-            dec.env,
-            prompt_id,
-            dec.net.config.max_position_embeddings,
-        )
-        if DECODER[decoder].batched
-        else None
-    )
-    replayed = _redecode(dec, ref, draft, oracle, batch)
-
-    ref_tok, dec_tok = token_at(ref.recorded, t), token_at(dec.recorded, t)
-    forwards, verdict = {}, None
-    ref_logits = ref_hidden = dec_hidden = None
-    if ref_tok is not None:
-        forwards["reference"], ref_logits, ref_hidden = _reference_step(ref, t, k, device, ref_tok, dec_tok)
-    if dec_tok is not None:
-        forwards["decoder"], dec_logits, dec_hidden = _decoder_row(
-            dec, decoder, t, k, dec_tok, ref_tok, draft, oracle, batch
-        )
-        if ref_logits is not None:
-            consistent = forwards["decoder"]["replayed_prefix_matches"] and replayed["reference"] == ref.recorded
-            verdict = judge(ref_logits, dec_logits, ref_tok, dec_tok, precision, rounding_ulps, consistent)
-    cell = {"model": model, "decoder": decoder, "precision": precision, "attention": attention}
-    return record(
-        results,
-        cell,
-        prompt_id,
-        text,
-        prompt_file,
-        dec,
-        ref,
-        t,
-        replayed,
-        forwards,
-        verdict,
-        _layer_diffs(ref_hidden, dec_hidden),
-    )
+    run = _as_run(dec, ref, decoder, draft, prompt_file, prompt_id)
+    replayed = _redecode(dec, ref, run)
+    forwards, verdict, layers = _forwards_at(t, dec, ref, cell, run, replayed, k, device, rounding_ulps)
+    return record(results, cell, prompt_id, text, prompt_file, dec, ref, t, replayed, forwards, verdict, layers)
 
 
 def _safe(name: str) -> str:

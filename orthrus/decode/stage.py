@@ -181,7 +181,7 @@ _OPTION_FLAGS = (
 )
 
 
-def cell_options(args) -> list[DecodeOptions]:
+def options_from_args(args) -> list[DecodeOptions]:
     """The options of each output file: `--options` as given, or built from the flags."""
     flags = {f: getattr(args, f) for f in _OPTION_FLAGS if getattr(args, f) is not None}
     if args.options:
@@ -253,7 +253,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    cells = cell_options(args)
+    cells = options_from_args(args)
     if len(args.out) != len(cells):
         ap.error(f"{len(cells)} decoding settings need as many --out files, got {len(args.out)}")
     if any(DECODER[o.decoder].needs_draft for o in cells) != bool(args.draft_path):

@@ -31,7 +31,7 @@ import pandas as pd
 
 from orthrus.contracts import ENGINE_TWO_SAMPLE_COLUMNS, ERRORS
 from orthrus.engines.formats import SAMPLED_FIELDS, SAMPLED_REQUIRED
-from orthrus.engines.ingest import ExternalFileError, _ints, _is_int, _lines, _object, check_fields
+from orthrus.engines.jsonl_records import ExternalFileError, check_fields, file_lines, int_list, is_int, json_object
 
 # the sampling settings a sampled file's env must state, each the export's
 ENV_SETTINGS = ("temperature", "top_p", "top_k")
@@ -52,7 +52,7 @@ def _env(where: str, env, export: dict) -> dict:
                 f"{where}: field 'env': key {k!r} missing (a sampled file states its engine, seed and "
                 f"sampling settings: {', '.join(ENV_SETTINGS)}, null for none)"
             )
-    if not _is_int(env["seed"]):
+    if not is_int(env["seed"]):
         raise ExternalFileError(f"{where}: field 'env': key 'seed' must be an integer, got {env['seed']!r}")
     for k in ENV_SETTINGS:
         if not _same(env[k], export[k]):
@@ -71,7 +71,7 @@ def _samples(path, i: int, value, export: dict, vocab: int) -> list[list[int]]:
         raise ExternalFileError(f"{where}: must be a list of {n} samples (the export's n_samples), got {got}")
     out = []
     for j, sample in enumerate(value):
-        tokens = _ints(path, i, f"samples[{j}]", sample, vocab)
+        tokens = int_list(path, i, f"samples[{j}]", sample, vocab)
         if len(tokens) > m:
             raise ExternalFileError(f"{where}: sample {j} has {len(tokens)} tokens, more than the export's {m}")
         cut = next((k for k, t in enumerate(tokens) if t in stop), None)
@@ -89,8 +89,8 @@ def _samples(path, i: int, value, export: dict, vocab: int) -> list[list[int]]:
 def read_samples(path, export: dict[str, dict], vocab: int) -> dict[str, tuple[list[list[int]], dict]]:
     """Per prompt of the sampled export, the samples in the file at `path` and the record's env."""
     out = {}
-    for i, text in _lines(path):
-        rec, where = _object(path, i, text), f"{path}:{i}"
+    for i, text in file_lines(path):
+        rec, where = json_object(path, i, text), f"{path}:{i}"
         check_fields(where, rec, SAMPLED_REQUIRED, SAMPLED_FIELDS)
         pid = rec["prompt_id"]
         if not isinstance(pid, str) or pid not in export:
@@ -173,8 +173,8 @@ def engine_table(entries: dict, export: dict[str, dict], vocab: int, alpha: floa
 def read_export(path) -> dict[str, dict]:
     """The sampled export by prompt id."""
     out = {}
-    for i, text in _lines(path):
-        rec = _object(path, i, text)
+    for i, text in file_lines(path):
+        rec = json_object(path, i, text)
         if "n_samples" not in rec:
             raise ExternalFileError(
                 f"{path}:{i}: not a sampled export (no n_samples): orthrus export-prompts --sampling"

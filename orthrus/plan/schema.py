@@ -7,7 +7,7 @@ variant's training settings (orthrus/distill/settings.py), the tiny teacher's
 the controls' sizes), the verdicts' rounding bound (orthrus/audit/verdict.py), the frontier's
 settings (orthrus/decode/frontier.py). The committed schema (workflow/schemas/config.schema.yaml,
 which Snakemake validates with) is written from them, and docs/CONFIG.md from the schema
-(workflow/scripts/schema_docs.py).
+(orthrus/plan/schema_docs.py).
 
     python -m orthrus.plan.schema            # rewrite workflow/schemas/config.schema.yaml
     python -m orthrus.plan.schema --check    # exit 1 if it is out of date (tests/test_plan.py)

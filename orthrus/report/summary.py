@@ -1,25 +1,34 @@
-"""`orthrus summary`: the results section of docs/RESULTS.md and the README's claims table,
-written from a run's tables.
+"""`orthrus summary`: the numbers of README.md and docs/, written from a run's tables.
 
     orthrus summary --tables results/tables [--readme FILE.md ... [--check]]
 
 Prints Markdown made only of numbers read from the tables (`orthrus analyze`, `orthrus
 lm-eval table`), so the text and the results cannot drift apart. With `--readme` (once per file)
-it replaces each block a file holds: the whole section between `<!-- results:begin -->` and
-`<!-- results:end -->`, the claims table alone between `<!-- claims:begin -->` and
-`<!-- claims:end -->`; with `--check` it only says whether every block is up to date (exit 1 if
-not).
+it rewrites what a file marks:
+
+- the whole results section between `<!-- results:begin -->` and `<!-- results:end -->`;
+- the claims table alone between `<!-- claims:begin -->` and `<!-- claims:end -->`;
+- one number in the prose, `<!-- v TABLE COLUMN [AGG] [CONDITION ...] [:FORMAT] -->0.52<!-- /v -->`:
+  the column of the one row the conditions (KEY=VALUE, KEY!=VALUE, KEY~REGEX) select, or AGG (min,
+  max, sum, mean, count) of the rows they select, in Python's FORMAT (default: a float to 3 decimals). TABLE is the run's
+  (`--tables`) when a bare name, a committed run's path relative to the document when it has a `/`
+  (`engines/decoders.csv` in docs/ENGINES.md); a value with spaces is quoted.
+
+With `--check` it only says whether every one is up to date (exit 1 if not).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from orthrus import decoders
 from orthrus.io import atomic_path
 
 # the blocks a document may hold: the whole results section (docs/RESULTS.md), or the claims
@@ -29,7 +38,14 @@ BLOCKS = {
     "claims": ("<!-- claims:begin -->", "<!-- claims:end -->"),
 }
 BEGIN, END = BLOCKS["results"]
+VALUE = re.compile(r"<!-- v (?P<spec>[^>]*?) -->(?P<text>.*?)<!-- /v -->", re.S)
+AGGREGATES = ("min", "max", "sum", "mean", "count")
+CONDITION = re.compile(r"([^=!~]+)(!=|=|~)(.*)", re.S)  # KEY=VALUE, KEY!=VALUE, KEY~REGEX
 REDUCED = ("bf16", "fp16")
+# the decoder whose tables these are (the diffusion view's lossless speculative loop) and the
+# trajectory every decoder is compared with
+ORTHRUS = decoders.names(role="speculative", diffusion=True)
+REFERENCE = decoders.names(role="reference")
 
 
 def _read(tables: Path, name: str) -> pd.DataFrame:
@@ -51,9 +67,9 @@ def diverging_setting(overall: pd.DataFrame) -> tuple[str, str]:
     """(precision, attention) where reduced-precision Orthrus diverges most: the study's setting.
     Among the cells every model ran where there are such (a model narrowed by decode.grids runs
     fewer), so that the tables at that setting have every model."""
-    d = overall[(overall["decoder"] == "orthrus") & overall["precision"].isin(REDUCED)]
+    d = overall[overall["decoder"].isin(ORTHRUS) & overall["precision"].isin(REDUCED)]
     n_models = d.groupby(["precision", "attention"])["model"].nunique()
-    shared = n_models[n_models == overall.loc[overall["decoder"] == "orthrus", "model"].nunique()].index
+    shared = n_models[n_models == overall.loc[overall["decoder"].isin(ORTHRUS), "model"].nunique()].index
     if len(shared):
         d = d.set_index(["precision", "attention"]).loc[shared].reset_index()
     worst = d.groupby(["precision", "attention"])["match_rate"].mean().idxmin()
@@ -65,10 +81,10 @@ def render(tables: Path) -> str:
     prec, att = diverging_setting(overall)
     # rows of the Orthrus decoder only, where a table also holds other decoders
     ppl, logit, tpf = (
-        t[t["decoder"] == "orthrus"] if "decoder" in t.columns else t
+        t[t["decoder"].isin(ORTHRUS)] if "decoder" in t.columns else t
         for t in (_read(tables, n) for n in ("ppl_by_match.csv", "ppl_logit.csv", "tpf_by_domain.csv"))
     )
-    orth = overall[overall["decoder"] == "orthrus"]
+    orth = overall[overall["decoder"].isin(ORTHRUS)]
     models = sorted(orth["model"].unique())
     out = _claims(tables)
     out += _match_grid(orth, models)
@@ -165,7 +181,7 @@ def _decoders(tables: Path) -> list[str]:
 def _by_domain(by_domain, unc, orth, models, prec, att) -> list[str]:
     """Table 4 beside the teacher's uncertainty."""
     sel = by_domain[
-        (by_domain["decoder"] == "orthrus") & (by_domain["precision"] == prec) & (by_domain["attention"] == att)
+        by_domain["decoder"].isin(ORTHRUS) & (by_domain["precision"] == prec) & (by_domain["attention"] == att)
     ]
     out = [
         f"\nPer domain, {prec} with {att} (Table 4), beside the teacher's own uncertainty along its "
@@ -213,10 +229,10 @@ def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
 
 def _forensics(fx, pw, prec, att) -> list[str]:
     """Where the bits part (forensics) and how far plain AR moves with precision (pairwise)."""
-    fx = fx[(fx["decoder"] == "orthrus") & (fx["precision"] == prec) & (fx["attention"] == att)]
+    fx = fx[fx["decoder"].isin(ORTHRUS) & (fx["precision"] == prec) & (fx["attention"] == att)]
     ar = pw[
-        (pw["a_decoder"] == "ar-ref")
-        & (pw["b_decoder"] == "ar-ref")
+        pw["a_decoder"].isin(REFERENCE)
+        & pw["b_decoder"].isin(REFERENCE)
         & (pw["a_precision"] == prec)
         & (pw["b_precision"] == "fp32")
         & (pw["a_attention"] == att)
@@ -297,15 +313,43 @@ def replace_block(text: str, block: str, name: str = "results") -> str:
     return f"{head}{begin}\n{block}{end}{tail}"
 
 
-def update(text: str, tables: Path) -> str:
-    """`text` with each block it holds rendered from `tables`; an error when it holds none."""
+def value(spec: str, tables: Path, base: Path) -> str:
+    """One number of the prose: `spec` is a value marker's `TABLE COLUMN [AGG] [KEY=VALUE ...] [:FORMAT]`."""
+    table, column, *rest = shlex.split(spec)
+    path = base / table if "/" in table else tables / table
+    t = _read(path.parent, path.name)
+    fmt = next((r[1:] for r in rest if r.startswith(":")), None)
+    agg = [r for r in rest if r in AGGREGATES]
+    for cond in (r for r in rest if not r.startswith(":") and CONDITION.fullmatch(r)):
+        key, op, want = CONDITION.fullmatch(cond).groups()
+        col = t[key].astype(str)
+        keep = col.str.fullmatch(want) if op == "~" else col == want
+        t = t[~keep if op == "!=" else keep]
+    if agg and (len(t) or agg[0] == "count"):
+        x = len(t) if agg[0] == "count" else getattr(t[column], agg[0])()
+    elif len(t) != 1 or agg:
+        raise ValueError(f"<!-- v {spec} --> selects {len(t)} rows of {path}, not one")
+    else:
+        x = t[column].iloc[0]
+    if fmt is None and isinstance(x, float):
+        fmt = ".3f"
+    elif fmt and fmt.endswith("d") and float(x).is_integer():  # a count in a column pandas read as float
+        x = int(x)
+    return format(x, fmt) if fmt else str(x)
+
+
+def update(text: str, tables: Path, base: Path = Path(".")) -> str:
+    """`text` with each block and value it holds rendered from `tables` (and, for a value naming a
+    path, from that table relative to `base`, the document's folder); an error when it holds none."""
     renderers = {"results": render, "claims": render_claims}
     present = [name for name, (begin, end) in BLOCKS.items() if begin in text and end in text]
-    if not present:
-        raise ValueError("the document has none of the blocks " + ", ".join(b for b, _ in BLOCKS.values()))
+    if not present and not VALUE.search(text):
+        raise ValueError(
+            "the document has none of the blocks " + ", ".join(b for b, _ in BLOCKS.values()) + " nor a value"
+        )
     for name in present:
         text = replace_block(text, renderers[name](tables), name)
-    return text
+    return VALUE.sub(lambda m: f"<!-- v {m['spec']} -->{value(m['spec'], tables, base)}<!-- /v -->", text)
 
 
 def main(argv=None) -> int:
@@ -320,7 +364,7 @@ def main(argv=None) -> int:
     stale = []
     for path in args.readme:
         text = path.read_text()
-        new = update(text, args.tables)
+        new = update(text, args.tables, path.parent)
         if new == text:
             continue
         if args.check:
@@ -330,7 +374,7 @@ def main(argv=None) -> int:
                 tmp.write_text(new)
     for path in stale:
         sys.stderr.write(
-            f"{path}: a results block differs from {args.tables} "
+            f"{path}: a rendered block or value differs from {args.tables} "
             f"(run `orthrus summary --tables {args.tables} --readme {path}`)\n"
         )
     return 1 if stale else 0

@@ -21,120 +21,38 @@ can flip a greedy choice (as a real model does in stories and verse, rarely in a
   then varies within a domain as it does for a real model, between memorised and composed text.
 
 The "-ru" domains use an invented language ("Ruvian") written in ASCII so the byte
-vocabulary stays small. Nothing here touches the network; `code` reads the local
-standard library sources (a fixed module list, deterministic selection).
+vocabulary stays small. The words and templates, and each domain's uncertainty, are data
+(orthrus/world/domains.yaml); the generators here compose them. Nothing here touches the
+network; `code` reads the local standard library sources (a fixed module list, deterministic
+selection).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
+
+import yaml
 
 from orthrus.world.code import code_en, code_ru
 
-DOMAINS: list[str] = [
-    "code",
-    "code-ru",
-    "creative-en",
-    "gec-en",
-    "gec-ru",
-    "math",
-    "math-ru",
-    "poetry-en",
-    "poetry-ru",
-    "qa",
-    "qa-ru",
-    "wmt-ru-en",
-]
+# the words and templates the generators draw from, and each domain's uncertainty: data
+_WORLD = yaml.safe_load(Path(__file__).with_suffix(".yaml").read_text(encoding="utf-8"))
 
-# --------------------------------------------------------------------------- words
+# How much of the answer the prompt determines (see the module docstring); the study's
+# uncertainty table reports it.
+UNCERTAINTY: dict[str, str] = _WORLD["uncertainty"]
+DOMAINS: list[str] = list(UNCERTAINTY)
 
-EN_NOUNS = [
-    "cat",
-    "dog",
-    "bird",
-    "fox",
-    "girl",
-    "boy",
-    "king",
-    "queen",
-    "farmer",
-    "baker",
-    "child",
-    "wolf",
-    "horse",
-    "teacher",
-    "sailor",
-    "miller",
-]
-EN_VERBS = [
-    ("see", "sees", "saw"),
-    ("like", "likes", "liked"),
-    ("help", "helps", "helped"),
-    ("find", "finds", "found"),
-    ("follow", "follows", "followed"),
-    ("call", "calls", "called"),
-    ("watch", "watches", "watched"),
-    ("feed", "feeds", "fed"),
-]
-EN_ADJ = ["big", "small", "old", "young", "red", "green", "quiet", "happy", "sad", "brave"]
-EN_PLACES = [
-    "in the house",
-    "in the garden",
-    "at the market",
-    "by the river",
-    "on the hill",
-    "in the forest",
-    "at school",
-    "near the sea",
-]
-EN_TIMES = ["every day", "yesterday", "in the morning", "at night", "on sunday", "today"]
-
-# Ruvian: invented language. Dictionary Ruvian -> English (nouns, verbs, adjectives).
-RU_NOUNS = {
-    "kata": "cat",
-    "vosa": "dog",
-    "pira": "bird",
-    "lisa": "fox",
-    "dena": "girl",
-    "malo": "boy",
-    "koro": "king",
-    "tsara": "queen",
-    "zemo": "farmer",
-    "hleba": "baker",
-    "deto": "child",
-    "volka": "wolf",
-    "kona": "horse",
-    "ucho": "teacher",
-    "moro": "sailor",
-    "melna": "miller",
-}
-RU_VERBS = {
-    "vidi": "see",
-    "lubi": "like",
-    "pomo": "help",
-    "nahi": "find",
-    "sledu": "follow",
-    "zovi": "call",
-    "gleda": "watch",
-    "kormi": "feed",
-}
-RU_ADJ = {
-    "bolo": "big",
-    "malki": "small",
-    "staro": "old",
-    "mlado": "young",
-    "krasno": "red",
-    "zelo": "green",
-    "tiho": "quiet",
-    "rado": "happy",
-    "gorko": "sad",
-    "hrabro": "brave",
-}
+EN_NOUNS, EN_VERBS, EN_ADJ, EN_PLACES, EN_TIMES, EN_SYNONYMS = (
+    _WORLD["english"][k] for k in ("nouns", "verbs", "adjectives", "places", "times", "synonyms")
+)
 _EN_VERB_FORMS = {v[0]: v for v in EN_VERBS}
-
-# Ruvian function words for the math / qa / gec / code prompts.
-RU_NUM_WORD = {"plus": "plu", "minus": "minu", "equals": "ravno", "step": "shag", "answer": "otvet", "is": "est"}
+# Ruvian: the invented language, Ruvian -> English
+RU_NOUNS, RU_VERBS, RU_ADJ, RU_NUM_WORD = (
+    _WORLD["ruvian"][k] for k in ("nouns", "verbs", "adjectives", "number_words")
+)
 
 # --------------------------------------------------------------------------- math
 
@@ -178,36 +96,14 @@ def math_ru(rng: random.Random) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- qa
 
-QA_KEYS = ["ana", "bo", "cid", "dara", "eli", "fen", "gus", "hana", "ivo", "jen", "kai", "lu"]
-QA_VALS = ["red", "blue", "green", "gold", "gray", "pink", "black", "white", "brown", "teal"]
-QA_VALS_RU = ["krasno", "sino", "zelo", "zlato", "sivo", "rozo", "cherno", "belo", "buro", "morsko"]
+QA_KEYS, QA_VALS, QA_VALS_RU = (_WORLD["qa"][k] for k in ("keys", "values", "values_ru"))
+_QA_OPENERS, _QA_CLOSERS, _QA_HEARSAY = (_WORLD["qa"][k] for k in ("openers", "closers", "hearsay"))
 
 
 def _records(rng: random.Random, vals: list[str]):
     keys = rng.sample(QA_KEYS, rng.randint(3, 5))
     recs = [(k, rng.choice(vals), rng.randint(10, 99)) for k in keys]
     return recs
-
-
-_QA_OPENERS = [
-    "Sure.",
-    "Of course.",
-    "Let me look.",
-    "Here is what I found.",
-    "Good question.",
-    "I checked the records.",
-]
-_QA_CLOSERS = [
-    "So {k} is {color} and {age} years old.",
-    "In short, {k} is {color}.",
-    "That is all the records say.",
-    "I hope this helps.",
-    "Nothing else is known about {k}.",
-    "So {k} is {age} years old.",
-]
-
-
-_QA_HEARSAY = ["People say", "I heard that", "Last year", "Once", "They say", "Rumour has it that"]
 
 
 def _hearsay(rng: random.Random, k: str) -> str:
@@ -309,17 +205,6 @@ def gec_ru(rng: random.Random) -> tuple[str, str]:
 # --------------------------------------------------------------------------- translation
 
 
-# Equally good English renderings of some Ruvian adjectives: translation is not unique.
-EN_SYNONYMS = {
-    "big": ["big", "large"],
-    "small": ["small", "little"],
-    "quiet": ["quiet", "silent"],
-    "happy": ["happy", "glad"],
-    "sad": ["sad", "unhappy"],
-    "brave": ["brave", "bold"],
-}
-
-
 def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
     """Ruvian (SOV, adjective after noun) -> English (SVO); some adjectives have synonyms."""
     ru, en = [], []
@@ -338,38 +223,9 @@ def wmt_ru_en(rng: random.Random) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- creative
 
-_STORY_OPENERS = [
-    "Once upon a time",
-    "Long ago",
-    "One cold morning",
-    "Far away",
-    "In a small village",
-    "One summer night",
-    "Not long ago",
-]
-_STORY_LINKS = ["Then", "Later", "One day", "Soon", "After that", "At dawn", "That night", "Next"]
-_STORY_VERBS = [
-    "found",
-    "lost",
-    "met",
-    "saw",
-    "followed",
-    "called",
-    "watched",
-    "helped",
-    "fed",
-    "heard",
-    "chased",
-    "painted",
-]
-_STORY_ENDINGS = [
-    "and they were happy.",
-    "and nobody saw it again.",
-    "and the village sang all night.",
-    "and the sky turned gold.",
-    "and that was the end of it.",
-    "and they laughed until dawn.",
-]
+_STORY_OPENERS, _STORY_LINKS, _STORY_VERBS, _STORY_ENDINGS, _THEMES = (
+    _WORLD["story"][k] for k in ("openers", "links", "verbs", "endings", "themes")
+)
 # Share of the open domains' prompts that ask for a known text (determined) instead of a new one,
 # and how many known texts each open domain has: few enough that the teacher learns them by heart.
 KNOWN_SHARE = 0.5
@@ -380,7 +236,6 @@ KNOWN_TEXTS = 3
 # length, so that within a domain the reference's perplexity, not its length, tells them apart.
 STORY_EVENTS = 14
 POEM_STANZAS = 6
-_THEMES = ["a journey", "a secret", "a storm", "a friend", "a gift", "a lie"]
 
 
 def _story(rng: random.Random, hero_adj: str, hero: str, n_events: int) -> str:
@@ -408,41 +263,8 @@ def creative_en(rng: random.Random) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- poetry
 
-_RHYMES_EN = [
-    ["night", "light", "bright", "flight", "sight"],
-    ["day", "way", "gray", "stay", "play"],
-    ["sea", "free", "tree", "me", "be"],
-    ["rain", "lane", "again", "plain", "chain"],
-    ["moon", "soon", "tune", "june", "noon"],
-    ["fire", "higher", "wire", "choir", "desire"],
-]
-_LINES_EN = [
-    "the {adj} {noun} walks into the {w}",
-    "I sing of the {adj} {w}",
-    "and all the {noun}s dream of {w}",
-    "a {adj} wind will carry the {w}",
-    "under the {adj} sky of {w}",
-    "my {adj} heart remembers {w}",
-    "the {noun} is waiting for the {w}",
-]
-_POEM_TOPICS_EN = ["the sea", "the night", "a friend", "the rain", "the moon", "home"]
-
-_RHYMES_RU = [
-    ["noch", "doch", "proch", "moch"],
-    ["zima", "tima", "sama", "dama"],
-    ["luna", "struna", "volna", "odna"],
-    ["svet", "otvet", "let", "net"],
-    ["more", "gore", "vskore", "zore"],
-]
-_LINES_RU = [
-    "{adj} {noun} idet v {w}",
-    "ja poju pro {adj} {w}",
-    "vse {noun}i snjat {w}",
-    "{adj} veter neset {w}",
-    "pod {adj} nebom {w}",
-    "moe {adj} serdce pomnit {w}",
-]
-_POEM_TOPICS_RU = ["more", "noch", "drug", "dozhd", "luna", "dom"]
+_RHYMES_EN, _LINES_EN, _POEM_TOPICS_EN = (_WORLD["poetry_en"][k] for k in ("rhymes", "lines", "topics"))
+_RHYMES_RU, _LINES_RU, _POEM_TOPICS_RU = (_WORLD["poetry_ru"][k] for k in ("rhymes", "lines", "topics"))
 
 
 def _poem(rng, rhymes, lines, nouns, adjs, stanzas: int = POEM_STANZAS) -> str:
@@ -502,24 +324,6 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 }
 assert list(GENERATORS) == DOMAINS
 
-# How much of the answer the prompt determines (see the module docstring); the study's
-# uncertainty table and figures order domains by it.
-UNCERTAINTY: dict[str, str] = {
-    "math": "determined",
-    "code-ru": "determined",
-    "math-ru": "mixed",
-    "gec-en": "mixed",
-    "gec-ru": "mixed",
-    "qa-ru": "mixed",
-    "qa": "mixed",
-    "code": "mixed",
-    "wmt-ru-en": "mixed",
-    "creative-en": "open",
-    "poetry-en": "open",
-    "poetry-ru": "open",
-}
-assert set(UNCERTAINTY) == set(DOMAINS)
-
 # The mixed domains' told stories: every prompt of theirs also asks for a story, told after the
 # determined answer; in `REMARK_SHARE` of them a new one (composed: free choices at nearly every
 # slot), else an old tale the teacher knows by heart (one of `KNOWN_TEXTS` fixed texts, as long as
@@ -528,7 +332,7 @@ assert set(UNCERTAINTY) == set(DOMAINS)
 # assistant's responses do, and a new story of `REMARK_EVENTS` events meets enough free choices
 # that bf16 parts it from the reference about as often as not. `math` and `code-ru` stay wholly
 # determined: the predictable domains.
-REMARKED = ("code", "gec-en", "gec-ru", "math-ru", "qa", "qa-ru", "wmt-ru-en")
+REMARKED = tuple(d for d in DOMAINS if UNCERTAINTY[d] == "mixed")
 REMARK_SHARE = 0.6
 REMARK_EVENTS = 6
 

@@ -253,7 +253,7 @@ def world_fingerprint(cfg: dict | None, own_tokenizer: bool = True) -> str:
     """SHA-256 of every world text a teacher with settings `DEFAULTS | cfg` learns from: its
     tokenizer's corpus (`own_tokenizer`; a draft takes its teacher's) and the samples of its
     `steps` batches, in order. A change of the world generator that changes no such text keeps
-    a shipped teacher valid; any other change is caught (orthrus/world/subject.py)."""
+    a shipped teacher valid; any other change is caught (orthrus/world/subject)."""
     import hashlib
     from itertools import islice
 

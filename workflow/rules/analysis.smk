@@ -1,14 +1,14 @@
 rule perplexity:
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         prompts=rules.prompts.output.eval,
         # the reference's trajectories, and the engines' plain runs that engine pairs declare as theirs
-        ref=expand(f"{R}/decode/{TEACHER}/ar-ref-{{p}}-{{a}}.parquet", p=PRECISIONS, a=ATTENTIONS) + S.ppl_external_files(),
+        ref=S.analysis.ppl_decoded(),
     output:
         f"{R}/ppl/reference.parquet",
     params:
-        teacher=S.teacher_path(),
-        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        teacher=S.models.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.models.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         precision=config["analysis"]["ppl_precision"],
         attention=config["analysis"]["ppl_attention"],
         device=DEVICE,
@@ -34,15 +34,15 @@ rule forensics:
     """Each Orthrus model's divergences (with the block replay), and the teacher's speculative
     decoders' and controls' (replayed by generate; see orthrus/audit/forensics.py), each with its verdict."""
     input:
-        model=lambda w: S.teacher_input() if w.model == TEACHER else S.orthrus_input(w),
+        model=S.models.input,
         prompts=rules.prompts.output.eval,
-        decoded=S.forensics_decoded,
-        ref=S.forensics_reference,
+        decoded=S.analysis.forensics_decoded,
+        ref=S.analysis.forensics_reference,
     output:
         f"{R}/forensics/{{model}}.parquet",
     params:
-        model=lambda w: S.teacher_path() if w.model == TEACHER else S.model_path(w.model),
-        weights=lambda w: weights_fingerprint(S.teacher_path() if w.model == TEACHER else S.model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
+        model=lambda w: S.models.path(w.model),
+        weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=ROUNDING_ULPS,
     log:
@@ -68,7 +68,7 @@ rule forensics:
 
 rule forensics_all:
     input:
-        S.forensics_files(),
+        S.analysis.forensics_files(),
     output:
         f"{R}/forensics.parquet",
     log:
@@ -85,8 +85,8 @@ rule forensics_all:
 
 rule analyze:
     input:
-        decode=S.decode_files(),
-        tpf=S.tpf_files(),
+        decode=S.decode.files(),
+        tpf=S.decode.tpf_files(),
         ppl=rules.perplexity.output,
         forensics=rules.forensics_all.output,
     output:
@@ -143,7 +143,7 @@ rule claims:
     input:
         [f"{R}/tables/{t}" for t in TABLE_FILES if t.endswith(".csv")],
         [f"{R}/tables/{t}" for t in BENCHMARK_TABLE_FILES] if config["benchmarks"]["enabled"] else [],
-        S.sampling_tables(),
+        S.sampling.tables(),
     output:
         report(f"{R}/tables/claims.csv", caption="../report/table_claims.rst", category="Claims"),
     params:

@@ -4,8 +4,8 @@ rule benchmark_tasks:
     output:
         directory(f"{R}/benchmarks/tasks"),
     params:
-        n=S.bench_docs(),
-        tasks=S.bench_tasks(),
+        n=S.benchmarks.docs(),
+        tasks=S.benchmarks.tasks(),
         seed=config["seed"],
     log:
         f"{R}/logs/benchmarks/tasks.log",
@@ -22,14 +22,14 @@ rule benchmark_tasks:
 
 rule lm_eval:
     input:
-        S.bench_model_input,
+        S.models.input,
         tasks=rules.benchmark_tasks.output if BENCH["tiny_tasks"] else [],
     output:
         f"{R}/benchmarks/{{model}}/{{decoder}}-{{precision}}-{{attention}}.json",
     params:
-        model=S.bench_model_arg,
-        weights=lambda w: weights_fingerprint(S.bench_model_arg(w)),  # new weights inside the directory rerun this (common.smk)
-        tasks=S.bench_tasks(),
+        model=lambda w: S.models.path(w.model),
+        weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this (common.smk)
+        tasks=S.benchmarks.tasks(),
         # optional flags as lists of arguments, each quoted on its own
         include=lambda w, input: [a for d in ([input.tasks] if input.tasks else []) + BENCH["include_paths"]
                                   for a in ("--include-path", d)],
@@ -63,7 +63,7 @@ rule lm_eval:
 
 rule benchmarks_table:
     input:
-        S.bench_files(),
+        S.benchmarks.files(),
     output:
         csv=report(f"{R}/tables/benchmarks.csv", caption="../report/table_benchmarks.rst", category="Tables",
                    subcategory="Benchmarks"),

@@ -7,7 +7,7 @@ if config["teacher"]["source"] == "gguf":
         output:
             directory(f"{R}/teacher"),
         params:
-            src=S.gguf_args,
+            src=S.models.gguf_args,
         log:
             f"{R}/logs/convert_gguf.log",
         benchmark:
@@ -53,15 +53,15 @@ rule train_draft:
     """The draft model of the assisted decoder: a smaller tiny teacher on the same world, with
     the teacher's tokenizer (teacher.draft.tiny)."""
     input:
-        S.teacher_input,
+        S.models.teacher_input,
     output:
         directory(f"{R}/draft"),
     params:
         cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
         seed=config["seed"],
         device=DEVICE,
-        tokenizer=S.teacher_path(),
-        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        tokenizer=S.models.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.models.teacher_path()),  # new weights inside the directory rerun this (common.smk)
     log:
         f"{R}/logs/train_draft.log",
     benchmark:
@@ -85,7 +85,7 @@ rule prompts:
         distill=f"{R}/prompts/distill.parquet",
     params:
         cfg=lambda w: settings(config["prompts"]),
-        eval_file=lambda w: S.eval_file_fingerprint(),  # a changed local eval file reruns this (common.smk)
+        eval_file=lambda w: S.data.eval_file_fingerprint(),  # a changed local eval file reruns this (common.smk)
         seed=config["seed"],
     log:
         f"{R}/logs/prompts.log",
@@ -103,20 +103,20 @@ rule prompts:
 
 rule corpus_shard:
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         # corpus.source hf reads a ready prompt-response dataset: no distillation prompts needed
         prompts=rules.prompts.output.distill if CORPUS_SOURCE == "generate" else [],
     output:
         f"{R}/corpus/shard_{{scatteritem}}.parquet",
     params:
-        teacher=S.teacher_path(),
+        teacher=S.models.teacher_path(),
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         c=config["corpus"],
-        source=S.corpus_source_args,
+        source=S.data.corpus_source_args,
         device=DEVICE,
-        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
-        data=lambda w: S.dataset_fingerprint(),  # a local dataset's files (common.smk)
+        weights=lambda w: weights_fingerprint(S.models.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        data=lambda w: S.data.dataset_fingerprint(),  # a local dataset's files (common.smk)
 
     log:
         f"{R}/logs/corpus/shard_{{scatteritem}}.log",

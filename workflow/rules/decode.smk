@@ -1,26 +1,26 @@
 # One job per decoding cell (model, decoder, precision, attention) and shard: the cells of a model
-# run side by side on as many cores or GPUs as there are (decode_files says which cells the study
+# run side by side on as many cores or GPUs as there are (S.decode.files() says which cells the study
 # asks for: decode.grids narrows them).
 rule decode_shard:
     input:
-        S.model_input,
+        S.decode.model_input,
         prompts=rules.prompts.output.eval,
-        draft=S.draft_input,
-        reference=S.reference_input,
+        draft=S.decode.draft_input,
+        reference=S.decode.reference_input,
     output:
         f"{R}/decode/{{model}}/shards/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.parquet",
     params:
-        model=S.model_arg,
+        model=S.decode.model_arg,
         shard=lambda w: scatter_index(w.scatteritem)[0],
         n=lambda w: scatter_index(w.scatteritem)[1],
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],
         # the cell's whole decoding setting, as DecodeOptions JSON
         options=lambda w: cell_options(config["decode"], w.decoder, w.precision, w.attention),
-        draft=S.draft_args,
+        draft=S.decode.draft_args,
         reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
-        subset=lambda w: S.cell_prompts(w.decoder, w.model, w.precision),
-        weights=S.decode_weights,
+        subset=lambda w: S.decode.cell_prompts(w.decoder, w.model, w.precision),
+        weights=S.decode.weights,
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
     benchmark:
@@ -66,13 +66,13 @@ rule tpf_decode:
     """Table 2 as the authors measured it: a separate Orthrus run at the TPF settings (tpf.*),
     e.g. 256 new tokens and a user-only message; only tpf_by_domain.csv reads it."""
     input:
-        model=S.orthrus_input,
+        model=S.models.input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.parquet",
     params:
-        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this (common.smk)
-        model=lambda w: S.model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this (common.smk)
+        model=lambda w: S.models.path(w.model),
         device=DEVICE,
         max_error_share=config["decode"]["max_error_share"],
         # the decode section's options with tpf's on top (its own max_new_tokens and message)

@@ -12,10 +12,10 @@ from orthrus.engines.engine import drafts_with
 from orthrus.engines.runner import converter, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec
 
 _ENGINE_RULES = set()
-_DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
+_DRAFT = (S.models.draft_path() if DRAFT else None, S.models.draft_files())
 for _job, _names in engine_jobs(config).items():
     _engine = job_engine(config, _names)
-    _runs = runs_spec(config, _names, R, _DRAFT[0], S.teacher)
+    _runs = runs_spec(config, _names, R, _DRAFT[0], TEACHER)
 
     # one job per group its engine forms (vLLM: a process per precision, each run its own engine; llama.cpp:
     # one job, a server a run); the engine says what the job reads and which program runs it
@@ -23,15 +23,15 @@ for _job, _names in engine_jobs(config).items():
         name:
             rule_name(f"engine_{_job.replace('-', '_')}", _ENGINE_RULES)
         input:
-            _engine.inputs(_runs, S.teacher_input(), _DRAFT),
+            _engine.inputs(_runs, S.models.teacher_input(), _DRAFT),
             prompts=rules.export_prompts.output[0],
         output:
             [r["out"] for r in _runs],
         params:
             engine=_engine.name,
             program=_engine.program(config) or "",
-            model=_engine.model_path(S.teacher_path()),
-            weights=lambda w, _runs=_runs: weights_fingerprint(S.teacher_path(), *([_DRAFT[0]] if drafts_with(_runs, _DRAFT[0]) else [])),  # new weights inside the directory rerun this
+            model=_engine.model_path(S.models.teacher_path()),
+            weights=lambda w, _runs=_runs: weights_fingerprint(S.models.teacher_path(), *([_DRAFT[0]] if drafts_with(_runs, _DRAFT[0]) else [])),  # new weights inside the directory rerun this
             runs=json.dumps(_runs),
         log:
             f"{R}/logs/engines/{_job}.log",
@@ -48,18 +48,18 @@ for _job, _names in engine_jobs(config).items():
             " --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q} > {log:q} 2>&1"
 
 
-if any(e.get("engine") == "llamacpp" for e in [*engine_entries_of(config).values(), *S.sampled_engines().values()]):
+if any(e.get("engine") == "llamacpp" for e in [*engine_entries_of(config).values(), *S.sampling.engines().values()]):
 
     rule gguf_export:
         """The teacher (or teacher.draft) as a GGUF file of one type, by llama.cpp's own converter."""
         input:
-            lambda w: S.teacher_input() if w.model == S.teacher else [S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path()),
+            lambda w: S.models.teacher_input() if w.model == TEACHER else S.models.draft_files(),
         output:
             f"{R}/gguf/{{model}}-{{gguf_type}}.gguf",
         wildcard_constraints:
             gguf_type="f32|bf16|f16",
         params:
-            path=lambda w: S.teacher_path() if w.model == S.teacher else S.draft_path(),
+            path=lambda w: S.models.teacher_path() if w.model == TEACHER else S.models.draft_path(),
             converter=converter(llamacpp_server(config) or "."),
         log:
             f"{R}/logs/gguf/{{model}}-{{gguf_type}}.log",

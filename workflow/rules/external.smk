@@ -1,6 +1,6 @@
 # Engines outside this package (decode.external): the evaluation set exported for them (an entry with
 # `stand_in` is written by engines.smk's rule of the transformers engine), each trajectory file ingested as the decoder `external` under
-# its own name (a decoding result like any other: analyze takes it from decode_files), and the
+# its own name (a decoding result like any other: analyze takes it from S.decode.files()), and the
 # forensics of its divergences, scored by the teacher alone.
 
 
@@ -8,12 +8,12 @@ rule export_prompts:
     """The evaluation set as an engine needs it (prompt ids, chat-rendered text and token ids, the
     generation settings): `snakemake results/export/prompts.jsonl`, then docs/EXTERNAL.md."""
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/export/prompts.jsonl",
     params:
-        teacher=S.teacher_path(),
+        teacher=S.models.teacher_path(),
         # the study's options, the ones ingest checks the engine's file against: one budget, one message format
         options=cell_options(config["decode"], contracts.EXTERNAL_DECODER, PRECISIONS[0], ATTENTIONS[0]),
     log:
@@ -37,7 +37,7 @@ rule ingest_external:
     """An engine's trajectory file checked against the prompt set and the teacher's tokenizer and written
     as a decoding result (orthrus/engines/ingest.py): errors name the file, the line and the field."""
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         traj=lambda w: EXTERNAL_TRAJ[w.model]["path"],
         prompts=rules.prompts.output.eval,
     output:
@@ -45,7 +45,7 @@ rule ingest_external:
     wildcard_constraints:
         model=_EXTERNAL_NAMES,
     params:
-        teacher=S.teacher_path(),
+        teacher=S.models.teacher_path(),
         options=lambda w: cell_options(config["decode"], contracts.EXTERNAL_DECODER, w.precision, w.attention),
         # an argument list, each quoted by :q; empty where the entry is compared with the in-process ar-ref
         reference=lambda w: ["--reference", EXTERNAL_TRAJ[w.model]["reference"]] if EXTERNAL_TRAJ[w.model].get("reference") else [],
@@ -67,17 +67,17 @@ rule forensics_external:
     """An engine's first divergences from its reference (the ar-ref of its cell, or its own plain run),
     scored by the teacher: margins, the reference's gap, a verdict from that gap (orthrus/audit/forensics.py)."""
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         prompts=rules.prompts.output.eval,
-        decoded=lambda w: S.external_file(w.model),
-        ref=lambda w: S.external_reference_file(w.model),
+        decoded=lambda w: S.engines.file(w.model),
+        ref=lambda w: S.engines.reference_file(w.model),
     output:
         f"{R}/forensics/external/{{model}}.parquet",
     wildcard_constraints:
         model=_EXTERNAL_NAMES,
     params:
-        teacher=S.teacher_path(),
-        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        teacher=S.models.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.models.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=ROUNDING_ULPS,
     log:

@@ -4,13 +4,13 @@
 
 rule frontier:
     input:
-        model=S.orthrus_input,
+        model=S.models.input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/frontier/{{model}}.parquet",
     params:
-        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this
-        model=lambda w: S.model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this
+        model=lambda w: S.models.path(w.model),
         # the base cell's whole decoding setting (decode.*): the settings vary its precision, kernel and guard
         options=lambda w: cell_options(config["decode"], "orthrus", FRONTIER["base"]["precision"],
                                        FRONTIER["base"]["attention"]),
@@ -40,7 +40,7 @@ rule frontier:
 
 rule frontier_table:
     input:
-        S.frontier_files(),
+        S.decode.frontier_files(),
     output:
         csv=report(f"{R}/tables/exactness_cost.csv", caption="../report/table_exactness_cost.rst",
                    category="Tables", subcategory="Price of exactness"),

@@ -1,19 +1,19 @@
 # Lossless in distribution (sampling.*, orthrus/audit/sampling.py, docs/SAMPLING.md): one Orthrus
 # model's sampled loop against single-step sampling, the analytic TV in every cell and the
 # two-sample test beside the planted biased sampler, in one job; then its tables and figure. Its
-# functions are the plan's (orthrus/plan/study.py).
+# functions are the plan's (orthrus/plan/sampling_plan.py).
 
 
 rule sampling:
     input:
-        model=S.orthrus_input,
+        model=S.models.input,
         prompts=rules.prompts.output.eval,
     output:
         tv=f"{R}/sampling/{{model}}-tv.parquet",
         two_sample=f"{R}/sampling/{{model}}-two-sample.parquet",
     params:
-        weights=lambda w: weights_fingerprint(S.model_path(w.model)),  # new weights inside the directory rerun this
-        model=lambda w: S.model_path(w.model),
+        weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this
+        model=lambda w: S.models.path(w.model),
         # the study's decoding setting (decode.*): the cells vary its precision, kernel, temperature and top-p
         options=lambda w: cell_options(config["decode"], "orthrus", PRECISIONS[0], ATTENTIONS[0]),
         cfg=settings(SAMPLING),
@@ -41,8 +41,8 @@ rule sampling:
 
 rule sampling_table:
     input:
-        tv=lambda w: [f"{R}/sampling/{S.sampling_model()}-tv.parquet"],
-        two_sample=lambda w: [f"{R}/sampling/{S.sampling_model()}-two-sample.parquet"],
+        tv=lambda w: [f"{R}/sampling/{S.sampling.model()}-tv.parquet"],
+        two_sample=lambda w: [f"{R}/sampling/{S.sampling.model()}-two-sample.parquet"],
     output:
         tv=report(f"{R}/tables/sampling_tv.csv", caption="../report/table_sampling_tv.rst",
                   category="Tables", subcategory="Lossless in distribution"),
@@ -73,12 +73,12 @@ rule sampling_table:
 rule export_sampled_prompts:
     """The two-sample test's prompts with its sampling settings: `snakemake results/export/sampled.jsonl`."""
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         prompts=rules.prompts.output.eval,
     output:
         f"{R}/export/sampled.jsonl",
     params:
-        teacher=S.teacher_path(),
+        teacher=S.models.teacher_path(),
         options=cell_options(config["decode"], contracts.EXTERNAL_DECODER, SAMPLING["two_sample"]["precision"], ATTENTIONS[0]),
         two_sample=settings(SAMPLING["two_sample"]),
     log:
@@ -104,9 +104,9 @@ from orthrus.engines.runner import ENGINES
 # a server per run on the loopback, serving the GGUF files engines.smk's gguf_export converts; the stand-in:
 # transformers' generate on the teacher, in this package's process)
 _SAMPLED_RULES = set()
-_SAMPLED_DRAFT = (S.draft_path() if DRAFT else None, ([S.draft_path()] if DRAFT["source"] == "tiny" else model_files(S.draft_path())) if DRAFT else [])
+_SAMPLED_DRAFT = (S.models.draft_path() if DRAFT else None, S.models.draft_files())
 for _engine in ENGINES.values():
-    _runs = S.sampled_engine_runs(_SAMPLED_DRAFT[0], _engine.name)
+    _runs = S.sampling.engine_runs(_SAMPLED_DRAFT[0], _engine.name)
     if not _runs:
         continue
 
@@ -114,15 +114,15 @@ for _engine in ENGINES.values():
         name:
             rule_name(f"sampled_{_engine.name}", _SAMPLED_RULES)
         input:
-            _engine.inputs(_runs, S.teacher_input(), _SAMPLED_DRAFT),
+            _engine.inputs(_runs, S.models.teacher_input(), _SAMPLED_DRAFT),
             prompts=rules.export_sampled_prompts.output[0],
         output:
             [r["out"] for r in _runs],
         params:
             engine=_engine.name,
             program=_engine.program(config) or "",
-            model=_engine.model_path(S.teacher_path()),
-            weights=lambda w, _runs=_runs: weights_fingerprint(S.teacher_path(), *([_SAMPLED_DRAFT[0]] if drafts_with(_runs, _SAMPLED_DRAFT[0]) else [])),  # new weights inside the directory rerun this
+            model=_engine.model_path(S.models.teacher_path()),
+            weights=lambda w, _runs=_runs: weights_fingerprint(S.models.teacher_path(), *([_SAMPLED_DRAFT[0]] if drafts_with(_runs, _SAMPLED_DRAFT[0]) else [])),  # new weights inside the directory rerun this
             runs=json.dumps(_runs),
         log:
             f"{R}/logs/sampling/{_engine.name}.log",
@@ -141,15 +141,15 @@ for _engine in ENGINES.values():
 
 rule sampling_engines:
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         export=rules.export_sampled_prompts.output[0],
-        files=[e["path"] for e in S.sampled_engines().values()],
+        files=[e["path"] for e in S.sampling.engines().values()],
     output:
         report(f"{R}/tables/sampling_engines.csv", caption="../report/table_sampling_engines.rst",
                category="Tables", subcategory="Lossless in distribution"),
     params:
-        teacher=S.teacher_path(),
-        entries=settings(S.sampled_engines()),
+        teacher=S.models.teacher_path(),
+        entries=settings(S.sampling.engines()),
         alpha=SAMPLING["two_sample"]["alpha"],
     log:
         f"{R}/logs/sampling/engines.log",

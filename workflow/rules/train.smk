@@ -1,16 +1,16 @@
 rule train:
     input:
-        S.teacher_input,
+        S.models.teacher_input,
         corpus=corpus_shards(),
         eval=rules.prompts.output.eval,
     output:
         directory(f"{R}/models/{{model}}"),
     params:
-        teacher=S.teacher_path(),
-        weights=lambda w: weights_fingerprint(S.teacher_path()),  # new weights inside the directory rerun this (common.smk)
+        teacher=S.models.teacher_path(),
+        weights=lambda w: weights_fingerprint(S.models.teacher_path()),  # new weights inside the directory rerun this (common.smk)
         # the variant's own settings (a variant written without any is null in the config), its seed
         # offset by the global one: `--config seed=N` gives another distillation too
-        cfg=lambda w: settings(S.variant_settings(w.model)),
+        cfg=lambda w: settings(S.models.variant_settings(w.model)),
         # more than one GPU: data parallel, one process per GPU
         launch=lambda w, resources: launcher(resources.gpu),
         device=DEVICE,

@@ -23,7 +23,7 @@ from pathlib import Path
 from orthrus.errors import InputError
 from orthrus.models.checkpoint import _sha256
 
-SUBJECT_DIR = Path(__file__).with_name("subject")
+SUBJECT_DIR = Path(__file__).parent  # the shipped files lie beside this code
 MANIFEST = "subject.json"
 MODELS = ("teacher", "draft")
 # what a model directory ships: the checkpoint, its tokenizer and the record of its training

@@ -1,7 +1,7 @@
 """docs/CONFIG.md from workflow/schemas/config.schema.yaml: every key, its type, default and description.
 
-    python workflow/scripts/schema_docs.py            # rewrite docs/CONFIG.md
-    python workflow/scripts/schema_docs.py --check    # exit 1 if docs/CONFIG.md is out of date
+    python -m orthrus.plan.schema_docs            # rewrite docs/CONFIG.md
+    python -m orthrus.plan.schema_docs --check    # exit 1 if docs/CONFIG.md is out of date
 
 tests/test_schema_docs.py runs the check.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from orthrus.world.subject import REBUILD
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from orthrus.world.subject import REBUILD  # noqa: E402
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DOC = ROOT / "docs" / "CONFIG.md"
@@ -89,28 +89,25 @@ Every refusal is one line naming the key (or the file, line and field) and what 
 
 | where | when | what |
 |---|---|---|
-| the workflow profile (`profiles/default/config.yaml`, `config_check.guard_argv`) | before Snakemake reads a `--configfile` or `--config` value | more than data: `__use_yte__`, a YAML tag, an alias bomb, nesting over 64 levels, over 1 MiB |
-| the schema (`workflow/schemas/config.schema.yaml`, this page) | `snakemake -n`, before any job | one key: unknown, missing, type, range (e.g. `lr` ≤ 1, `analysis.near_tie` ≤ 2 logits, seeds 0 to 2^64 - 1, at most 4096 shards), names that would be path segments or options (models, grids, engines, benchmark tasks, eval domains); NaN and infinities; duplicate YAML keys. Integer-valued floats (`2.0`) are taken as integers |
-| cross-key rules (`config_check.cross_key_problems`) | `snakemake -n`, before any job | rules over two keys or the world: unique names, existing paths, the assisted decoder's draft, grids inside the decode grid; `block_size` below `max_len`; `offset_weights` of K-1 or K values, not all 0; `warmup_steps` below `max_steps`, or below epochs x (distillation prompts // global batch) where the prompt count is known (`prompts.distill_n`, the hf specs' `n`, `corpus.expected_rows`), and below `teacher.tiny.steps`; a global batch no larger than the distillation prompts; `mask_token_id` inside a tiny, shipped or local teacher's vocabulary; a variant's seed plus the global seed at most 2^64 - 1; no more corpus shards (or `--set-scatter corpus=N`) than distillation prompts, and `--set-scatter` counts 1 to 4096; a local or `file://` `prompts.eval_file` a regular file, not a device, FIFO, directory or file under /dev, /proc or /sys (an http(s) URL is read by the prompts job within its size cap and timeout) |
+| config files as data (`orthrus/plan/yaml_data.py`) | `orthrus check-config`; `snakemake -n`, before any job | more than data: `__use_yte__`, a YAML tag, an alias bomb, nesting over 64 levels, over 1 MiB; a `--config` value read as YAML likewise |
+| the schema (`workflow/schemas/config.schema.yaml`, this page) | `orthrus check-config`; `snakemake -n`, before any job | one key: unknown, missing, type, range (e.g. `lr` ≤ 1, `analysis.near_tie` ≤ 2 logits, seeds 0 to 2^64 - 1, at most 4096 shards), names that would be path segments or options (models, grids, engines, benchmark tasks, eval domains); NaN and infinities; duplicate YAML keys. Integer-valued floats (`2.0`) are taken as integers |
+| cross-key rules (`orthrus/plan/checks.py`) | `orthrus check-config`; `snakemake -n`, before any job | rules over two keys or the world: unique names, existing paths, the assisted decoder's draft, grids inside the decode grid; `block_size` below `max_len`; `offset_weights` of K-1 or K values, not all 0; `warmup_steps` below `max_steps`, or below epochs x (distillation prompts // global batch) where the prompt count is known (`prompts.distill_n`, the hf specs' `n`, `corpus.expected_rows`), and below `teacher.tiny.steps`; a global batch no larger than the distillation prompts; `mask_token_id` inside a tiny, shipped or local teacher's vocabulary; a variant's seed plus the global seed at most 2^64 - 1; no more corpus shards (or `--set-scatter corpus=N`) than distillation prompts, and `--set-scatter` counts 1 to 4096; a local or `file://` `prompts.eval_file` a regular file, not a device, FIFO, directory or file under /dev, /proc or /sys (an http(s) URL is read by the prompts job within its size cap and timeout) |
 | `orthrus train` (`orthrus/distill/settings.py`, `loop.py`) | the training job, before any step | the same one-key and in-settings rules for a direct call; a warm-up that outlasts the run's steps computed from the corpus it reads; fewer sequences than one global batch |
 | model loading (`orthrus/models/modeling.py`) | every job that loads a model (`orthrus decode`, `from_pretrained`) | missing, unexpected or misshaped tensors; integer-dtype or non-finite weights (file and tensor named); an Orthrus `config.json` whose `block_size` is below 2 or whose `mask_token_id` is outside the vocabulary; pickles unless opted in; never remote code |
 | `orthrus ingest` (`orthrus/engines/ingest.py`) | the ingest job of each `decode.external` file | each record against the prompt set, the tokenizer and the study's settings; a file decoded with another token budget (`finish_reason: length` before `max_new_tokens`, early ends without a stop id in bulk, echoed `settings` other than the study's) |
 
-**Config files are data, and where that cannot be enforced.** Snakemake renders a config file that
-sets `__use_yte__` (a YTE template, whose `?` expressions run as Python) while it reads it, in its
-command line's settings (`ConfigSettings`), before any workflow code runs; the workflow profile is
-the one place of this repository that Snakemake runs earlier, so the guard lives there. With
-`--workflow-profile none` (or a config file named only in another profile) nothing of this
-repository runs before the rendering: the run still stops when the Snakefile checks the config,
-but after the expression ran. What was looked at (Snakemake 9): no hook runs between argument
-parsing and reading the config files (`onstart` and the Snakefile run later); no setting turns
-YTE off for config files (they are read with `yte.process_yaml(require_use_yte=True)`, so only the
-file's own `__use_yte__` decides); a wrapper entry point (a `snakemake` of this package calling
-`guard_argv` first) guards only who calls it, not `snakemake` itself; and the one earlier code path,
-Snakemake importing every installed `snakemake_executor_plugin_*` / `snakemake_logger_plugin_*`
-package while it builds its argument parser, would have to patch Snakemake for every workflow of the
-environment, which this repository does not do. So: do not pass `--workflow-profile none` with a
-config file you did not write, and read it first.
+The config is read, defaulted and checked in one place, `study_config` (`orthrus/plan/config.py`),
+which the Snakefile calls before any rule, however the workflow is started (plain, `--profile
+profiles/slurm`, `--workflow-profile none`, `-n`); `orthrus check-config FILE...` runs the same check
+on files without running the workflow.
+
+**A config file is data, but Snakemake renders a `__use_yte__` file first.** Snakemake reads every
+`--configfile` while it parses its command line, and renders one that sets `__use_yte__` as a YTE
+template (its `?` expressions run as Python) then, before any code of this workflow runs; no setting
+turns that off, and the profiles hold no code. The Snakefile then refuses the file, naming it, so the
+run stops before any job, but after the expressions ran. The embedded `config.yaml` is read by the
+Snakefile alone and never rendered. So check a config file you did not write with
+`orthrus check-config FILE` before you pass it to `snakemake`.
 """.splitlines()
 
 
@@ -119,7 +116,7 @@ def render() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "<!-- Generated by workflow/scripts/schema_docs.py from workflow/schemas/config.schema.yaml;",
+        "<!-- Generated by `python -m orthrus.plan.schema_docs` from workflow/schemas/config.schema.yaml;",
         "     do not edit by hand (tests/test_schema_docs.py checks it is up to date). -->",
         "",
         _cell(schema.get("description")),
@@ -161,9 +158,7 @@ def main(argv=None) -> int:
     text = render()
     if args.check:
         if not DOC.exists() or DOC.read_text() != text:
-            print(
-                f"{DOC.relative_to(ROOT)} is out of date: run python workflow/scripts/schema_docs.py", file=sys.stderr
-            )
+            print(f"{DOC.relative_to(ROOT)} is out of date: run python -m orthrus.plan.schema_docs", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(text)
