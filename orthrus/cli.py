@@ -35,6 +35,7 @@ COMMANDS = {
     "sampling": "orthrus.audit.sampling",
     "rehearsal-standins": "orthrus.rehearsal.standins",
     "check-config": "orthrus.plan.config",
+    "power": "orthrus.power",
 }
 
 

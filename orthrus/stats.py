@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -27,6 +28,9 @@ __all__ = [
     "tost",
     "tost_paired",
     "welch",
+    "Pilot",
+    "power",
+    "needed_n",
     "first_divergence",
     "common_prefix_len",
     "levenshtein",
@@ -242,3 +246,36 @@ def levenshtein(a: Sequence[int], b: Sequence[int]) -> int:
         cur = np.minimum.accumulate(cur - idx) + idx
         prev = cur
     return int(prev[-1])
+
+
+# ---- power planned before a run (orthrus/report/claims/power.py, orthrus/power.py)
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """A claim's test as a pilot run measured it: the power of the same test at another n follows, its
+    standard error shrinking as 1 / sqrt(n)."""
+
+    effect: float  # the pilot's estimate
+    se: float  # its standard error
+    n: int  # the prompts it rested on
+
+    def z(self, n: int) -> float:
+        """The effect over its standard error at n prompts."""
+        return abs(self.effect) / (self.se * math.sqrt(self.n / n)) if n > 0 else 0.0
+
+
+def power(pilot: Pilot, n: int, alpha: float) -> float:
+    """The probability that a two-sided level-alpha test of the pilot's effect rejects at n prompts
+    (the normal approximation; the far tail left out)."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(pilot.z(n) - norm.ppf(1 - alpha / 2)))
+
+
+def needed_n(pilot: Pilot, alpha: float, target: float) -> int:
+    """The fewest prompts at which `power` reaches `target`."""
+    from scipy.stats import norm
+
+    z = norm.ppf(1 - alpha / 2) + norm.ppf(target)
+    return math.ceil(pilot.n * (z * pilot.se / abs(pilot.effect)) ** 2)

@@ -8,8 +8,9 @@ import pytest
 
 from orthrus.report.claims import claims_table
 from orthrus.report.claims.base import Settings
-from orthrus.report.claims.power import Pilot, apply, needed_n, pilot_from_claims, power
+from orthrus.report.claims.power import apply, pilot_from_claims
 from orthrus.report.compare_runs import compare, format_report
+from orthrus.stats import Pilot, needed_n, power
 
 REAL = "docs/real-model"
 
@@ -95,3 +96,42 @@ def test_orthrus_claims_refuses_a_power_section_it_cannot_read(tmp_path):
                 str(tmp_path / "c.csv"),
             ]
         )
+
+
+def test_orthrus_power_plans_each_tested_cell_from_the_grid_and_the_prompts(capsys):
+    """The default's bf16 speculative cells under a pilot that needs 61 prompts: prompt lookup decodes 6
+    per domain (72 of 12 x 8), the others every prompt (96), all enough; a grid of 3 per domain for
+    ce-k8 (36) leaves its loop underpowered."""
+    from orthrus.plan.config import study_config
+    from orthrus.power import main, plan_rows
+
+    counts = pd.Series({f"d{i}": 8 for i in range(12)})
+    pilot = {"analysis": {"power": {"pilot": {"ppl-higher-when-diverging": {"effect": 0.366, "se": 0.146, "n": 36}}}}}
+    rows = plan_rows(study_config(["config.yaml"], pilot), counts).set_index("subject")
+    assert set(rows.index) == {
+        "teacher/prompt-lookup/bf16/sdpa",
+        "teacher/assisted/bf16/sdpa",
+        "ce-k8/orthrus/bf16/sdpa",
+        "kl-k8/orthrus/bf16/sdpa",
+    }
+    assert (
+        rows.loc["teacher/prompt-lookup/bf16/sdpa", "n"] == 72
+        and rows["n"].drop("teacher/prompt-lookup/bf16/sdpa").eq(96).all()
+    )
+    assert (rows["verdict"] == "tested").all() and (rows["needs"] == 61).all()
+    short = pilot | {"decode": {"grids": {"ce-k8": {"prompts_per_domain": {"bf16": 3}}}}}
+    rows = plan_rows(study_config(["config.yaml"], short), counts).set_index("subject")
+    assert rows.loc["ce-k8/orthrus/bf16/sdpa", "verdict"] == "underpowered"
+    assert rows.loc["ce-k8/orthrus/bf16/sdpa", "n"] == 36
+    assert main([]) == 0 and "no claim planned" in capsys.readouterr().out  # the default plans none
+
+
+def test_orthrus_power_reads_a_pilot_off_a_run(capsys):
+    import yaml
+
+    from orthrus.power import main
+
+    assert main(["--pilot", f"{REAL}/claims.csv"]) == 0
+    section = yaml.safe_load(capsys.readouterr().out)["analysis"]["power"]
+    assert set(section["pilot"]) == {"ppl-higher-when-diverging", "beta1-negative"}
+    assert section["pilot"]["beta1-negative"]["n"] == 33

@@ -12,38 +12,12 @@ fails on another by chance, and its verdict must say neither.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import pandas as pd
 from scipy.stats import norm
 
 from orthrus.contracts import CONFIG
 from orthrus.report.claims.base import UNDERPOWERED
-
-
-@dataclass(frozen=True)
-class Pilot:
-    effect: float  # the pilot's estimate
-    se: float  # its standard error
-    n: int  # the prompts it rested on
-
-    def z(self, n: int) -> float:
-        """The effect over its standard error at n prompts."""
-        return abs(self.effect) / (self.se * math.sqrt(self.n / n)) if n > 0 else 0.0
-
-
-def power(pilot: Pilot, n: int, alpha: float) -> float:
-    """The probability that a two-sided level-alpha test of the pilot's effect rejects at n prompts
-    (the normal approximation; the far tail left out)."""
-    return float(norm.cdf(pilot.z(n) - norm.ppf(1 - alpha / 2)))
-
-
-def needed_n(pilot: Pilot, alpha: float, target: float) -> int:
-    """The fewest prompts at which `power` reaches `target`."""
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(target)
-    return math.ceil(pilot.n * (z * pilot.se / abs(pilot.effect)) ** 2)
-
+from orthrus.stats import Pilot, needed_n, power
 
 DEFAULT_TARGET = 0.9
 
