@@ -1,6 +1,6 @@
 """The default study's wall time and memory, read from the jobs' timing files.
 
-    python benchmarks/study_time.py [--timing results/timing] [--budget 600] [--cores 2]
+    python benchmarks/study_time.py [--timing results/timing] [--budget 600] [--cores 2] [--out CSV]
 
 Every rule writes a timing file `results/timing/<stage>/...tsv` (Snakemake's `benchmark:`): the job's
 seconds and peak resident memory. A file's modification time is when its job ended, so
@@ -12,7 +12,8 @@ critical path (the chain of jobs that decides the wall time) and the share of th
 no job used, so the next person knows where to look.
 
 Run it right after a complete run from a clean `results/`: a stage rerun later moves the
-span.
+span. `--out` writes the per-stage table with a last row `all` (the jobs, their summed seconds, the
+wall time as its longest, the peak RSS) for docs to render a run's times from (docs/real-model).
 """
 
 from __future__ import annotations
@@ -94,12 +95,17 @@ def main(argv=None) -> int:
     ap.add_argument("--timing", default="results/timing", type=Path)
     ap.add_argument("--budget", type=float, default=600.0, help="seconds (default: 10 minutes)")
     ap.add_argument("--cores", type=int, default=2, help="the cores the run had (for the idle share)")
+    ap.add_argument("--out", type=Path, help="CSV of the per-stage table, with the whole run as stage `all`")
     args = ap.parse_args(argv)
     jobs = read_timings(args.timing)
     if jobs.empty:
         sys.exit(f"no timing files under {args.timing}: run `snakemake --cores 2` first")
     table, wall = summarize(jobs)
     print(table.round(1).to_string())
+    if args.out:
+        whole = {"jobs": len(jobs), "sum_s": jobs["seconds"].sum(), "longest_s": wall}
+        out = pd.concat([table, pd.DataFrame([whole | {"peak_rss_mb": jobs["max_rss_mb"].max()}], index=["all"])])
+        out.rename_axis("stage").round(1).to_csv(args.out)
     print(f"\n{len(jobs)} jobs, {jobs['seconds'].sum():.0f} s of job time, peak RSS {jobs['max_rss_mb'].max():.0f} MB")
     print(
         f"wall time {wall:.0f} s = {wall / 60:.1f} min; budget {args.budget:.0f} s: "

@@ -30,8 +30,13 @@ def test_wall_time_is_the_span_of_parallel_jobs(tmp_path, capsys):
     assert wall == 150 and list(table.index) == ["train_teacher", "decode"]
     assert table.loc["decode", "jobs"] == 2 and table.loc["decode", "sum_s"] == 90
     assert table.loc["decode", "peak_rss_mb"] == 900
-    assert study_time.main(["--timing", str(tmp_path), "--budget", "120"]) == 0
+    assert study_time.main(["--timing", str(tmp_path), "--budget", "120", "--out", str(tmp_path / "t.csv")]) == 0
     assert "ratio 1.25 (OVER budget)" in capsys.readouterr().out
+    import pandas as pd
+
+    written = pd.read_csv(tmp_path / "t.csv", index_col="stage")  # what docs render a run's times from
+    assert list(written.index) == ["train_teacher", "decode", "all"]
+    assert written.loc["all", "longest_s"] == 150 and written.loc["all", "sum_s"] == 190
 
 
 def test_critical_path_and_idle_cores(tmp_path, capsys):
