@@ -81,12 +81,12 @@ def main() -> None:
     model, prompts = load(args)
     spent = timed(model)
     eos = model.generation_config.eos_token_id
-    orthrus.generate(model, prompts[0][1], mode="orthrus", max_new_tokens=8)  # warm-up
+    orthrus.generate(model, prompts[0][1], decoder="orthrus", max_new_tokens=8)  # warm-up
     rows = defaultdict(lambda: defaultdict(float))
     for domain, ids in prompts:
         for mode in ("ar", "orthrus"):
             spent["forward"] = 0.0
-            out = orthrus.generate(model, ids, mode=mode, max_new_tokens=args.max_new_tokens, eos_token_id=eos)
+            out = orthrus.generate(model, ids, decoder=mode, max_new_tokens=args.max_new_tokens, eos_token_id=eos)
             r = rows[(domain, mode)]
             r["seconds"] += out.stats["seconds"]
             r["forward_seconds"] += spent["forward"]

@@ -1,8 +1,9 @@
 """The decoder table: one row per decoder the study runs, saying what runs it, on which model, what it
-is for and what it needs. The stages read these attributes instead of testing decoders' names;
-adding a decoder is adding a row here and, where it runs code of its own, its function (what
-transformers' generate takes and records for it: orthrus/decode/stage.py's GENERATE_ARGS and
-GENERATE_SETTINGS; a step of the loop: orthrus/decode/loop.py).
+is for and what it needs. The stages read these attributes instead of testing decoders' names
+(tests/test_names.py keeps it so); adding a decoder is adding a row here and, where it runs code of
+its own, its function (what transformers' generate takes and records for it:
+orthrus/decode/transformers_decoders.py's GENERATE_ARGS and GENERATE_SETTINGS; the loop's step follows
+from the row: drafts from the diffusion view, from the reference, or none).
 
 Pure Python with no imports beyond the standard library: orthrus.contracts derives its vocabularies
 from it, and the workflow reads it through them.
@@ -38,6 +39,11 @@ class Decoder(NamedTuple):
     greedy_only: bool = False
     # lossless in exact arithmetic; the planted control is not, and the audit must say so
     lossless: bool = True
+    # the loop's acceptance rule (orthrus.decode.loop.consensus): greedy, a draft token is accepted
+    # among the AR view's top `accept_top`; sampled, the ratio's q is computed at `ratio_temperature`
+    # (None: the sampler's own). Anything but 1 / None is a planted bug.
+    accept_top: int = 1
+    ratio_temperature: float | None = None
 
 
 TABLE = (
@@ -60,8 +66,18 @@ TABLE = (
     # the reference through generate() in left-padded batches: the noise a serving engine shows without
     # speculation
     Decoder("ar-batched", "control", "generate", "teacher", (("batch_size", "noise_batch_size"),), batched=True),
-    # a planted bug the audit must catch: Orthrus accepting a draft token among the AR view's top 2
-    Decoder("orthrus-lossy", "control", "loop", "orthrus", diffusion=True, lossless=False),
+    # a planted bug the audit must catch: Orthrus accepting a draft token among the AR view's top 2,
+    # and, sampled, computing the acceptance ratio's q at temperature 1 whatever the draft's
+    Decoder(
+        "orthrus-lossy",
+        "control",
+        "loop",
+        "orthrus",
+        diffusion=True,
+        lossless=False,
+        accept_top=2,
+        ratio_temperature=1.0,
+    ),
     Decoder("external", "speculative", "engine", "engine"),
 )
 DECODER = {d.name: d for d in TABLE}
@@ -73,3 +89,9 @@ def names(**where) -> tuple[str, ...]:
     if bad:
         raise KeyError(f"no decoder attribute {', '.join(bad)}")
     return tuple(d.name for d in TABLE if all(getattr(d, k) == v for k, v in where.items()))
+
+
+# the decoder under audit that drafts with an Orthrus model's diffusion view (Orthrus itself), and the
+# planted bug beside it (the one decoder not lossless in exact arithmetic)
+(DIFFUSION_DECODER,) = names(role="speculative", diffusion=True)
+(PLANTED,) = names(lossless=False)

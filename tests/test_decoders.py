@@ -4,7 +4,7 @@ consistent, the vocabularies every stage reads come from it, and the config's ch
 import pytest
 
 from orthrus import contracts
-from orthrus.decoders import DECODER, MODELS, ROLES, RUNNERS, TABLE, names
+from orthrus.decoders import DECODER, DIFFUSION_DECODER, MODELS, PLANTED, ROLES, RUNNERS, TABLE, names
 from orthrus.options import DecodeOptions, OptionsError
 from orthrus.plan.settings.decode import DECODE
 
@@ -86,3 +86,18 @@ def test_one_writer_makes_every_decoding_row_from_a_trajectory_record():
     assert finish_reason([5, 6], {1}) == "length" and finish_reason([], {1}) == "length"
     with pytest.raises(KeyError, match="without model"):
         decoding_row({k: v for k, v in cell.items() if k != "model"}, "p0", "d", 7, "{}", done)
+
+
+def test_the_loops_step_and_acceptance_rule_are_the_rows():
+    from orthrus.decode.loop import _ar_step, _oracle_step, _orthrus_step, _step
+
+    assert {n: _step(DECODER[n]) for n in contracts.LOOP_DECODERS} == {
+        "ar": _ar_step,
+        "orthrus": _orthrus_step,
+        "oracle": _oracle_step,
+        "orthrus-lossy": _orthrus_step,
+    }
+    # a planted bug is an acceptance rule other than the honest one: the one row not lossless
+    planted = {d.name for d in TABLE if (d.accept_top, d.ratio_temperature) != (1, None)}
+    assert planted == {d.name for d in TABLE if not d.lossless} == {PLANTED} == {"orthrus-lossy"}
+    assert DIFFUSION_DECODER == "orthrus" and DECODER[PLANTED].diffusion

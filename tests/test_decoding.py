@@ -9,6 +9,7 @@ from scipy.stats import chi2_contingency
 import orthrus
 import orthrus.models.loading
 from orthrus.decode.loop import Sampler
+from orthrus.decoders import DECODER
 
 
 def match_rate(model, prompts, max_new):
@@ -16,8 +17,8 @@ def match_rate(model, prompts, max_new):
     accepted = []
     for i, p in enumerate(prompts):
         n = max_new[i % len(max_new)]
-        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=n)
-        orth = orthrus.generate(model, p, mode="orthrus", max_new_tokens=n)
+        ar = orthrus.generate(model, p, decoder="ar", max_new_tokens=n)
+        orth = orthrus.generate(model, p, decoder="orthrus", max_new_tokens=n)
         assert len(orth.tokens) <= n
         same += torch.equal(ar.tokens, orth.tokens)
         accepted += orth.stats["accepted"]
@@ -35,7 +36,7 @@ def test_the_loop_records_no_autograd_graph():
         seen.append(forward.logits.requires_grad or torch.is_inference_mode_enabled() is False)
         return False
 
-    orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=12, trace=trace)
+    orthrus.generate(model, torch.tensor([5, 6, 7]), decoder="orthrus", max_new_tokens=12, trace=trace)
     assert seen and not any(seen)
 
 
@@ -71,8 +72,8 @@ def test_bf16_orthrus_parts_from_ar_only_at_a_near_tie(attn, random_prompts, ver
     prompts = random_prompts(20, 3)
     parted = 0
     for p in prompts:
-        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=40).tokens.tolist()
-        orth = orthrus.generate(model, p, mode="orthrus", max_new_tokens=40).tokens.tolist()
+        ar = orthrus.generate(model, p, decoder="ar", max_new_tokens=40).tokens.tolist()
+        orth = orthrus.generate(model, p, decoder="orthrus", max_new_tokens=40).tokens.tolist()
         t = first_divergence(ar, orth)
         if t is None or t >= min(len(ar), len(orth)):
             continue
@@ -94,7 +95,7 @@ def test_ar_mode_equals_transformers_generate(dtype, attn, random_prompts):
     base = tiny_base(0, attn).to(dtype)
     model = orthrus.OrthrusForCausalLM.from_base(base, block_size=4, mask_token_id=MASK).eval()
     for p in random_prompts(10, 5):
-        ours = orthrus.generate(model, p, mode="ar", max_new_tokens=24)
+        ours = orthrus.generate(model, p, decoder="ar", max_new_tokens=24)
         ref = base.generate(
             p[None],
             attention_mask=torch.ones_like(p[None]),
@@ -108,7 +109,7 @@ def test_ar_mode_equals_transformers_generate(dtype, attn, random_prompts):
 
 def test_stats_and_tpf():
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
-    out = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[])
+    out = orthrus.generate(model, torch.tensor([5, 6, 7]), decoder="orthrus", max_new_tokens=50, eos_token_id=[])
     s = out.stats
     assert len(out.tokens) == s["n_tokens"] == 50
     assert s["n_prefill"] == 1 and s["n_verify"] >= s["n_diffusion"] and len(s["accepted"]) == s["n_diffusion"]
@@ -123,16 +124,16 @@ def test_edge_cases():
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     one = torch.tensor([7])
     for mode in ("ar", "orthrus"):
-        assert len(orthrus.generate(model, one, mode=mode, max_new_tokens=5).tokens) <= 5
-        out0 = orthrus.generate(model, one, mode=mode, max_new_tokens=0)
+        assert len(orthrus.generate(model, one, decoder=mode, max_new_tokens=5).tokens) <= 5
+        out0 = orthrus.generate(model, one, decoder=mode, max_new_tokens=0)
         assert out0.tokens.numel() == 0 and out0.stats["n_prefill"] == 0
-        assert len(orthrus.generate(model, one, mode=mode, max_new_tokens=1).tokens) == 1
+        assert len(orthrus.generate(model, one, decoder=mode, max_new_tokens=1).tokens) == 1
     # EOS as the very first token: make the prefill's argmax the EOS id
-    first = orthrus.generate(model, one, mode="ar", max_new_tokens=1).tokens[0].item()
-    out = orthrus.generate(model, one, mode="orthrus", max_new_tokens=20, eos_token_id=first)
+    first = orthrus.generate(model, one, decoder="ar", max_new_tokens=1).tokens[0].item()
+    out = orthrus.generate(model, one, decoder="orthrus", max_new_tokens=20, eos_token_id=first)
     assert out.tokens.tolist() == [first] and out.stats["finish_reason"] == "eos" and out.stats["n_verify"] == 0
     with pytest.raises(ValueError, match="block_size"):
-        orthrus.generate(model, one, mode="orthrus", block_size=1)
+        orthrus.generate(model, one, decoder="orthrus", block_size=1)
     with pytest.raises(ValueError, match="block_size"):
         orthrus.OrthrusForCausalLM.from_base(tiny_base(0), block_size=1, mask_token_id=MASK)
     with pytest.raises(ValueError, match="positions"):
@@ -140,15 +141,21 @@ def test_edge_cases():
     with pytest.raises(ValueError, match="empty prompt"):
         orthrus.generate(model, torch.tensor([], dtype=torch.long))
     with pytest.raises(ValueError, match="decoder"):
-        orthrus.generate(model, one, mode="beam")
+        orthrus.generate(model, one, decoder="beam")
+    # the decoder as its row of the decoder table: the same run as by its name
+    by_row = orthrus.generate(model, one, decoder=DECODER["orthrus"], max_new_tokens=9)
+    assert by_row.stats["decoder"] == "orthrus"
+    assert by_row.tokens.tolist() == orthrus.generate(model, one, decoder="orthrus", max_new_tokens=9).tokens.tolist()
 
 
 def test_eos_stops_inside_accepted_block():
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
-    ref = orthrus.generate(model, torch.tensor([9, 9]), mode="ar", max_new_tokens=30, eos_token_id=[]).tokens.tolist()
+    ref = orthrus.generate(
+        model, torch.tensor([9, 9]), decoder="ar", max_new_tokens=30, eos_token_id=[]
+    ).tokens.tolist()
     eos = ref[5]
     out = orthrus.generate(
-        model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=eos
+        model, torch.tensor([9, 9]), decoder="orthrus", max_new_tokens=30, eos_token_id=eos
     ).tokens.tolist()
     assert out == ref[: ref.index(eos) + 1]
 
@@ -160,7 +167,7 @@ def first_two_tokens(model, mode, n, seed):
         out = orthrus.generate(
             model,
             torch.tensor([3, 4]),
-            mode=mode,
+            decoder=mode,
             max_new_tokens=2,
             eos_token_id=[],
             temperature=1.0,
@@ -226,7 +233,7 @@ def test_tpf_authors_does_not_count_the_correction_token():
     assert orthrus.decode.tpf.tpf_authors([]) == 1.0
     assert orthrus.decode.tpf.tpf_authors([3, 0, 7]) == pytest.approx((1 + 10) / (1 + 3))
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
-    s = orthrus.generate(model, torch.tensor([5, 6, 7]), mode="orthrus", max_new_tokens=50, eos_token_id=[]).stats
+    s = orthrus.generate(model, torch.tensor([5, 6, 7]), decoder="orthrus", max_new_tokens=50, eos_token_id=[]).stats
     assert s["tpf_authors"] == pytest.approx((1 + sum(s["accepted"])) / (1 + len(s["accepted"])))
     assert s["tpf_authors"] < s["tpf_verify"]
     # with one step fewer the budget ends on a consensus step: tpf_verify counts the step's
@@ -256,7 +263,7 @@ def test_tokens_per_forward_is_one_function_for_generate_and_the_tpf_table():
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     rows = []
     for mode, n in (("orthrus", 50), ("orthrus", 49), ("ar", 20), ("orthrus", 0)):
-        out = orthrus.generate(model, torch.tensor([5, 6, 7]), mode=mode, max_new_tokens=n, eos_token_id=[])
+        out = orthrus.generate(model, torch.tensor([5, 6, 7]), decoder=mode, max_new_tokens=n, eos_token_id=[])
         s = out.stats
         rows.append(
             dict(
@@ -282,7 +289,7 @@ def test_eos_policies_config_vs_generation_config():
     `generation_config` policy stops there, the `config` policy (the released loop) goes on."""
     model = tiny_orthrus(0, 8, "noisy", peaked=3.0)
     free = orthrus.generate(
-        model, torch.tensor([9, 9]), mode="orthrus", max_new_tokens=30, eos_token_id=[]
+        model, torch.tensor([9, 9]), decoder="orthrus", max_new_tokens=30, eos_token_id=[]
     ).tokens.tolist()
     second = next(t for t in free[3:] if t != EOS)
     model.config.eos_token_id = EOS
@@ -303,7 +310,7 @@ def test_last_block_shortening_and_prefill_logits_keep_fp32_exact(budget, random
     forward = model.diffusion_forward
     model.diffusion_forward = lambda ids, *a, **k: calls.append(ids.shape[1]) or forward(ids, *a, **k)
     for p in random_prompts(4, budget):
-        ar = orthrus.generate(model, p, mode="ar", max_new_tokens=budget, eos_token_id=[]).tokens
+        ar = orthrus.generate(model, p, decoder="ar", max_new_tokens=budget, eos_token_id=[]).tokens
         calls.clear()
         full = orthrus.generate(model, p, max_new_tokens=budget, eos_token_id=[])
         assert set(calls) <= {8}
@@ -327,6 +334,6 @@ def test_generate_names_a_missing_model_a_plain_model_and_a_float_eos():
         orthrus.generate(None, ids)
     with pytest.raises(OptionsError, match="decoder orthrus needs an Orthrus model"):
         orthrus.generate(tiny_base(0), ids)
-    assert len(orthrus.generate(tiny_base(0), ids, mode="ar", max_new_tokens=3).tokens) <= 3  # its AR loop runs
+    assert len(orthrus.generate(tiny_base(0), ids, decoder="ar", max_new_tokens=3).tokens) <= 3  # its AR loop runs
     with pytest.raises(OptionsError, match="eos_token_id must be an int or a list of ints"):
         orthrus.generate(tiny_orthrus(0, 4), ids, eos_token_id=3.5)

@@ -22,7 +22,7 @@ def test_replay_reproduces_the_run_at_every_divergence(verify_kernel_noise):
     opts = DecodeOptions(decoder="orthrus", precision="bf16", attention="sdpa", max_new_tokens=40)
     for _ in range(150):
         prompt = torch.randint(2, 90, (6,), generator=g).tolist()
-        ar = orthrus.generate(model, torch.tensor(prompt), opts, mode="ar").tokens.tolist()
+        ar = orthrus.generate(model, torch.tensor(prompt), opts, decoder="ar").tokens.tolist()
         orth = orthrus.generate(model, torch.tensor(prompt), opts).tokens.tolist()
         t = first_divergence(ar, orth)
         if t is None or t >= min(len(ar), len(orth)):

@@ -22,7 +22,7 @@ def test_guard_zero_is_the_plain_loop_and_fp32_output_is_unchanged():
         plain = orthrus.generate(model, p, max_new_tokens=40)
         off = orthrus.generate(model, p, max_new_tokens=40, verify_guard=0.0)
         on = orthrus.generate(model, p, max_new_tokens=40, verify_guard=0.5)
-        ar = orthrus.generate(model, p, max_new_tokens=40, mode="ar")
+        ar = orthrus.generate(model, p, max_new_tokens=40, decoder="ar")
         assert off.tokens.tolist() == plain.tokens.tolist() and off.stats == {
             **plain.stats,
             "seconds": off.stats["seconds"],
@@ -41,7 +41,7 @@ def test_guard_in_bf16_matches_at_least_as_often_and_keeps_the_replay_exact(veri
     plain = guarded = forwards = guarded_forwards = 0
     checked = 0
     for p in _prompts(40, seed=4):
-        ar = orthrus.generate(model, p, opts, mode="ar").tokens.tolist()
+        ar = orthrus.generate(model, p, opts, decoder="ar").tokens.tolist()
         a = orthrus.generate(model, p, opts)
         b = orthrus.generate(model, p, opts, verify_guard=0.25)
         plain += a.tokens.tolist() == ar

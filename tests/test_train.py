@@ -361,8 +361,8 @@ def test_train_end_to_end_backbone_frozen_and_exact_decoding(tmp_path, teacher, 
     # fp32 Orthrus decoding of the trained model is exactly its AR view's
     for _, ids in eval_prompt_ids(eval_prompts, fresh.tokenizer, 2):
         ids = torch.tensor(ids)
-        ar = orthrus.generate(model, ids, mode="ar", max_new_tokens=40)
-        orth = orthrus.generate(model, ids, mode="orthrus", max_new_tokens=40)
+        ar = orthrus.generate(model, ids, decoder="ar", max_new_tokens=40)
+        orth = orthrus.generate(model, ids, decoder="orthrus", max_new_tokens=40)
         assert torch.equal(ar.tokens, orth.tokens)
 
 

@@ -10,9 +10,12 @@ import pandas as pd
 from orthrus.analysis.load import run_settings
 from orthrus.contracts import CONFIG, REFERENCE_DECODER, SPECULATIVE, SPEED_COLUMNS, TPF_COLUMNS, TPF_RUN
 from orthrus.decode.tpf import tokens_per_forward
+from orthrus.decoders import names
 from orthrus.stats import t_ci, t_halfwidth
 
 TPF_VALUES = ("tpf_verify", "tpf_all", "tpf_authors")
+# the decoders the authors' formula is for: Orthrus's loop, drafting with the diffusion view
+AUTHORS_LOOPS = names(diffusion=True)
 
 
 def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +30,7 @@ def tpf_per_prompt(d: pd.DataFrame) -> pd.DataFrame:
         pd.to_numeric(d[c], errors="coerce").to_numpy(float) for c in ("n_prefill", "n_diffusion", "n_verify")
     )
     per_prompt = [
-        tokens_per_forward(len(t), p, f, v, a if dec == "orthrus" else None)
+        tokens_per_forward(len(t), p, f, v, a if dec in AUTHORS_LOOPS else None)
         for t, p, f, v, a, dec in zip(d["tokens"], pre, dif, ver, acc, d["decoder"])
     ]
     for col in TPF_VALUES:

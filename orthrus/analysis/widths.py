@@ -14,7 +14,7 @@ import pandas as pd
 
 from orthrus.analysis.match import rate_row
 from orthrus.analysis.tpf import tpf_per_prompt
-from orthrus.contracts import CONFIG, ENGINE_WIDTH_COLUMNS
+from orthrus.contracts import CONFIG, ENGINE_WIDTH_COLUMNS, EXTERNAL_DECODER
 from orthrus.options import env_record
 
 _SPECULATIVE = re.compile(r"^(?P<method>\S+) k=(?P<k>\d+)$")
@@ -31,7 +31,7 @@ def engine_widths(traj: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
     """One row per external speculative configuration: its method and width, its match rate against
     its reference (Wilson 95% CI), how many prompts diverged, the median and smallest first-divergence
     position among them, and its mean tokens per verifying forward."""
-    ext = decode[decode["decoder"] == "external"]
+    ext = decode[decode["decoder"] == EXTERNAL_DECODER]
     settings = {}
     for key, g in ext.groupby(CONFIG, sort=False):
         found = {speculative_setting(e) for e in g["env"]} if "env" in g.columns else {None}
@@ -39,7 +39,7 @@ def engine_widths(traj: pd.DataFrame, decode: pd.DataFrame) -> pd.DataFrame:
             settings[key] = found.pop()
     tpf = tpf_per_prompt(ext).groupby(CONFIG)["tpf_verify"].mean() if len(ext) else pd.Series(dtype=float)
     rows = []
-    for key, g in traj[traj["decoder"] == "external"].groupby(CONFIG, sort=True):
+    for key, g in traj[traj["decoder"] == EXTERNAL_DECODER].groupby(CONFIG, sort=True):
         if key not in settings:
             continue
         method, k = settings[key]

@@ -36,6 +36,7 @@ from orthrus.contracts import (
     SAMPLING_TEST_ROWS,
     SAMPLING_TV_ROWS,
 )
+from orthrus.decoders import DIFFUSION_DECODER, PLANTED
 from orthrus.errors import InputError
 
 
@@ -226,7 +227,6 @@ def sample_ar(model, ids: torch.Tensor, options, n: int, seed: int, eos: set[int
 
 # ---- the measurement
 
-PLANTED = "orthrus-lossy"  # sampled, its planted bug is q at temperature 1 in the ratio (orthrus.decode.loop.consensus)
 CELL = ["model", "decoder", "precision", "attention", "temperature", "top_p"]
 
 
@@ -257,7 +257,7 @@ def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: di
                 g = torch.Generator(device=model.device).manual_seed(int(cfg["seed"]) * 100_003 + rank)
                 tokens, single = reference_trajectory(model, ids, options, g)
                 blocks = verify_rows(model, ids, tokens, options)
-                for decoder, planted in (("orthrus", False), (PLANTED, True)):
+                for decoder, planted in ((DIFFUSION_DECODER, False), (PLANTED, True)):
                     rows.append(
                         {
                             "model": name,

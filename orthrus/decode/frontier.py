@@ -30,6 +30,7 @@ import pandas as pd
 
 from orthrus.contracts import ERRORS, EXACTNESS_COST_COLUMNS, FRONTIER_COLUMNS
 from orthrus.decode.trajectory import Trajectory
+from orthrus.decoders import DIFFUSION_DECODER
 from orthrus.options import DecodeOptions
 from orthrus.stats import wilson_ci
 
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
 
         torch.set_num_threads(args.threads)
         base = DecodeOptions.from_json(args.options)
-        if base.decoder != "orthrus":
+        if base.decoder != DIFFUSION_DECODER:
             ap.error(f"--options: the frontier measures the orthrus loop, got decoder {base.decoder!r}")
         if args.prompts_per_domain < 1:
             ap.error("--prompts-per-domain must be at least 1")

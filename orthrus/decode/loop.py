@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from orthrus.contracts import LOOP_DECODERS
 from orthrus.decode.tpf import tokens_per_forward
-from orthrus.decoders import DECODER
+from orthrus.decoders import DECODER, Decoder
 from orthrus.models.cache import cache_kwarg
 from orthrus.models.loading import eos_ids
 from orthrus.options import DecodeOptions, OptionsError
@@ -157,8 +157,8 @@ class _Run:
     stats: dict
     trace: object = None
     hidden: bool = False
-    accept_top: int = 1  # 2: the orthrus-lossy control's planted bug
-    ratio_temperature: float | None = None  # 1.0: the sampled orthrus-lossy control's planted bug
+    accept_top: int = 1  # the decoder row's (2: the orthrus-lossy control's planted bug)
+    ratio_temperature: float | None = None  # the row's, when sampling (1.0: the planted bug sampled)
     oracle: list[int] | None = None  # the oracle control's drafts: the reference trajectory
     guard: float = 0.0  # verify_guard: a verify row with a top-1/top-2 margin below it ends the step
     tokens: list[int] = field(default_factory=list)  # emitted so far (generate's list)
@@ -216,29 +216,31 @@ def generate(
     **changes,
 ) -> GenerateOutput:
     """Decode one prompt as `options` say (a `DecodeOptions`; keyword `changes` replace its
-    fields, `mode` standing for `decoder`): the AR view (`ar`) or the Orthrus consensus loop
-    (`orthrus`), greedy unless the options sample (with `generator`); or a control of the audit
-    (`orthrus.contracts.CONTROLS`): `orthrus-lossy`, the loop with a planted bug, and `oracle`,
-    the consensus loop on a plain causal LM whose drafts are `oracle`, the reference trajectory
-    of the prompt (the verify shape without the drafter).
+    fields, `decoder` a name or a row of the decoder table): the AR view (`ar`) or the Orthrus
+    consensus loop (`orthrus`), greedy unless the options sample (with `generator`); or a control
+    of the audit (`orthrus.contracts.CONTROLS`): `orthrus-lossy`, the loop with a planted bug, and
+    `oracle`, the consensus loop on a plain causal LM whose drafts are `oracle`, the reference
+    trajectory of the prompt (the verify shape without the drafter). The decoder's row says which:
+    its step (`_step`) and its acceptance rule (`accept_top`, `ratio_temperature`).
 
     An explicit `eos_token_id` replaces the ids of `options.eos`. `trace(forward, tokens)`, when
     given, is called after every forward of the AR view with a `Forward` (and, with
     `hidden_states`, its per-layer hidden states) and the tokens emitted so far; it returning
     True ends the loop there (stop strings, a forensics replay that has what it needs). The model
     is used as loaded: `options.precision` and `attention` say how it was (`orthrus.models.loading`)."""
-    if "mode" in changes:
-        changes["decoder"] = changes.pop("mode")
+    if isinstance(changes.get("decoder"), Decoder):
+        changes["decoder"] = changes["decoder"].name
     opts = (options or DecodeOptions()).replace(**changes)
     if opts.decoder not in LOOP_DECODERS:
         raise OptionsError(f"orthrus.generate runs the decoders {', '.join(LOOP_DECODERS)}, got {opts.decoder!r}")
     ids = _check_args(model, input_ids, opts, oracle)
-    mode = opts.decoder
-    K = 1 if mode == "ar" else opts.block_size or model.block_size
+    decoder = DECODER[opts.decoder]
+    step = _step(decoder)
+    K = 1 if step is _ar_step else opts.block_size or model.block_size
     eos = _eos_set(model, opts, eos_token_id)
     sampler = Sampler(opts.temperature, opts.top_k, opts.top_p, generator)
 
-    stats = {"mode": mode, "block_size": K, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}
+    stats = {"decoder": decoder.name, "block_size": K, "n_prefill": 0, "n_diffusion": 0, "n_verify": 0, "accepted": []}
     tokens: list[int] = []
     t0 = time.perf_counter()
     if opts.max_new_tokens > 0:
@@ -251,8 +253,8 @@ def generate(
             stats,
             trace,
             hidden_states,
-            accept_top=2 if mode == "orthrus-lossy" else 1,
-            ratio_temperature=1.0 if mode == "orthrus-lossy" and not sampler.greedy else None,
+            accept_top=decoder.accept_top,
+            ratio_temperature=None if sampler.greedy else decoder.ratio_temperature,
             oracle=[int(t) for t in oracle] if oracle is not None else None,
             guard=opts.verify_guard,
             tokens=tokens,
@@ -261,7 +263,6 @@ def generate(
         stats["n_prefill"] = 1
         tokens.append(int(x))
         stop = run.traced(1, tokens)
-        step = {"ar": _ar_step, "oracle": _oracle_step}.get(mode, _orthrus_step)
         while not stop and len(tokens) < opts.max_new_tokens and tokens[-1] not in eos:
             remaining = opts.max_new_tokens - len(tokens)
             run.step_first = run.first = len(tokens)
@@ -292,11 +293,11 @@ def _check_args(model, input_ids, opts: DecodeOptions, oracle) -> torch.Tensor:
         raise OptionsError(
             f"decoder {opts.decoder} needs an Orthrus model (OrthrusForCausalLM), got {type(model).__name__}"
         )
-    if (opts.decoder == "oracle") != (oracle is not None):
+    if DECODER[opts.decoder].takes_reference != (oracle is not None):
         raise OptionsError("the oracle decoder takes the reference trajectory (oracle=[token ids]), and only it")
     if oracle is not None and (isinstance(oracle, (str, bytes)) or not all(_is_token(t) for t in oracle)):
         raise OptionsError("oracle must be a list of token ids (the reference trajectory)")
-    if opts.decoder == "oracle" and not (opts.block_size or hasattr(model, "block_size")):
+    if DECODER[opts.decoder].takes_reference and not (opts.block_size or hasattr(model, "block_size")):
         raise OptionsError("the oracle decoder needs block_size (the K of the verify blocks it stands in for)")
     if (
         not isinstance(input_ids, torch.Tensor)
@@ -328,6 +329,12 @@ def _is_token(t) -> bool:
     if isinstance(t, torch.Tensor):
         return t.numel() == 1 and not t.is_floating_point() and t.dtype != torch.bool
     return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
+def _step(decoder: Decoder):
+    """A loop decoder's step, from where its row says its drafts come from: the diffusion view
+    (`_orthrus_step`), the reference trajectory (`_oracle_step`), or none (`_ar_step`, a block of 1)."""
+    return _orthrus_step if decoder.diffusion else _oracle_step if decoder.takes_reference else _ar_step
 
 
 def _ar_step(run: _Run, x, remaining) -> torch.Tensor:

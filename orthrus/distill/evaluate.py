@@ -37,7 +37,7 @@ def evaluate_tpf(model, prompts: list, max_new_tokens: int, step: int) -> list[d
     device = next(model.parameters()).device
     per: dict = {}
     for dom, ids in prompts:
-        out = generate(model, torch.tensor(ids, device=device), mode="orthrus", max_new_tokens=max_new_tokens)
+        out = generate(model, torch.tensor(ids, device=device), decoder="orthrus", max_new_tokens=max_new_tokens)
         acc = out.stats["accepted"]
         row = {
             "tpf_verify": out.stats["tpf_verify"],

@@ -12,8 +12,10 @@ program, never which engine it is; `orthrus engine-run` hands the runs to its `e
     model_path(teacher)               the model directory the program is handed, where it takes one
     execute(program, model, prompts, runs, threads)   start, decode greedy or sampled, stop
 
-An engine's program is one executable (`key` in the config, else the environment variable `env`,
-built by `build`): vLLM's environment's Python, llama.cpp's server.
+Its attributes say what its rules need: `gguf` (the teacher converted to GGUF files) and `stand_in`
+(an entry's `stand_in` chooses it, not `engine`). An engine's program is one executable (`key` in the
+config, else the environment variable `env`, built by `build`): vLLM's environment's Python, llama.cpp's
+server.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Engine:
     build = ""  # the documented command that builds it
     example = ""  # a value of `key`
     speculative = ("none", "ngram", "draft_model")  # the methods it runs
+    # what the workflow asks of an engine beyond its hooks: it serves GGUF files (the rule gguf_export
+    # converts the teacher for it); it is the stand-in, which an entry's `stand_in` chooses (and
+    # `engine` does not)
+    gguf = False
+    stand_in = False
 
     def program(self, config: dict) -> str | None:
         """The engine's program: the config's `key`, else $`env`, else None."""

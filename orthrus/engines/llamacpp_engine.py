@@ -60,6 +60,7 @@ class LlamaCpp(Engine):
     name = "llamacpp"
     key, env = "engines.llamacpp_server", "ORTHRUS_LLAMACPP_SERVER"
     build, example = "bash envs/build-llamacpp.sh", ".llamacpp/bin/llama-server"
+    gguf = True
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
         # an entry that serves or drafts with a converted file needs the converter beside the server

@@ -32,6 +32,10 @@ from orthrus.errors import InputError
 # the engines the workflow runs, by the name an entry's `engine` gives (orthrus/engines/engine.py)
 ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp(), Transformers())}
 VLLM_ENGINE, LLAMACPP_ENGINE = ENGINES["vllm"], ENGINES["llamacpp"]
+# the engines an entry's `engine` names (the config's choices), and the decoders an entry's `stand_in`
+# names (the stand-in engine's)
+ENGINE_CHOICES = tuple(n for n, e in ENGINES.items() if not e.stand_in)
+STAND_IN_DECODERS = tuple(DECODERS.values())
 PYTHON_KEY, PYTHON_ENV = VLLM_ENGINE.key, VLLM_ENGINE.env
 SERVER_KEY, SERVER_ENV = LLAMACPP_ENGINE.key, LLAMACPP_ENGINE.env
 __all__ = ["ENGINES", "SPECULATIVE", "converter", "gguf_path"]
@@ -130,6 +134,12 @@ def problems(config: dict) -> list[str]:
             problem = engine.problem(config, [f"decode.engines.{n}" for n in mine], [found[n] for n in mine])
             out += [problem] if problem else []
     return out
+
+
+def serves_gguf(entries) -> bool:
+    """Whether an entry's engine serves GGUF files, so the workflow converts the teacher for it (rule
+    gguf_export)."""
+    return any(e.get("engine") in ENGINES and ENGINES[e["engine"]].gguf for e in entries)
 
 
 def engine_file(results: str, name: str) -> str:

@@ -182,6 +182,7 @@ class Transformers(Engine):
 
     name = "transformers"
     speculative = tuple(DECODERS)
+    stand_in = True
 
     def program(self, config: dict) -> str | None:
         return ""

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from orthrus import contracts
+from orthrus.decoders import DECODER, names
 from orthrus.models.hub import is_hub_id
 from orthrus.plan.training_checks import code_defaults, warmup_problem
 
@@ -121,8 +122,9 @@ def architecture_problems(cfg: dict) -> list[str]:
         f"models.{m}: an Orthrus variant is distilled from the teacher's AR view: it {why}"
         for m in cfg.get("models") or {}
     ]
-    if "oracle" in ((cfg.get("decode") or {}).get("controls") or []):
-        problems.append(f"decode.controls: the oracle runs the Orthrus loop on the teacher: it {why}")
+    controls = (cfg.get("decode") or {}).get("controls") or []
+    for control in (c for c in names(runner="loop", model="teacher") if c in controls):
+        problems.append(f"decode.controls: the {control} runs the Orthrus loop on the teacher: it {why}")
     bench = cfg.get("benchmarks") or {}
     if bench.get("enabled", True) and bench.get("ar_baseline") != "hf":
         problems.append(
@@ -138,7 +140,7 @@ def draft_problems(cfg: dict, props: dict) -> list[str]:
     teacher's, which is trained on the tiny world)."""
     teacher = cfg.get("teacher", {})
     draft = teacher.get("draft")
-    if "assisted" not in (cfg.get("decode") or {}).get("decoders", []):
+    if not any(d in DECODER and DECODER[d].needs_draft for d in (cfg.get("decode") or {}).get("decoders", [])):
         return []
     if not draft:
         return ["teacher.draft: required: decode.decoders has 'assisted', which needs teacher.draft (the draft model)"]

@@ -9,7 +9,7 @@
 import json
 
 from orthrus.engines.engine import drafts_with
-from orthrus.engines.runner import converter, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec
+from orthrus.engines.runner import converter, entries as engine_entries_of, job_engine, jobs as engine_jobs, llamacpp_server, runs_spec, serves_gguf
 
 _ENGINE_RULES = set()
 _DRAFT = (S.models.draft_path() if DRAFT else None, S.models.draft_files())
@@ -48,7 +48,7 @@ for _job, _names in engine_jobs(config).items():
             " --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q} > {log:q} 2>&1"
 
 
-if any(e.get("engine") == "llamacpp" for e in [*engine_entries_of(config).values(), *S.sampling.engines().values()]):
+if serves_gguf([*engine_entries_of(config).values(), *S.sampling.engines().values()]):
 
     rule gguf_export:
         """The teacher (or teacher.draft) as a GGUF file of one type, by llama.cpp's own converter."""

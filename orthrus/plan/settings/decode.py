@@ -6,6 +6,7 @@ import dataclasses
 
 from orthrus.contracts import ATTENTIONS, CONTROLS, PRECISIONS
 from orthrus.decoders import names as decoder_names
+from orthrus.engines.runner import ENGINE_CHOICES, STAND_IN_DECODERS
 from orthrus.options import (
     EOS_POLICIES,
     LAST_BLOCKS,
@@ -192,7 +193,7 @@ DECODE = section(
                         ),
                     ),
                     "stand_in": choices(
-                        ["ar-ref", "prompt-lookup"],
+                        list(STAND_IN_DECODERS),
                         description=(
                             "The workflow writes `path` itself, as an engine would (the transformers stand-in engine, `orthrus "
                             "engine-run --engine transformers`): transformers' generate on the teacher over the exported prompts' token ids, plain (`ar-ref`) or with prompt "
@@ -223,7 +224,7 @@ DECODE = section(
                 None,
                 {
                     "engine": choices(
-                        ["vllm", "llamacpp"],
+                        list(ENGINE_CHOICES),
                         description=(
                             "The engine: vllm (its environment: engines.vllm_python) or llamacpp (llama.cpp's server, "
                             "engines.llamacpp_server, serving the GGUF file of `gguf`)."

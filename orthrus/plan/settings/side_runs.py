@@ -4,6 +4,7 @@ orthrus/decode/frontier.py DEFAULTS and BASE."""
 from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.decode.frontier import BASE
 from orthrus.decode.frontier import DEFAULTS as FRONTIER
+from orthrus.engines.runner import ENGINE_CHOICES, STAND_IN_DECODERS
 from orthrus.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
 from orthrus.plan.settings.keys import (
     ATTENTION,
@@ -259,7 +260,7 @@ SAMPLING = section(
                         ),
                     ),
                     "stand_in": choices(
-                        ["ar-ref", "prompt-lookup"],
+                        list(STAND_IN_DECODERS),
                         description=(
                             "The workflow writes `path` itself with the transformers stand-in engine (`orthrus "
                             "engine-run --engine transformers` on the sampled export): transformers' generate on the "
@@ -268,7 +269,7 @@ SAMPLING = section(
                         ),
                     ),
                     "engine": choices(
-                        ["vllm", "llamacpp"],
+                        list(ENGINE_CHOICES),
                         description=(
                             "The workflow writes `path` itself with this engine (the project's vLLM recipe in "
                             "engines.vllm_python, or llama.cpp's server, engines.llamacpp_server; one job per engine) "

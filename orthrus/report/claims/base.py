@@ -10,15 +10,14 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.contracts import CLAIM_VERDICTS, CONFIG, ERRORS, SPECULATIVE
+from orthrus.decoders import TABLE
 
 HOLDS, FAILS, UNTESTABLE, UNDERPOWERED = VERDICTS = CLAIM_VERDICTS
 
-# The decoders that are lossless in exact arithmetic, whose tokens the claims say something about.
-# A decoder added to the study joins the claims here (a deliberately lossy one stays out).
-LOSSLESS = ("orthrus", "ar", "assisted", "prompt-lookup", "oracle", "ar-batched")
-
-# the planted bug the audit must catch (orthrus.contracts.CONTROLS)
-PLANTED = "orthrus-lossy"
+# The decoders this package runs that are lossless in exact arithmetic, whose divergences the claims
+# judge (orthrus/decoders.py's `lossless`): a decoder added to the table joins them; the reference is
+# what they are compared with, and an engine's file has no replay to judge.
+LOSSLESS = tuple(d.name for d in TABLE if d.lossless and d.role != "reference" and d.runner != "engine")
 
 # the precision of the inexactness claims (Tables 3-6): the follow-up paper's
 REDUCED = "bf16"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from orthrus.decoders import DIFFUSION_DECODER, PLANTED
 from orthrus.report.claims.base import (
     FAILS,
     HOLDS,
-    PLANTED,
     REDUCED,
     UNDERPOWERED,
     UNTESTABLE,
@@ -46,12 +46,14 @@ def sampling_lossless_fp32(tables: Path, s: Settings) -> list[dict]:
         return missing_row(
             "sampling-lossless-fp32", "orthrus fp32", "the sampling audit did not run (sampling.enabled)"
         )
-    cells = tv[(tv["decoder"] == "orthrus") & (tv["precision"] == "fp32")]
+    cells = tv[(tv["decoder"] == DIFFUSION_DECODER) & (tv["precision"] == "fp32")]
     if cells.empty:
         return missing_row("sampling-lossless-fp32", "orthrus fp32", "no fp32 cell in sampling_tv.csv")
     worst = float(cells["tv_max"].max())
     honest = (
-        test[(test["decoder"] == "orthrus") & (test["precision"] == "fp32")] if test is not None else pd.DataFrame()
+        test[(test["decoder"] == DIFFUSION_DECODER) & (test["precision"] == "fp32")]
+        if test is not None
+        else pd.DataFrame()
     )
     rejected = int(honest["rejected"].sum()) if len(honest) else 0
     known = int(honest["rejected_known"].sum()) if "rejected_known" in honest else 0
@@ -85,7 +87,7 @@ def sampling_tv_bf16(tables: Path, s: Settings) -> list[dict]:
     tv, _ = _sampling(tables)
     if tv is None:
         return missing_row("sampling-tv-bf16", "orthrus bf16", "the sampling audit did not run (sampling.enabled)")
-    honest = tv[tv["decoder"] == "orthrus"]
+    honest = tv[tv["decoder"] == DIFFUSION_DECODER]
     key = ["attention", "temperature", "top_p"]
     fp32 = honest[honest["precision"] == "fp32"].set_index(key)["tv_mean"]
     out = []
@@ -129,9 +131,8 @@ def planted_sampler_bias_caught(tables: Path, s: Settings) -> list[dict]:
     planted = test[test["decoder"] == PLANTED]
     key = ["precision", "attention", "temperature", "top_p"]
     acts = tv[(tv["temperature"] != 1.0) & (tv["precision"] == "fp32")]
-    ratio = acts[acts["decoder"] == PLANTED].set_index(key)["tv_mean"] / acts[acts["decoder"] == "orthrus"].set_index(
-        key
-    )["tv_mean"].clip(lower=1e-300)
+    honest = acts[acts["decoder"] == DIFFUSION_DECODER].set_index(key)["tv_mean"]
+    ratio = acts[acts["decoder"] == PLANTED].set_index(key)["tv_mean"] / honest.clip(lower=1e-300)
     if planted.empty or ratio.empty:
         return missing_row("planted-sampler-bias-caught", PLANTED, "no planted two-sample test or fp32 cell at T != 1")
     n, low = len(planted), float(ratio.min())

@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.contracts import ERRORS
+from orthrus.decoders import PLANTED
 from orthrus.report.claims.base import (
     FAILS,
     HOLDS,
     LOSSLESS,
-    PLANTED,
     UNTESTABLE,
     Settings,
     cell_name,

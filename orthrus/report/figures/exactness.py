@@ -6,8 +6,12 @@ import numpy as np
 import pandas as pd
 
 from orthrus.contracts import CONTROLS, PRECISION_RANK, SPECULATIVE
+from orthrus.decoders import names
 from orthrus.plotting import pyplot
 from orthrus.report.figures.base import _empty, _errbar, _legend
+
+# a model's own AR trajectory, drawn dashed beside its speculative loops
+VIEWS = names(role="view")
 
 
 def fig_match_by_domain(mbd: pd.DataFrame):
@@ -64,7 +68,7 @@ def fig_survival(traj: pd.DataFrame):
     for key, g in traj.groupby(["model", "decoder", "precision", "attention"], sort=True):
         t_max = int(max(g["n_tokens"].max(), g["ref_n_tokens"].max(), 1))
         t, s = survival_curve(g["first_divergence"], g["match"].to_numpy(bool), t_max)
-        ax.step(t, s, where="post", label="/".join(key), ls="--" if key[1] == "ar" else "-")
+        ax.step(t, s, where="post", label="/".join(key), ls="--" if key[1] in VIEWS else "-")
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("t (generated tokens)")
     ax.set_ylabel("fraction matching the first t tokens")
