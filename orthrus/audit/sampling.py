@@ -36,8 +36,10 @@ from orthrus.contracts import (
     SAMPLING_TEST_ROWS,
     SAMPLING_TV_ROWS,
 )
-from orthrus.decoders import DIFFUSION_DECODER, PLANTED
+from orthrus.decoders import DIFFUSION_DECODER, PLANTED, names
 from orthrus.errors import InputError
+
+(VIEW,) = names(model="orthrus", role="view")  # the loop's own AR view, one token per forward
 
 
 def step_distribution(p: torch.Tensor, q: torch.Tensor, q_ratio: torch.Tensor | None = None) -> torch.Tensor:
@@ -118,7 +120,7 @@ def reference_trajectory(model, ids: torch.Tensor, options, generator: torch.Gen
         rows.append(forward.logits.float())
         return False
 
-    out = generate(model, ids, options.replace(decoder="ar"), generator=generator, trace=keep)
+    out = generate(model, ids, options.replace(decoder=VIEW), generator=generator, trace=keep)
     tokens = out.tokens.tolist()
     return tokens, torch.cat(rows)[: len(tokens)]
 
@@ -301,7 +303,7 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
         plan = plan_n(model, ids, options, ts, len(prompts), seed + 3 * len(prompts) + rank)
         n = plan["n_samples"]
         ar = sample_ar(model, ids, options, n, seed + 3 * rank, eos)
-        for k, decoder in enumerate(("orthrus", PLANTED), start=1):
+        for k, decoder in enumerate((DIFFUSION_DECODER, PLANTED), start=1):
             t0 = time.perf_counter()
             spec = sample_prefixes(model, ids, options.replace(decoder=decoder), n, seed + 3 * rank + k)
             test = two_sample_test(spec, ar, m)
@@ -350,7 +352,7 @@ def measure(
     tv_prompts = first_per_domain(prompts, cfg["prompts_per_domain"])
     test_prompts = two_sample_prompts(prompts, ts)
     for precision, attention in cells:
-        options = base.replace(precision=precision, attention=attention, decoder="orthrus")
+        options = base.replace(precision=precision, attention=attention, decoder=DIFFUSION_DECODER)
         model, tokenizer = load_model(model_path, options, device)
         env = json.dumps(numerical_env(model) | {"options": options.record(), "sampling": cfg}, sort_keys=True)
         with sdpa_backends() as used:  # the cell's SDPA kernels, for its rows' env

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orthrus.audit.sampling import CELL, PLANTED, tv_summary
+from orthrus.audit.sampling import CELL, DIFFUSION_DECODER, PLANTED, tv_summary
 from orthrus.audit.two_sample import holm
 from orthrus.contracts import ERRORS, SAMPLING_TV_COLUMNS, TWO_SAMPLE_COLUMNS
 
@@ -75,7 +75,7 @@ def fig_sampling_tv(df: pd.DataFrame):
         f"{r.precision}/{r.attention}\nT={r.temperature:g}" + (f" p={r.top_p:g}" if r.top_p < 1 else "")
         for r in cells.itertuples()
     ]
-    for k, (decoder, marker) in enumerate((("orthrus", "o"), (PLANTED, "x"))):
+    for k, (decoder, marker) in enumerate(((DIFFUSION_DECODER, "o"), (PLANTED, "x"))):
         d = df[df["decoder"] == decoder].merge(cells.reset_index(), on=list(cells.columns))
         floor = 1e-12  # a TV of exactly 0 drawn at the axis' floor
         x = d["index"] + (k - 0.5) * 0.2
