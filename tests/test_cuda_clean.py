@@ -208,7 +208,9 @@ def _model_and_tokenizer():
 
 
 # the sampling section, small: one temperature with and without top-p, a two-sample test with top-k
-TWO_SAMPLE = dict(enabled=True, precision="fp32", temperature=0.5, top_p=None, top_k=20, n_samples=3, m=4)
+TWO_SAMPLE = dict(enabled=True, precision="fp32", temperature=0.5, top_p=None, top_k=20, n_samples=3, m=4, alpha=0.05)
+# N planned between 3 and 6 from two runs of the planted loop (orthrus/audit/known_p.py)
+TWO_SAMPLE |= dict(n_samples_max=6, power=0.95, plan_trajectories=2)
 SAMPLING = dict(seed=3, temperatures=[0.7], top_p=[None, 0.9], prompts_per_domain=1, max_new_tokens=10)
 SAMPLING["two_sample"] = TWO_SAMPLE | {"prompts_per_domain": 1, "domains": None}
 
