@@ -1,6 +1,6 @@
 """`orthrus power`: each claim's power, planned from the config before a run.
 
-    orthrus power [--configfile FILE ...] [--prompts EVAL.parquet] [--pilot CLAIMS.csv]
+    orthrus power [--configfile FILE ...] [--prompts EVAL.parquet] [--pilot CLAIMS.csv] [--out CSV]
 
 For every claim the config plans (`analysis.power.pilot`: a pilot run's effect, standard error and n)
 and every cell that claim is tested on (the bf16 cells of the lossless speculative decoders), the
@@ -97,6 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configfile", nargs="+", default=[EMBEDDED], help="the study's config file(s), as snakemake's")
     ap.add_argument("--prompts", help="the run's evaluation prompts (results/prompts/eval.parquet)")
     ap.add_argument("--pilot", help="a run's claims.csv: print its pilots as the analysis.power section")
+    ap.add_argument("--out", help="also write the plan as a CSV (a committed run's power.csv, docs/real-model)")
     args = ap.parse_args(argv)
     config = study_config(args.configfile)
     if args.pilot:
@@ -113,6 +114,8 @@ def main(argv=None) -> int:
             f"between {ts['n_samples']} and {cap} (orthrus/audit/known_p.py)"
         )
     rows = plan_rows(config, eval_counts(config, args.prompts))
+    if args.out:
+        rows.to_csv(args.out, index=False)
     if rows.empty:
         print("no claim planned (analysis.power.pilot is empty): every verdict is its test's")
         return 0

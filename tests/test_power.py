@@ -135,3 +135,22 @@ def test_orthrus_power_reads_a_pilot_off_a_run(capsys):
     section = yaml.safe_load(capsys.readouterr().out)["analysis"]["power"]
     assert set(section["pilot"]) == {"ppl-higher-when-diverging", "beta1-negative"}
     assert section["pilot"]["beta1-negative"]["n"] == 33
+
+
+def test_orthrus_power_prints_and_writes_the_plan_of_config_files(tmp_path, capsys):
+    import yaml
+
+    from orthrus.power import main
+
+    overlay = tmp_path / "power.yaml"
+    pilot = {"beta1-negative": {"effect": -12.7, "se": 5.13, "n": 33}}
+    overlay.write_text(yaml.safe_dump({"analysis": {"power": {"pilot": pilot}}}))
+    prompts = tmp_path / "eval.parquet"
+    rows = [(f"d{i}-{k}", f"d{i}", f"prompt {i} {k}") for i in range(12) for k in range(8)]
+    pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"]).to_parquet(prompts)
+    out = tmp_path / "power.csv"
+    args = ["--configfile", "config.yaml", str(overlay), "--prompts", str(prompts), "--out", str(out)]
+    assert main(args) == 0
+    assert "4 claim cell(s), 0 underpowered" in capsys.readouterr().out
+    plan = pd.read_csv(out)
+    assert (plan["claim"] == "beta1-negative").all() and (plan["needs"] == 57).all() and len(plan) == 4
