@@ -67,3 +67,23 @@ def test_the_planned_power_is_the_power():
         assert abs(_rejections(p, r, n, 300, alpha, rng) - planned) < 0.1
     n = next(n for n in range(10, 2000, 10) if power_at(n, path, alpha) >= 0.95)
     assert _rejections(p, r, n, 300, alpha, rng) >= 0.9
+
+
+def test_the_plan_runs_the_planted_loop_of_a_tiny_orthrus():
+    """`orthrus sampling plan`'s work on a tiny Orthrus whose drafts are a noisy AR view: per prompt a
+    power at each N, at least the level, growing with N to near certainty where the planted ratio moves
+    the loop's rows; the honest loop's rows (r = p) would give the level alone."""
+    import pandas as pd
+    from helpers import teacher_and_orthrus, word_tokenizer
+
+    from orthrus.audit.known_p import plan_table
+    from orthrus.options import DecodeOptions
+
+    _, model = teacher_and_orthrus(0, shift=2.0, block_size=4)
+    prompts = pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5 w9 w17 w3"]})
+    options = DecodeOptions(attention="eager", eos="config", message="none", temperature=0.5, max_new_tokens=4)
+    ts = {"domains": None, "alpha": 0.05, "plan_trajectories": 4, "seed": 0}
+    rows = pd.DataFrame(plan_table(model, word_tokenizer(), prompts, options, ts, sizes=(20, 200, 2000)))
+    assert rows["n_samples"].tolist() == [20, 200, 2000]
+    power = rows["power"].tolist()
+    assert 0.05 - 1e-9 <= power[0] <= power[-1] and power[-1] > 0.9

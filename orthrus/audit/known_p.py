@@ -170,3 +170,28 @@ def plan_n(model, ids: torch.Tensor, options, ts: dict, n_prompts: int, seed: in
     step = max(1, math.ceil((cap - low) / 50))
     n = next((n for n in range(low, cap, step) if power_at(n, paths, alpha) >= ts["power"]), cap)
     return {"n_samples": n, "planned_power": power_at(n, paths, alpha)}
+
+
+def plan_table(model, tokenizer, prompts, options, ts: dict, sizes=(50, 100, 200, 300, 600, 1000)) -> list[dict]:
+    """`orthrus sampling plan`: per prompt (the first of each domain in `prompts`), the test's power
+    against the planted control at each N of `sizes`, at Holm's strictest level over
+    `len(ts["domains"] or prompts)` prompts: where the planted bias can be seen, to choose
+    `sampling.two_sample.domains` from."""
+    from orthrus.audit.sampling import _prompt_ids
+
+    n_tested = len(ts["domains"] or prompts)
+    rows = []
+    for rank, r in enumerate(prompts.itertuples()):
+        ids = _prompt_ids(tokenizer, r.prompt, options, model.device)
+        g = torch.Generator(device=model.device).manual_seed(int(ts.get("seed", 0)) * 100_003 + rank)
+        paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
+        rows += [
+            {
+                "prompt_id": r.prompt_id,
+                "domain": r.domain,
+                "n_samples": n,
+                "power": power_at(n, paths, ts["alpha"] / n_tested),
+            }
+            for n in sizes
+        ]
+    return rows

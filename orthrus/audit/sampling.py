@@ -385,6 +385,10 @@ def main(argv=None) -> int:
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--out-tv", required=True)
     m.add_argument("--out-two-sample", required=True)
+    pl = sub.add_parser("plan", help="the known-probability test's power against the planted control, per domain")
+    for a in ("--model-path", "--prompts", "--options", "--config", "--out"):
+        pl.add_argument(a, required=True)
+    pl.add_argument("--device", default="cpu")
     t = sub.add_parser(
         "table", help="summarise measurements into sampling_tv.csv, sampling_two_sample.csv and a figure"
     )
@@ -396,6 +400,21 @@ def main(argv=None) -> int:
     t.add_argument("--out-two-sample", required=True)
     t.add_argument("--figure", required=True, help="the figure's path without extension")
     args = ap.parse_args(argv)
+    if args.command == "plan":  # sampling.two_sample's setting, on the first prompt of every domain
+        from orthrus.audit.known_p import plan_table
+        from orthrus.data.prompt_set import first_per_domain
+        from orthrus.models.loading import load_model
+
+        cfg = json.loads(args.config)
+        ts = cfg["two_sample"] | {"seed": cfg["seed"]}
+        options = DecodeOptions.from_json(args.options).replace(
+            precision=ts["precision"], temperature=float(ts["temperature"]), top_p=ts["top_p"], top_k=ts["top_k"]
+        )
+        options = options.replace(decoder=DIFFUSION_DECODER, max_new_tokens=ts["m"])
+        model, tokenizer = load_model(args.model_path, options, args.device)
+        prompts = first_per_domain(read_prompt_set(args.prompts), 1)
+        write_table(pd.DataFrame(plan_table(model, tokenizer, prompts, options, ts)), args.out)
+        return 0
     if args.command == "measure":
         try:
             cfg = json.loads(args.config)
