@@ -6,8 +6,7 @@ from __future__ import annotations
 from orthrus import contracts
 from orthrus.decoders import DIFFUSION_DECODER
 from orthrus.plan.decode_plan import VIEW
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class BenchmarksPlan:

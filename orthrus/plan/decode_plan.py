@@ -7,8 +7,8 @@ from __future__ import annotations
 from orthrus import contracts
 from orthrus.decoders import DECODER, DIFFUSION_DECODER, names
 from orthrus.plan.fingerprints import weights_fingerprint
+from orthrus.plan.paths import R
 
-R = "results"
 # an Orthrus model's AR view (the decoder table's view); its loop is DIFFUSION_DECODER
 (VIEW,) = names(model="orthrus", role="view")
 
