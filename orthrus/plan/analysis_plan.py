@@ -6,8 +6,7 @@ from __future__ import annotations
 from orthrus import contracts
 from orthrus.decoders import DECODER
 from orthrus.plan.decode_plan import decode_file
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class AnalysisPlan:

@@ -4,9 +4,9 @@ the tiny tasks' documents, and one result per model and precision."""
 from __future__ import annotations
 
 from orthrus import contracts
-from orthrus.plan.decode_plan import LOOP, VIEW
-
-R = "results"
+from orthrus.decoders import DIFFUSION_DECODER
+from orthrus.plan.decode_plan import VIEW
+from orthrus.plan.paths import R
 
 
 class BenchmarksPlan:
@@ -42,7 +42,7 @@ class BenchmarksPlan:
         """The teacher through its AR view (benchmarks.ar_baseline ours) or lm-eval's own HF
         generate (hf: the reference decoder), every Orthrus model through its consensus loop."""
         baseline = contracts.REFERENCE_DECODER if self.bench["ar_baseline"] == "hf" else VIEW
-        runs = [(self.models.teacher, baseline)] + [(m, LOOP) for m in self.models.orthrus]
+        runs = [(self.models.teacher, baseline)] + [(m, DIFFUSION_DECODER) for m in self.models.orthrus]
         return [
             f"{R}/benchmarks/{m}/{d}-{p}-{self.bench['attention']}.json"
             for m, d in runs

@@ -8,8 +8,7 @@ import hashlib
 import os
 
 from orthrus.plan.fingerprints import file_fingerprint, fingerprint
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class DataPlan:

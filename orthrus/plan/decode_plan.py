@@ -5,12 +5,11 @@ separate TPF run and the price-of-exactness measurement, which decode too."""
 from __future__ import annotations
 
 from orthrus import contracts
-from orthrus.decoders import DECODER, names
+from orthrus.decoders import DECODER, DIFFUSION_DECODER, names
 from orthrus.plan.fingerprints import weights_fingerprint
+from orthrus.plan.paths import R
 
-R = "results"
-# an Orthrus model's own decoders, from the decoder table: its loop and its AR view
-(LOOP,) = names(model="orthrus", role="speculative")
+# an Orthrus model's AR view (the decoder table's view); its loop is DIFFUSION_DECODER
 (VIEW,) = names(model="orthrus", role="view")
 
 
@@ -38,7 +37,9 @@ class DecodePlan:
         self.teacher_runs = [contracts.REFERENCE_DECODER] + self.teacher_decoders
         # decoders that run on an Orthrus model: its loop, (own_ar_view) its AR view, its controls
         self.model_decoders = (
-            [LOOP] + ([VIEW] if d["own_ar_view"] else []) + [x for x in self.controls if x in contracts.MODEL_DECODERS]
+            [DIFFUSION_DECODER]
+            + ([VIEW] if d["own_ar_view"] else [])
+            + [x for x in self.controls if x in contracts.MODEL_DECODERS]
         )
         # decode.grids: a narrower grid for a decoder on the teacher or for an Orthrus model's loops;
         # the reference keeps the full grid, on the prompts its cells there decode (reference_prompts)
@@ -119,7 +120,7 @@ class DecodePlan:
         if not tpf["enabled"]:
             return []
         return [
-            f"{R}/tpf/{m}/{LOOP}-{p}-{a}.parquet"
+            f"{R}/tpf/{m}/{DIFFUSION_DECODER}-{p}-{a}.parquet"
             for m in self.models.orthrus
             for p in tpf["precisions"]
             for a in tpf["attentions"]

@@ -7,8 +7,7 @@ from __future__ import annotations
 from orthrus import contracts
 from orthrus.errors import ConfigError, InputError
 from orthrus.plan.decode_plan import decode_file
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class EnginesPlan:

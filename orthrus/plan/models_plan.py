@@ -9,9 +9,8 @@ import os
 
 from orthrus.errors import ConfigError
 from orthrus.plan.fingerprints import model_files
+from orthrus.plan.paths import R
 from orthrus.world import subject as shipped_subject
-
-R = "results"
 
 
 class ModelsPlan:

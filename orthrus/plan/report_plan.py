@@ -4,8 +4,7 @@ runs' tables where they are enabled."""
 from __future__ import annotations
 
 from orthrus import contracts
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class ReportPlan:

@@ -4,8 +4,7 @@ audit's model and tables, and the engines' sampled files (sampling.engines), eac
 from __future__ import annotations
 
 from orthrus import contracts
-
-R = "results"
+from orthrus.plan.paths import R
 
 
 class SamplingPlan:

@@ -8,6 +8,7 @@ import sys
 from orthrus import contracts
 from orthrus.plan import Study
 from orthrus.plan.fingerprints import weights_fingerprint
+from orthrus.plan.paths import R
 from orthrus.plan.rule_args import cell_options, launcher, rule_name, scatter_index, settings
 
 S = Study(config)
@@ -26,7 +27,6 @@ wildcard_constraints:
 
 
 ENV = "../../envs/orthrus.yaml"
-R = "results"
 # Per-stage job resources (mem_mb, runtime, gpus, slurm_extra): the config check filled every
 # schema default in, so the rules index the config directly
 RES = config["resources"]
