@@ -36,7 +36,7 @@ from orthrus.contracts import (
     SAMPLING_TEST_ROWS,
     SAMPLING_TV_ROWS,
 )
-from orthrus.decoders import DIFFUSION_DECODER, PLANTED, names
+from orthrus.decoders import DECODER, DIFFUSION_DECODER, PLANTED, names
 from orthrus.errors import InputError
 
 (VIEW,) = names(model="orthrus", role="view")  # the loop's own AR view, one token per forward
@@ -177,7 +177,8 @@ def row_distributions(single_logits: torch.Tensor, rows, sampler, planted: bool 
     if drafted:
         logits = torch.stack([rows[i][2] for i in drafted])
         q = sampler.probs(logits)
-        q_ratio = Sampler(1.0, sampler.top_k, sampler.top_p).probs(logits) if planted else None
+        ratio_t = DECODER[PLANTED].ratio_temperature  # the planted row's acceptance rule
+        q_ratio = Sampler(ratio_t, sampler.top_k, sampler.top_p).probs(logits) if planted else None
         out[drafted] = step_distribution(p_verify[drafted], q, q_ratio)
     return out, p_single
 

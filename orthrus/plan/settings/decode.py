@@ -390,7 +390,7 @@ ENGINES = section(
             False,
             (
                 "Let vLLM compile the model (torch.compile/inductor) at every engine start; off: eager "
-                "(enforce_eager), which on a 2-core CPU saves about 2 minutes a start and gave the same fp32 "
+                "(enforce_eager), which on a small CPU saves minutes a start and gave the same fp32 "
                 "trajectories."
             ),
         ),
