@@ -5,9 +5,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-from orthrus.plan.config import EMBEDDED, study_config
+from orthrus.plan.study_config import EMBEDDED, study_config
 
-# The config, read, defaulted and checked once, here, before any rule (orthrus/plan/config.py):
+# The config, read, defaulted and checked once, here, before any rule (orthrus/plan/study_config.py):
 # `--configfile X` studies X instead of the embedded config.yaml (rather than merging the two,
 # which would add the default's tiny variants to a paper-scale run), `--config k=v` lays values
 # over it, `--set-scatter` is checked with it; one ConfigError names every key that is wrong. The

@@ -34,7 +34,7 @@ COMMANDS = {
     "frontier": "orthrus.decode.frontier",
     "sampling": "orthrus.audit.sampling",
     "rehearsal-standins": "orthrus.rehearsal.standins",
-    "check-config": "orthrus.plan.config",
+    "check-config": "orthrus.plan.study_config",
     "power": "orthrus.power",
 }
 

@@ -18,7 +18,7 @@ class ModelError(InputError):
 
 
 class ConfigError(InputError):
-    """A study config's problems (orthrus/plan/config.py), one line each, naming its key (or the
+    """A study config's problems (orthrus/plan/study_config.py), one line each, naming its key (or the
     file and line): `key.path: what is wrong`."""
 
     def __init__(self, problems: list[str]):

@@ -26,7 +26,7 @@ import pandas as pd
 
 from orthrus.decoders import names
 from orthrus.plan import Study
-from orthrus.plan.config import EMBEDDED, study_config
+from orthrus.plan.study_config import EMBEDDED, study_config
 from orthrus.stats import Pilot, needed_n, power
 
 PLANNED = ("ppl-higher-when-diverging", "beta1-negative")  # the claims tested by an estimate and its error

@@ -1,5 +1,5 @@
 """Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
-before any job, naming the key, however the workflow is started (orthrus/plan/config.py)."""
+before any job, naming the key, however the workflow is started (orthrus/plan/study_config.py)."""
 
 import copy
 import importlib
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from orthrus.errors import ConfigError
-from orthrus.plan.config import study_config, typed_overrides
+from orthrus.plan.study_config import study_config, typed_overrides
 from orthrus.plan.yaml_data import file_hazards, yaml_hazards
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,6 @@ from orthrus.errors import ConfigError
 from orthrus.plan import Study
 from orthrus.plan.analysis_plan import AnalysisPlan
 from orthrus.plan.benchmarks_plan import BenchmarksPlan
-from orthrus.plan.config import study_config
 from orthrus.plan.data_plan import DataPlan
 from orthrus.plan.decode_plan import DecodePlan
 from orthrus.plan.engines_plan import EnginesPlan
@@ -29,6 +28,7 @@ from orthrus.plan.models_plan import ModelsPlan
 from orthrus.plan.report_plan import ReportPlan
 from orthrus.plan.rule_args import cell_options, rule_name, scatter_index
 from orthrus.plan.sampling_plan import SamplingPlan
+from orthrus.plan.study_config import study_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"

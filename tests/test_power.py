@@ -102,7 +102,7 @@ def test_orthrus_power_plans_each_tested_cell_from_the_grid_and_the_prompts(caps
     """The default's bf16 speculative cells under a pilot that needs 61 prompts: prompt lookup decodes 6
     per domain (72 of 12 x 8), the others every prompt (96), all enough; a grid of 3 per domain for
     ce-k8 (36) leaves its loop underpowered."""
-    from orthrus.plan.config import study_config
+    from orthrus.plan.study_config import study_config
     from orthrus.power import main, plan_rows
 
     counts = pd.Series({f"d{i}": 8 for i in range(12)})

@@ -3,7 +3,7 @@
 dependent keys, settings that would train or measure nothing; the training settings' own in
 orthrus/plan/training_checks.py, the models' in orthrus/plan/model_checks.py). orthrus/plan/validate.py runs them after the schema.
 The YAML hazards (tags, YTE, aliases, duplicate keys) are refused earlier, while
-orthrus/plan/config.py reads the files (orthrus/plan/yaml_data.py).
+orthrus/plan/study_config.py reads the files (orthrus/plan/yaml_data.py).
 
 Defaults from the schema are filled in, except inside objects marked `x-fill-defaults: false`
 (a variant's training settings and the tiny teacher's): their commands apply the same defaults

@@ -96,7 +96,7 @@ Every refusal is one line naming the key (or the file, line and field) and what 
 | model loading (`orthrus/models/modeling.py`) | every job that loads a model (`orthrus decode`, `from_pretrained`) | missing, unexpected or misshaped tensors; integer-dtype or non-finite weights (file and tensor named); an Orthrus `config.json` whose `block_size` is below 2 or whose `mask_token_id` is outside the vocabulary; pickles unless opted in; never remote code |
 | `orthrus ingest` (`orthrus/engines/ingest.py`) | the ingest job of each `decode.external` file | each record against the prompt set, the tokenizer and the study's settings; a file decoded with another token budget (`finish_reason: length` before `max_new_tokens`, early ends without a stop id in bulk, echoed `settings` other than the study's) |
 
-The config is read, defaulted and checked in one place, `study_config` (`orthrus/plan/config.py`),
+The config is read, defaulted and checked in one place, `study_config` (`orthrus/plan/study_config.py`),
 which the Snakefile calls before any rule, however the workflow is started (plain, `--profile
 profiles/slurm`, `--workflow-profile none`, `-n`); `orthrus check-config FILE...` runs the same check
 on files without running the workflow.

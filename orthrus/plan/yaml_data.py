@@ -5,7 +5,7 @@ Python, while the file is read) and reads one with PyYAML's full loader, which b
 objects; an alias bomb expands exponentially in every walk over the parsed config; PyYAML keeps
 the last of two equal keys without a word. So a file is checked on its YAML events (nothing
 constructed, nothing expanded) before anything here loads it, and a parsed config is counted, not
-walked, before it is checked (orthrus/plan/config.py).
+walked, before it is checked (orthrus/plan/study_config.py).
 """
 
 from __future__ import annotations
