@@ -25,13 +25,25 @@ def test_power_grows_with_n_and_needed_n_is_the_first_n_that_reaches_the_target(
     assert needed_n(Pilot(-0.37, 0.146, 36), 0.05, 0.9) == n  # the sign of the effect does not matter
 
 
-def test_the_committed_real_model_run_gives_its_weakest_cell_as_the_pilot():
-    claims = pd.read_csv(f"{REAL}/claims.csv")
-    p = pilot_from_claims(claims, "ppl-higher-when-diverging")
+# the run of configs/smollm2.yaml before the power plan (docs/real-model at cd7781b), its two claims
+PILOT_RUN = pd.DataFrame(
+    {
+        "claim": ["ppl-higher-when-diverging"] * 2 + ["beta1-negative"] * 2,
+        "subject": ["m/prompt-lookup/bf16/sdpa", "ce-k8/orthrus/bf16/sdpa"] * 2,
+        "statistic": [0.3659, 0.4411, -12.733, float("nan")],
+        "ci_low": [0.0795, 0.2011, -22.784, float("nan")],
+        "ci_high": [0.6522, 0.6810, -2.682, float("nan")],
+        "n": [36, 48, 33, 48],
+    }
+)
+
+
+def test_a_run_gives_its_weakest_cell_as_the_pilot():
+    p = pilot_from_claims(PILOT_RUN, "ppl-higher-when-diverging")
     # prompt lookup's difference (0.37 [0.08, 0.65], 36 prompts) is weaker than Orthrus's
     assert p.n == 36 and p.effect == pytest.approx(0.366, abs=1e-3) and p.se == pytest.approx(0.146, abs=1e-3)
-    assert pilot_from_claims(claims, "beta1-negative").n == 33  # Orthrus's fit did not converge: no estimate
-    assert pilot_from_claims(claims, "no-such-claim") is None
+    assert pilot_from_claims(PILOT_RUN, "beta1-negative").n == 33  # Orthrus's fit did not converge: no estimate
+    assert pilot_from_claims(PILOT_RUN, "no-such-claim") is None
 
 
 def _plan(target=0.9):
@@ -52,15 +64,15 @@ def test_a_short_plan_says_underpowered_whatever_the_test_said():
 
 
 def test_the_claims_of_the_committed_real_model_run_under_a_plan():
+    """The committed run decodes 72 prompts in each bf16 cell: enough for 0.9 at the pilot (59), short of
+    0.99 (about 100), where only the planned claim's cells move, to underpowered, their statistics kept."""
     plain = claims_table(REAL)
-    planned = claims_table(REAL, Settings(power=_plan()))
+    assert claims_table(REAL, Settings(power=_plan()))["verdict"].equals(plain["verdict"])
+    planned = claims_table(REAL, Settings(power=_plan(target=0.99)))
     changed = planned["verdict"] != plain["verdict"]
-    # only the planned claim's cells move, and to underpowered (36 and 48 prompts, where 59 are needed)
     assert set(planned.loc[changed, "claim"]) == {"ppl-higher-when-diverging"}
     assert set(planned.loc[changed, "verdict"]) == {"underpowered"} and changed.sum() == 2
     assert planned.loc[changed, "statistic"].equals(plain.loc[changed, "statistic"])  # the test still reported
-    lax = claims_table(REAL, Settings(power=_plan(target=0.6)))
-    assert lax["verdict"].equals(plain["verdict"])
 
 
 def test_compare_runs_counts_underpowered_as_no_finding():
@@ -126,12 +138,13 @@ def test_orthrus_power_plans_each_tested_cell_from_the_grid_and_the_prompts(caps
     assert main([]) == 0 and "no claim planned" in capsys.readouterr().out  # the default plans none
 
 
-def test_orthrus_power_reads_a_pilot_off_a_run(capsys):
+def test_orthrus_power_reads_a_pilot_off_a_run(tmp_path, capsys):
     import yaml
 
     from orthrus.power import main
 
-    assert main(["--pilot", f"{REAL}/claims.csv"]) == 0
+    PILOT_RUN.to_csv(tmp_path / "claims.csv", index=False)
+    assert main(["--pilot", str(tmp_path / "claims.csv")]) == 0
     section = yaml.safe_load(capsys.readouterr().out)["analysis"]["power"]
     assert set(section["pilot"]) == {"ppl-higher-when-diverging", "beta1-negative"}
     assert section["pilot"]["beta1-negative"]["n"] == 33
