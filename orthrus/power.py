@@ -60,7 +60,7 @@ def planned_cells(study: Study, counts: pd.Series) -> dict[str, int]:
             continue
         for precision, attention in d.cells(decoder, grid_model):
             if precision == REDUCED:
-                per = d._per_domain(decoder, grid_model, precision)
+                per = d.per_domain(decoder, grid_model, precision)
                 n = int(counts.clip(upper=per).sum()) if per else int(counts.sum())
                 out[f"{model}/{decoder}/{precision}/{attention}"] = n
     return out

@@ -168,8 +168,9 @@ def plan_n(model, ids: torch.Tensor, options, ts: dict, n_prompts: int, seed: in
     paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
     low, cap = ts["n_samples"], ts["n_samples_max"] or ts["n_samples"]
     step = max(1, math.ceil((cap - low) / 50))
-    n = next((n for n in range(low, cap, step) if power_at(n, paths, alpha) >= ts["power"]), cap)
-    return {"n_samples": n, "planned_power": power_at(n, paths, alpha)}
+    planned = ((n, power_at(n, paths, alpha)) for n in [*range(low, cap, step), cap])
+    n, power = next(((n, pw) for n, pw in planned if pw >= ts["power"] or n == cap))
+    return {"n_samples": n, "planned_power": power}
 
 
 def plan_table(model, tokenizer, prompts, options, ts: dict, sizes=(50, 100, 200, 300, 600, 1000)) -> list[dict]:

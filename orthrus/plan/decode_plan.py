@@ -76,10 +76,10 @@ class DecodePlan:
         if decoder == contracts.REFERENCE_DECODER:
             n = self.reference_prompts(precision)
         else:
-            n = self._per_domain(decoder, model, precision)
+            n = self.per_domain(decoder, model, precision)
         return ["--prompts-per-domain", n] if n else []
 
-    def _per_domain(self, decoder: str, model: str | None, precision: str | None):
+    def per_domain(self, decoder: str, model: str | None, precision: str | None):
         grid = self.grids.get(decoder) or (
             self.model_grids.get(model, {}) if decoder in contracts.MODEL_DECODERS else {}
         )
@@ -94,7 +94,7 @@ class DecodePlan:
         if any(p == precision for p, _ in self.engines.cells.values()):
             return None
         counts = [
-            self._per_domain(d, m, precision)
+            self.per_domain(d, m, precision)
             for d, m in [(d, self.models.teacher) for d in self.teacher_decoders]
             + [(d, m) for m in self.models.orthrus for d in self.model_decoders]
             if any(p == precision for p, _ in self.cells(d, m if d in contracts.MODEL_DECODERS else None))
