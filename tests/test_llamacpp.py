@@ -98,7 +98,7 @@ def test_a_speculative_run_counts_forwards_from_the_accepted_drafts(fake_server,
 
 def test_a_server_that_dies_at_start_is_named_with_its_log(fake_server, tmp_path):
     log = tmp_path / "s.log"
-    with pytest.raises(llamacpp.LlamaCppError, match="model file is not GGUF"):
+    with pytest.raises(llamacpp.ServerError, match="model file is not GGUF"):
         with llamacpp.Server(fake_server, lambda port: ["--die", "--port", str(port)], str(log)):
             pass
 
@@ -112,7 +112,7 @@ def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(fake_serv
 
     with llamacpp.Server(fake_server, args, str(tmp_path / "s.log")) as url:
         assert url.endswith(f":{ports[-1]}") and len(ports) == 2
-    with pytest.raises(llamacpp.LlamaCppError, match="couldn't bind"):  # taken every time: named, not looped
+    with pytest.raises(llamacpp.ServerError, match="couldn't bind"):  # taken every time: named, not looped
         with llamacpp.Server(fake_server, lambda port: ["--port", str(port), "--taken"], str(tmp_path / "t.log")):
             pass
 

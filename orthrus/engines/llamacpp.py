@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,29 +51,25 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-HOST = "127.0.0.1"  # loopback only: nothing listens beyond this machine
+from orthrus.engines.server import HOST, Server, ServerError, exit_on_sigterm
+
 SPECULATIVE = ("none", "ngram", "draft_model")
 TOP = 2
 # the KV cache's type: llama.cpp's default is f16 whatever the weights (an F32 file does not run in fp32)
 KV_DEFAULT = "f16"
 KV_TYPES = ("f32", "f16", "bf16")
-START_TIMEOUT_S = 300
 REQUEST_TIMEOUT_S = 600
 
 
-class LlamaCppError(Exception):
+class LlamaCppError(ServerError):
     """The server could not start, died, or answered something the study cannot use; names which."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def server_args(run: dict, model: str, port: int, threads: int, ctx: int) -> list[str]:
-    """The server's command line for one run (the binary excluded)."""
-    args = ["-m", model, "--host", HOST, "--port", str(port), "-c", str(ctx), "-np", "1", "-t", str(threads)]
+def server_args(run: dict, model: str, port: int, threads: int, ctx: int, slots: int = 1) -> list[str]:
+    """The server's command line for one run (the binary excluded); `slots` requests decode at once, each
+    with `ctx` tokens of context (llama.cpp divides -c among its slots)."""
+    args = ["-m", model, "--host", HOST, "--port", str(port), "-c", str(ctx * slots), "-np", str(slots)]
+    args += ["-t", str(threads)]
     args += ["--seed", str(int(run.get("seed", 0))), "--no-webui"]
     kv = run.get("kv_cache") or KV_DEFAULT
     args += ["-ctk", kv, "-ctv", kv]
@@ -87,73 +82,6 @@ def server_args(run: dict, model: str, port: int, threads: int, ctx: int) -> lis
     elif method != "none":
         raise LlamaCppError(f"run {run.get('name')}: speculative {method!r}, not one of {', '.join(SPECULATIVE)}")
     return args
-
-
-def die_with_parent() -> None:
-    """In the server's process, before it runs: on Linux, the kernel sends it SIGTERM when the process
-    that started it dies, even by SIGKILL, where no `finally` runs."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class Server:
-    """`with Server(binary, args_for_port, log) as url:` a started server's base URL; stopped on exit."""
-
-    def __init__(self, binary: str, args_for_port, log_path: str, tries: int = 3):
-        self.binary, self.args_for_port, self.log_path, self.tries = binary, args_for_port, log_path, tries
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> str:
-        for attempt in range(self.tries):
-            port = free_port()
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [self.binary, *self.args_for_port(port)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            url = f"http://{HOST}:{port}"
-            try:
-                self._wait(url)
-                return url
-            except LlamaCppError:
-                self.stop()
-                text = Path(self.log_path).read_text(errors="replace")[-3000:]
-                if "bind" in text.lower() and attempt + 1 < self.tries:
-                    continue  # the port was taken after we chose it: another one
-                raise LlamaCppError(f"llama-server did not start: {self.log_path} ends:\n{text}") from None
-        raise LlamaCppError("llama-server did not start")  # unreachable: the last try raises
-
-    def _wait(self, url: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise LlamaCppError(f"llama-server exited with {self.proc.returncode} while starting")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass  # still loading (503) or not yet listening
-            time.sleep(0.25)
-        raise LlamaCppError(f"llama-server not healthy after {START_TIMEOUT_S} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def post(url: str, body: dict) -> dict:
@@ -355,10 +283,6 @@ def serve(binary: str, model: str, run: dict, prompts: list[dict], threads: int,
         r["extra"] = r.get("extra", {}) | {"run": run["name"]} | timing
     write_jsonl(run["out"], records)
     return timing
-
-
-def exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)  # the `finally` that stops the server runs
 
 
 def run_all(server: str, prompts_path: str, runs: list[dict], threads: int) -> None:

@@ -135,5 +135,5 @@ class LlamaCpp(Engine):
 
         try:
             llamacpp.run_all(program, prompts, runs, threads)
-        except llamacpp.LlamaCppError as e:
+        except llamacpp.ServerError as e:
             raise InputError(f"llama.cpp: {e}") from None

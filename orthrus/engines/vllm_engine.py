@@ -91,7 +91,7 @@ class VLLM(Engine):
         problem = self.python_problem(program, [f"run {r['name']}" for r in runs])
         if problem:
             raise InputError(problem)
-        from orthrus.engines.llamacpp import die_with_parent, exit_on_sigterm
+        from orthrus.engines.server import die_with_parent, exit_on_sigterm
 
         # a killed job takes the recipe with it (and vLLM its engine core): SIGTERM unwinds
         # subprocess.run, which kills its child; SIGKILL reaches the recipe as its parent-death signal
