@@ -10,6 +10,7 @@ program, never which engine it is; `orthrus engine-run` hands the runs to its `e
     run(name, entry, out, ...)        the run an entry becomes: its model files, width, seed, ...
     inputs(runs, teacher, draft)      the files a job reads (the workflow reruns it when they change)
     model_path(teacher)               the model directory the program is handed, where it takes one
+    serves_gguf(entry)                whether the entry's runs serve GGUF files the workflow converts
     execute(program, model, prompts, runs, threads)   start, decode greedy or sampled, stop
 
 Its attributes say what its rules need: `gguf` (the teacher converted to GGUF files) and `stand_in`
@@ -99,6 +100,10 @@ class Engine:
 
     def model_path(self, teacher: str) -> str:
         return ""
+
+    def serves_gguf(self, entry: dict) -> bool:
+        """Whether the entry's runs serve GGUF files (the rule gguf_export converts the teacher for them)."""
+        return self.gguf
 
     def execute(self, program: str, model_path: str, prompts: str, runs: list[dict], threads: int) -> None:
         raise NotImplementedError(f"engine {self.name} runs nothing")

@@ -25,12 +25,13 @@ from pathlib import Path
 
 from orthrus.engines.engine import SPECULATIVE, Engine
 from orthrus.engines.llamacpp_engine import LlamaCpp, converter, gguf_path
+from orthrus.engines.openai_engine import OpenAI, expand
 from orthrus.engines.transformers_engine import DECODERS, Transformers
 from orthrus.engines.vllm_engine import VLLM
 from orthrus.errors import InputError
 
 # the engines the workflow runs, by the name an entry's `engine` gives (orthrus/engines/engine.py)
-ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp(), Transformers())}
+ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp(), OpenAI(), Transformers())}
 VLLM_ENGINE, LLAMACPP_ENGINE = ENGINES["vllm"], ENGINES["llamacpp"]
 # the engines an entry's `engine` names (the config's choices), and the decoders an entry's `stand_in`
 # names (the stand-in engine's)
@@ -41,8 +42,15 @@ SERVER_KEY, SERVER_ENV = LLAMACPP_ENGINE.key, LLAMACPP_ENGINE.env
 __all__ = ["ENGINES", "SPECULATIVE", "converter", "gguf_path"]
 
 
-def entries(config: dict) -> dict:
+def declared(config: dict) -> dict:
+    """decode.engines as the config gives it."""
     return (config.get("decode") or {}).get("engines") or {}
+
+
+def entries(config: dict) -> dict:
+    """decode.engines as the workflow runs it: an openai entry as one entry per concurrency (NAME-cC,
+    orthrus/engines/openai_engine.py)."""
+    return expand(declared(config))
 
 
 def as_engine_entry(entry: dict) -> dict:
@@ -97,9 +105,9 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
         out.append(f"{key}.attention: {attention!r} not in decode.attentions")
     ref = entry.get("reference")
     if ref is not None:
-        other = entries(config).get(ref)
+        other = declared(config).get(ref)
         if other is None:
-            out.append(f"{key}.reference: {ref!r} is not an entry of decode.engines {sorted(entries(config))}")
+            out.append(f"{key}.reference: {ref!r} is not an entry of decode.engines {sorted(declared(config))}")
         elif other.get("reference"):
             out.append(f"{key}.reference: {ref!r} has a reference of its own; an engine pair compares with a plain run")
         elif other.get("precision") != entry.get("precision"):
@@ -113,7 +121,7 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
 def problems(config: dict) -> list[str]:
     """decode.engines and engines.* rules a schema cannot state, one line per problem naming the key
     (called from orthrus/plan/checks.py's cross_key_problems)."""
-    found = entries(config)
+    found = declared(config)
     out = []
     external = (config.get("decode") or {}).get("external") or {}
     names = {
@@ -128,6 +136,12 @@ def problems(config: dict) -> list[str]:
                 f"decode.engines.{name}: the name is taken (teacher, models, external_models or decode.external)"
             )
         out += _entry_problems(name, entry or {}, config)
+        if (entry or {}).get("engine") == OpenAI.name:  # its runs' names (NAME-cC) are taken too
+            out += [
+                f"decode.engines.{name}: its run {run!r} takes the name of another entry"
+                for run in expand({name: entry})
+                if run in names or run in found
+            ]
     for engine in ENGINES.values():
         mine = sorted(n for n in found if found[n].get("engine") == engine.name)
         if mine:
@@ -139,7 +153,7 @@ def problems(config: dict) -> list[str]:
 def serves_gguf(entries) -> bool:
     """Whether an entry's engine serves GGUF files, so the workflow converts the teacher for it (rule
     gguf_export)."""
-    return any(e.get("engine") in ENGINES and ENGINES[e["engine"]].gguf for e in entries)
+    return any(e.get("engine") in ENGINES and ENGINES[e["engine"]].serves_gguf(e) for e in entries)
 
 
 def engine_file(results: str, name: str) -> str:

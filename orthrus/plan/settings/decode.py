@@ -26,6 +26,7 @@ from orthrus.plan.settings.keys import (
     key,
     section,
 )
+from orthrus.plan.settings.serving import openai_keys
 
 OPTIONS = {f.name: f.default for f in dataclasses.fields(DecodeOptions)}
 
@@ -290,6 +291,7 @@ DECODE = section(
                         bool, False, "VLLM_BATCH_INVARIANT=1; refused on CPU, where vLLM 0.32's worker crashes with it."
                     ),
                     "patches": VLLM_PATCH_LIST,
+                    **openai_keys(sampled=False),
                 },
                 required=["engine", "precision"],
             ),

@@ -17,6 +17,7 @@ from orthrus.plan.settings.keys import (
     key,
     section,
 )
+from orthrus.plan.settings.serving import openai_keys
 
 TPF = section(
     (
@@ -298,6 +299,7 @@ SAMPLING = section(
                         maximum=64,
                     ),
                     "patches": VLLM_PATCH_LIST,
+                    **openai_keys(sampled=True),
                     "seed": key(
                         int,
                         description=(
