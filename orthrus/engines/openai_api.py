@@ -19,11 +19,11 @@ counts how many were in flight when each one started, so a record says what load
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from orthrus.engines.server import ServerError
 
@@ -183,25 +183,48 @@ def send_all(url: str, bodies: list[dict], concurrency: int, deadline: float) ->
     the bodies' order. A request that fails, or the deadline (time.monotonic()), stops the rest."""
     load, stop = Load(), threading.Event()
 
+    late = "the run's time bound (timeout_s) passed before every request was answered"
+
     def one(body: dict) -> tuple[dict, int]:
         if stop.is_set():
             raise ServerError("stopped")
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ServerError("the run's time bound (timeout_s) passed before every request was answered")
+            raise ServerError(late)
         n = load.enter()
         try:
             return post(url, "/v1/completions", body, timeout=min(REQUEST_TIMEOUT_S, left)), n
+        except ServerError:
+            if time.monotonic() >= deadline:  # cut short by the bound, not the server's failure
+                raise ServerError(late) from None
+            raise
         finally:
             load.leave()
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(one, b) for b in bodies]
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in done if f.exception() is not None]
-        if failed:
-            stop.set()
-            for f in pending:
-                f.cancel()
-            raise failed[0].exception()
-    return [f.result() for f in futures]
+    # daemon threads, not a pool: a job stopped by a signal must not wait at exit for requests in flight
+    # (its server, stopped on the way out, ends them)
+    todo, results, errors = queue.SimpleQueue(), [None] * len(bodies), []
+    for i in range(len(bodies)):
+        todo.put(i)
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = one(bodies[i])
+            except Exception as e:  # the first failure stops the rest; it is raised below
+                errors.append(e)
+                stop.set()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(bodies)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
+    if errors:
+        raise next((e for e in errors if str(e) != "stopped"), errors[0])
+    return results
