@@ -161,6 +161,10 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     cfg["decode"]["max_new_tokens"] = 32
     keep = ("llamacpp-f32", "llamacpp-ngram-f32", "llamacpp-draft-f32", "llamacpp-bf16")
     cfg["decode"]["engines"] = {n: e for n, e in cfg["decode"]["engines"].items() if n in keep}
+    # the same server through the OpenAI entry, at 1 and 4 requests in flight, with the planted control
+    # (issue 54; configs/openai.yaml is the whole grid)
+    under_load = {"engine": "openai", "launch": "llamacpp", "precision": "fp32", "concurrency": [1, 4], "repeats": 2}
+    cfg["decode"]["engines"] |= {"oa-f32": under_load, "oa-planted-f32": under_load | {"planted": True}}
     cfg["decode"]["precisions"] = ["bf16", "fp32"]
     cfg["sampling"]["two_sample"] |= {"n_samples": 60, "domains": ["math", "qa"]}
     sampled_keep = ("llamacpp-plain", "llamacpp-plain-b", "llamacpp-ngram", "llamacpp-draft")
@@ -184,6 +188,12 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
         first["env"]["weights"] == "BF16" and first["env"]["dtype"] == "bfloat16" and first["env"]["kv_cache"] == "f16"
     )
     assert all(len(top) == 2 for top in first["logprobs"])  # a plain run reports its top 2 everywhere
+    load = [json.loads(x) for x in (tmp_path / "results/engine/oa-f32-c4.jsonl").read_text().splitlines()]
+    assert load[0]["env"]["api"] == "openai-completions" and load[0]["env"]["concurrency"] == 4
+    assert max(n for r in load for n in r["extra"]["in_flight"]) > 1  # the load was real
+    match = pd.read_csv(tables / "match_overall.csv").set_index("model")["match_rate"]
+    forensics = pd.read_csv(tables / "forensics.csv").set_index("model")
+    assert match["oa-planted-f32-c4"] < 1 and forensics.loc["oa-planted-f32-c4", "n_structural"] > 0  # caught
     sampled = pd.read_csv(tables / "sampling_engines.csv")
     assert sorted(sampled["engine"].unique()) == ["llamacpp-draft", "llamacpp-ngram", "llamacpp-plain-b"]
     assert len(sampled) == 6

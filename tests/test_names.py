@@ -163,7 +163,7 @@ def test_the_engines_rows_carry_what_the_rules_and_settings_ask():
     from orthrus.plan.settings.decode import DECODE
     from orthrus.plan.settings.side_runs import SAMPLING
 
-    assert ENGINE_CHOICES == ("vllm", "llamacpp") and [e.name for e in ENGINES.values() if e.stand_in] == [
+    assert ENGINE_CHOICES == ("vllm", "llamacpp", "openai") and [e.name for e in ENGINES.values() if e.stand_in] == [
         "transformers"
     ]
     assert set(STAND_IN_DECODERS) <= set(DECODER)

@@ -11,6 +11,7 @@ program, never which engine it is; `orthrus engine-run` hands the runs to its `e
     inputs(runs, teacher, draft)      the files a job reads (the workflow reruns it when they change)
     model_path(teacher)               the model directory the program is handed, where it takes one
     serves_gguf(entry)                whether the entry's runs serve GGUF files the workflow converts
+    openai_server(run, threads, prompts)  its OpenAI-compatible server's command (an openai entry's launch)
     execute(program, model, prompts, runs, threads)   start, decode greedy or sampled, stop
 
 Its attributes say what its rules need: `gguf` (the teacher converted to GGUF files) and `stand_in`
@@ -44,6 +45,12 @@ class Engine:
     # `engine` does not)
     gguf = False
     stand_in = False
+    # behind the OpenAI engine (an openai entry's `launch: NAME`, orthrus/engines/openai_engine.py): the
+    # function that makes the command of this engine's OpenAI-compatible server for a run
+    # (orthrus/engines/openai_launch.py), None where it has none; whether its slots follow the load (a
+    # start per concurrency) or one start serves every concurrency
+    openai_server = None
+    slots_follow_load = False
 
     def program(self, config: dict) -> str | None:
         """The engine's program: the config's `key`, else $`env`, else None."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orthrus.engines import openai_launch
 from orthrus.engines.engine import Engine
 from orthrus.errors import InputError
 
@@ -61,6 +62,8 @@ class LlamaCpp(Engine):
     key, env = "engines.llamacpp_server", "ORTHRUS_LLAMACPP_SERVER"
     build, example = "bash envs/build-llamacpp.sh", ".llamacpp/bin/llama-server"
     gguf = True
+    openai_server = staticmethod(openai_launch.llamacpp)
+    slots_follow_load = True  # -np: llama.cpp fixes its slots, and divides its context among them, at start
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
         # an entry that serves or drafts with a converted file needs the converter beside the server

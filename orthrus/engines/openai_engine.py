@@ -23,17 +23,19 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orthrus.engines.engine import Engine
-from orthrus.engines.llamacpp_engine import LlamaCpp
-from orthrus.engines.openai_launch import LAUNCHES
-from orthrus.engines.vllm_engine import VLLM
 from orthrus.errors import InputError
 
-NAME = "openai"
 SERVER_KEYS = ("launch", "command", "url")
 # the settings of a launched server's command, which a server the workflow does not build cannot take
 LAUNCH_ONLY = ("gguf", "kv_cache", "draft", "patches", "batch_invariant")
 DEFAULT_REPEATS, DEFAULT_TIMEOUT_S = 3, 3600
-_LLAMACPP, _VLLM = LlamaCpp(), VLLM()
+
+
+def launchers() -> dict:
+    """The engine rows whose OpenAI-compatible server an entry's `launch` may start, by name."""
+    from orthrus.engines.runner import ENGINES
+
+    return {n: e for n, e in ENGINES.items() if e.openai_server is not None}
 
 
 def concurrency_name(name: str, c: int) -> str:
@@ -45,66 +47,69 @@ def concurrencies(entry: dict) -> list[int]:
     return [c] if isinstance(c, int) else list(c)
 
 
+def _is_mine(entry: dict | None) -> bool:
+    return (entry or {}).get("engine") == OpenAI.name
+
+
+def default_slots(entry: dict, c: int) -> int:
+    """A launched server's slots: the load where its engine fixes them at start (a start per
+    concurrency), else the largest load (one start); the entry's `slots` where given."""
+    if entry.get("slots"):
+        return int(entry["slots"])
+    row = launchers().get(entry.get("launch"))
+    return c if row is not None and row.slots_follow_load else max(concurrencies(entry))
+
+
 def expand(entries: dict) -> dict:
     """decode.engines with each openai entry as one entry per concurrency (NAME-cC, `concurrency` one
     number, `base` NAME): NAME-cC with C > 1 referenced to NAME-c1, NAME-c1 to the entry's reference
     (its -c1 where that is an openai entry too)."""
     out = {}
     for name, e in entries.items():
-        if (e or {}).get("engine") != NAME:
+        if not _is_mine(e):
             out[name] = e
             continue
         for c in concurrencies(e):
             ref = e.get("reference")
-            if ref is not None and (entries.get(ref) or {}).get("engine") == NAME:
+            if ref is not None and _is_mine(entries.get(ref)):
                 ref = concurrency_name(ref, 1)
             ref = concurrency_name(name, 1) if c != 1 else ref
-            slots = e.get("slots") or (c if e.get("launch") == "llamacpp" else max(concurrencies(e)))
             out[concurrency_name(name, c)] = (
                 {k: v for k, v in e.items() if k != "reference"}
-                | {"concurrency": c, "base": name, "slots": slots}
+                | {"concurrency": c, "base": name, "slots": default_slots(e, c)}
                 | ({"reference": ref} if ref else {})
             )
     return out
 
 
 class OpenAI(Engine):
-    name = NAME
+    name = "openai"
     speculative = ("none", "ngram", "draft_model")
 
     def program(self, config: dict) -> str | None:
-        return None  # a launched server's program is its launcher's key (engines.*); a URL needs none
-
-    def _launched(self, entries: list[dict], launch: str) -> list[dict]:
-        return [e for e in entries if e.get("launch") == launch]
+        return None  # a launched server's program is its engine row's (engines.*); a URL needs none
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
-        for launch, engine in (("llamacpp", _LLAMACPP), ("vllm", _VLLM)):
-            mine = [u for u, e in zip(users, entries) if e.get("launch") == launch]
-            if mine:
-                problem = engine.problem(config, mine, self._launched(entries, launch))
-                if problem:
-                    return problem
+        for launch, row in launchers().items():
+            mine = [(u, e) for u, e in zip(users, entries) if e.get("launch") == launch]
+            problem = row.problem(config, [u for u, _ in mine], [e for _, e in mine]) if mine else None
+            if problem:
+                return problem
         return None
 
     def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
         given = [k for k in SERVER_KEYS if entry.get(k) is not None]
         if len(given) != 1:
             return [
-                f"{key}: give exactly one of launch ({', '.join(LAUNCHES)}), command or url (got {given or 'none'})"
+                f"{key}: give exactly one of launch ({', '.join(launchers())}), command or url (got {given or 'none'})"
             ]
         out = []
-        launch = entry.get("launch")
-        if launch == "llamacpp":
-            out += _LLAMACPP.entry_problems(key, entry, config)
-        elif launch == "vllm":
-            out += _VLLM.entry_problems(key, {k: v for k, v in entry.items() if k != "gguf"}, config)
-            out += (
-                [f"{key}.gguf: llamacpp's setting (vLLM serves the teacher's own files)"] if entry.get("gguf") else []
-            )
+        row = launchers().get(entry.get("launch"))
+        if row is not None:
+            out += row.entry_problems(key, entry, config)
         else:
             out += [
-                f"{key}.{k}: a setting of a launched server (launch: llamacpp or vllm)"
+                f"{key}.{k}: a setting of a launched server (launch: {' or '.join(launchers())})"
                 for k in LAUNCH_ONLY
                 if entry.get(k)
             ]
@@ -112,7 +117,7 @@ class OpenAI(Engine):
         if url is not None and (urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc):
             out.append(f"{key}.url: {url!r} is not an http(s)://HOST:PORT address")
         command = entry.get("command")
-        if command is not None and not Path(str(command[0])).expanduser().exists() and "/" in str(command[0]):
+        if command is not None and "/" in str(command[0]) and not Path(str(command[0])).expanduser().exists():
             out.append(f"{key}.command: {command[0]!r} does not exist")
         found = concurrencies(entry)
         if key.startswith("sampling.") and len(found) != 1:
@@ -124,62 +129,57 @@ class OpenAI(Engine):
         return out
 
     def job(self, entry: dict) -> str:
-        return f"openai-{entry['base']}" if entry.get("base") else NAME
+        return f"{self.name}-{entry['base']}" if entry.get("base") else self.name
 
     def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
         concurrency = concurrencies(entry)[0]
         run = super().run(name, entry, out, precision, seed, config) | {
             "concurrency": concurrency,
             "repeats": int(entry.get("repeats", DEFAULT_REPEATS)),
-            "slots": int(entry.get("slots") or concurrency),
+            "slots": int(entry.get("slots") or default_slots(entry, concurrency)),
             "planted": bool(entry.get("planted", False)),
             "model": entry.get("model") or "",
             "extra_body": dict(entry.get("extra_body") or {}),
             "server_args": [str(a) for a in entry.get("server_args") or []],
             "timeout_s": int(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),
         }
-        launch = entry.get("launch")
-        if launch == "llamacpp":
-            lc = _LLAMACPP.run(name, entry, out, precision, seed, config, **where)
-            server = {"binary": _LLAMACPP.program(config) or "", "model": lc["model"], "draft": lc.get("draft")}
-            run["kv_cache"] = lc["kv_cache"]
-        elif launch == "vllm":
-            v = _VLLM.run(name, entry, out, precision, seed, config, **where)
-            server = {"binary": _VLLM.program(config) or "", "model": "", "draft": v.get("draft")}
-            server["kv_cache_gib"] = v["kv_cache_gib"]
+        row = launchers().get(entry.get("launch"))
+        if row is not None:  # the engine row's own run of the entry: its files, draft, cache
+            inner = row.run(name, entry, out, precision, seed, config, **where)
+            run["server"] = {"kind": "launch", "launch": entry["launch"], "inner": inner}
+            run["server"] |= {"program": row.program(config) or "", "model_dir": ""}
         elif entry.get("command"):
-            server = {"command": [str(a) for a in entry["command"]], "model_dir": ""}
+            run["server"] = {"kind": "command", "command": [str(a) for a in entry["command"]], "model_dir": ""}
         else:
-            server = {"url": entry["url"]}
-        run["server"] = {"kind": launch or ("command" if entry.get("command") else "url")} | server
+            run["server"] = {"kind": "url", "url": entry["url"]}
         return run
 
     def inputs(self, runs: list[dict], teacher: str | list, draft: tuple[str | None, list]) -> list:
-        """The GGUF files a llama.cpp server serves, the teacher's (and the draft's) files otherwise."""
-        files = [
-            f
-            for r in runs
-            if r["server"]["kind"] == "llamacpp"
-            for f in (r["server"]["model"], r["server"].get("draft"))
-            if f
-        ]
-        other = [r for r in runs if r["server"]["kind"] != "llamacpp"]
-        return list(dict.fromkeys(files + (super().inputs(other, teacher, draft) if other else [])))
+        """What each run's engine row reads (llama.cpp: the GGUF files), the teacher's files otherwise."""
+        rows = launchers()
+        found = []
+        for r in runs:
+            launch = r["server"].get("launch")
+            if launch in rows:
+                found += rows[launch].inputs([r["server"]["inner"]], teacher, draft)
+            else:
+                found += super().inputs([r], teacher, draft)
+        return list(dict.fromkeys(found))
 
     def model_path(self, teacher: str) -> str:
         return teacher
 
     def serves_gguf(self, entry: dict) -> bool:
-        return entry.get("launch") == "llamacpp"
+        row = launchers().get(entry.get("launch"))
+        return row is not None and row.serves_gguf(entry)
 
     def execute(self, program: str, model_path: str, prompts: str, runs: list[dict], threads: int) -> None:
         from orthrus.engines import openai_run
         from orthrus.engines.server import ServerError
 
-        for r in runs:  # the model directory the rule hands the job: what a launched server serves
-            field = {"vllm": "model", "command": "model_dir"}.get(r["server"]["kind"])
-            if field and not r["server"][field]:
-                r["server"][field] = str(Path(model_path).resolve())
+        for r in runs:  # the model directory the rule hands the job: what vLLM or a command serves
+            if "model_dir" in r["server"] and not r["server"]["model_dir"]:
+                r["server"]["model_dir"] = str(Path(model_path).resolve())
         try:
             openai_run.run_all(prompts, runs, threads)
         except ServerError as e:

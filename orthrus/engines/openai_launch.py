@@ -1,14 +1,18 @@
 """The servers the OpenAI engine starts itself (an entry's `launch` or `command`), each as one command on
 a loopback port (orthrus/engines/server.py starts, waits for and stops it), and what is known of its
 numerical environment before it answers. An entry with `url` is a server the user runs: nothing starts.
+`launch: NAME` asks the engine row NAME (orthrus/engines/runner.py's ENGINES) for its `openai_server`,
+one of the functions here:
 
-    launch: llamacpp   llama.cpp's server (engines.llamacpp_server) on the entry's GGUF file, with
-                       `slots` requests decoded at once (-np), each slot the prompts' context
-    launch: vllm       vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server` in
-                       engines.vllm_python's environment) on the teacher's directory, `slots` as
-                       --max-num-seqs
-    command: [...]     any program; {host}, {port} and {model} (the study's model directory) in its
-                       arguments are filled in; it must serve /v1/models once ready
+    llamacpp   llama.cpp's server (engines.llamacpp_server) on the entry's GGUF file, with `slots`
+               requests decoded at once (-np), each slot the prompts' context
+    vllm       vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server` in
+               engines.vllm_python's environment) on the teacher's directory, `slots` as --max-num-seqs
+    command    any program ([PROGRAM, ARG, ...]); {host}, {port}, {model} (the study's model directory),
+               {slots} and {threads} in its arguments are filled in; it must serve /v1/models once ready
+
+A launched run's `server` holds the engine row's own run (`inner`, what that engine's `run` makes of the
+entry: its model file, draft, KV cache), its program and the model directory the job was handed.
 
 Prompt caching is off in both built-in launches (llama.cpp's `cache_prompt`, vLLM's prefix caching): a
 cached prefix is a second way an answer can depend on the requests before it, and the audit measures
@@ -25,7 +29,6 @@ from dataclasses import dataclass, field
 
 from orthrus.engines.server import HOST
 
-LAUNCHES = ("llamacpp", "vllm")
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -42,6 +45,7 @@ class Launch:
     env: dict | None = None
     body: dict = field(default_factory=dict)
     known: dict = field(default_factory=dict)
+    version_path: str = ""  # where the running server says its version, where it does
 
 
 def context(prompts: list[dict]) -> int:
@@ -83,7 +87,8 @@ def vllm_version(python: str, env: dict) -> str:
 
 
 def vllm(run: dict, threads: int, prompts: list[dict]) -> Launch:
-    python, model, slots = run["server"]["binary"], run["server"]["model"], run["slots"]
+    inner, slots = run["server"]["inner"], run["slots"]
+    python, model = run["server"]["program"], run["server"]["model_dir"]
     args = ["-m", VLLM_MODULE, "--model", model, "--served-model-name", run["model"] or "teacher"]
     args += ["--dtype", VLLM_DTYPES[run["dtype"]], "--seed", str(run.get("seed", 0)), "--max-num-seqs", str(slots)]
     args += ["--max-model-len", str(context(prompts)), "--max-logprobs", "2", "--no-enable-prefix-caching"]
@@ -99,7 +104,7 @@ def vllm(run: dict, threads: int, prompts: list[dict]) -> Launch:
         spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
         args += ["--speculative-config", json.dumps(spec)]
     elif method == "draft_model":
-        spec = {"method": "draft_model", "model": run["server"]["draft"], "num_speculative_tokens": k}
+        spec = {"method": "draft_model", "model": inner["draft"], "num_speculative_tokens": k}
         args += ["--speculative-config", json.dumps(spec)]
     # the engine's environment imports its own transformers, never this package's
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -140,4 +145,8 @@ def launch_for(run: dict, threads: int, prompts: list[dict]) -> Launch | None:
     kind = run["server"]["kind"]
     if kind == "url":
         return None
-    return {"llamacpp": llamacpp, "vllm": vllm, "command": command}[kind](run, threads, prompts)
+    if kind == "command":
+        return command(run, threads, prompts)
+    from orthrus.engines.runner import ENGINES
+
+    return ENGINES[run["server"]["launch"]].openai_server(run, threads, prompts)

@@ -44,12 +44,14 @@ class PlantedProxy:
             def log_message(self, *args):
                 pass
 
-            def _relay(self, req) -> None:
+            def _fetch(self, req) -> tuple[int, bytes]:
                 try:
                     with urllib.request.urlopen(req, timeout=600) as r:
-                        status, data = r.status, r.read()
+                        return r.status, r.read()
                 except urllib.error.HTTPError as e:
-                    status, data = e.code, e.read()
+                    return e.code, e.read()
+
+            def _send(self, status: int, data: bytes) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -57,7 +59,7 @@ class PlantedProxy:
                 self.wfile.write(data)
 
             def do_GET(self):
-                self._relay(urllib.request.Request(f"{proxy.upstream}{self.path}"))
+                self._send(*self._fetch(urllib.request.Request(f"{proxy.upstream}{self.path}")))
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -72,9 +74,12 @@ class PlantedProxy:
                         data=json.dumps(sent).encode(),
                         headers={"Content-Type": "application/json"},
                     )
-                    self._relay(req)
+                    answer = self._fetch(req)
                 finally:
+                    # out of flight before the client has its answer: its next request must not meet
+                    # this one still counted
                     proxy.load.leave()
+                self._send(*answer)
 
         return Handler
 

@@ -49,7 +49,7 @@ def record_env(run: dict, known: dict, model: str, fingerprint: str) -> dict:
         | known
         | {
             "api": api.API,
-            "server": run["server"]["kind"],
+            "server": run["server"].get("launch") or run["server"]["kind"],
             **({"url": run["server"]["url"]} if run["server"]["kind"] == "url" else {}),
             "model": model,
             "fingerprint": fingerprint,
@@ -150,8 +150,8 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
         model = first.get("model") or api.served_model(url)
         body = launch.body if launch else {}
         known = dict(launch.known) if launch else {}
-        if launch is not None and known.get("engine") == "vllm":
-            known["version"] = api.get(url, "/version").get("version", known.get("version"))
+        if launch is not None and launch.version_path:
+            known["version"] = api.get(url, launch.version_path).get("version", known.get("version"))
         api.probe(url, model, prompts[0], sampled, body | first.get("extra_body", {}))
         for run in group:
             deadline = time.monotonic() + float(run.get("timeout_s", 3600))

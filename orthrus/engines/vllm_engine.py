@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orthrus.engines import openai_launch
 from orthrus.engines.engine import Engine
 from orthrus.errors import InputError
 
@@ -31,6 +32,7 @@ class VLLM(Engine):
     key, env = "engines.vllm_python", "ORTHRUS_VLLM_PYTHON"
     build, example = "bash envs/build-vllm.sh", ".venv-vllm/bin/python"
     speculative = ("none", "ngram", "draft_model", "eagle3")
+    openai_server = staticmethod(openai_launch.vllm)  # --max-num-seqs: the largest load, one start
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
         return self.python_problem(self.program(config), users)

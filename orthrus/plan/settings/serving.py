@@ -4,7 +4,7 @@ entry of another engine stays as it was written."""
 
 from __future__ import annotations
 
-from orthrus.engines.openai_launch import LAUNCHES
+from orthrus.engines.openai_engine import launchers
 from orthrus.plan.settings.keys import array, choices, key
 
 
@@ -23,7 +23,7 @@ def openai_keys(sampled: bool) -> dict:
     )
     return {
         "launch": choices(
-            LAUNCHES,
+            list(launchers()),
             description=(
                 "openai: the server the workflow starts on the loopback: llamacpp (engines.llamacpp_server, "
                 "serving `gguf`) or vllm (vLLM's OpenAI server in engines.vllm_python). One of launch, command, url."
