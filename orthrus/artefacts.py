@@ -58,6 +58,12 @@ TABLE_NOTES = {
     "`first_divergence_median` and `first_divergence_min` the token position of their first divergence, "
     "`tpf_verify` its mean tokens per verifying forward. A width sweep is the rows sharing `reference` and "
     "`method`.",
+    "load.csv": "One row per server run of the OpenAI engine (`model` its entry NAME-cC): `concurrency` the requests "
+    "kept in flight, `slots` the server's parallel slots, `planted` whether the planted proxy stood in front of it, "
+    "`server` the launch (llamacpp, vllm) or command or url; the match rate against its `reference` (the same "
+    "server at concurrency 1 for a run under load), its diverging prompts, the median position of their first "
+    "divergence and each divergence's verdict; `distinct_mean` and `distinct_max` the distinct completions per "
+    "prompt over its `repeats` passes at that concurrency, `frac_varying` the share of prompts with more than one.",
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
     "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
     "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "

@@ -226,6 +226,14 @@ UNCERTAINTY_COLUMNS = [
 ]
 # Orthrus against AR in tokens per second (orthrus.analysis.tpf.speed_table): one row per decoding cell
 SPEED_COLUMNS = CONFIG + ["n", "tokens", "seconds", "tokens_per_second", "ar_tokens_per_second", "speedup"]
+# the load table (orthrus.analysis.load_invariance): one row per server run of the OpenAI engine
+LOAD_COLUMNS = (
+    CONFIG
+    + ["reference", "server", "method", "k", "concurrency", "slots", "planted"]
+    + ["n", "match_rate", "ci_low", "ci_high", "n_diverged", "first_divergence_median"]
+    + VERDICT_COUNTS
+    + ["repeats", "distinct_mean", "distinct_max", "frac_varying"]
+)
 # file -> columns; every `orthrus analyze` run writes exactly these files
 TABLES = {
     "trajectories.parquet": TRAJECTORY_COLUMNS,
@@ -241,6 +249,7 @@ TABLES = {
     "decoders.csv": DECODERS_COLUMNS + [ERRORS],
     "engine_widths.csv": ENGINE_WIDTH_COLUMNS + [ERRORS],
     "speed.csv": SPEED_COLUMNS + [ERRORS],
+    "load.csv": LOAD_COLUMNS + [ERRORS],
 }
 # the metric each lm-eval task contributes to Table 7 (all metrics go into the tables; these are marked
 # `primary` and drawn in the figure).
@@ -425,6 +434,8 @@ FIGURES = {
     "match_vs_uncertainty": "per-domain match rate against the teacher's near-ties per response",
     "decoders": "how lossless is each decoder: orthrus, assisted, prompt-lookup, engines' files and the controls "
     "per precision, with the oracle's match rate and the batch noise floor",
+    "load": "servers under load: match rate against the same server at concurrency 1, and distinct completions "
+    "per prompt over the repeats, against concurrency, per server, method and precision",
 }
 BENCHMARK_FIGURE = "benchmarks"
 FIGURE_FORMATS = ("png", "pdf")

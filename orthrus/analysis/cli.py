@@ -34,6 +34,9 @@ was not given are written with their header only):
                            batched reference's, the verdicts of the first divergences and the audit
 - `engine_widths.csv`      each engine run that speculated, by method and draft width k: match rate
                            against its reference, where its divergences first fall, tokens per forward
+- `load.csv`               each server run of the OpenAI engine at its concurrency: match rate against
+                           the same server at concurrency 1, the verdicts of its divergences, and the
+                           distinct completions per prompt over its repeats
 - `uncertainty_by_domain.csv` the teacher's uncertainty along its fp32 greedy path, per domain:
                            mean next-token entropy and the share of steps whose top-1/top-2
                            margin is below the near-tie threshold (from the perplexity file)
@@ -50,6 +53,7 @@ from pathlib import Path
 import pandas as pd
 
 from orthrus.analysis.load import error_counts, load_decode, load_forensics, load_pair_ppl, load_ppl
+from orthrus.analysis.load_invariance import load_table
 from orthrus.analysis.match import (
     attach_ppl,
     compare_trajectories,
@@ -115,6 +119,7 @@ def analyze(
         "decoders.csv": decoders_table(overall, decode, fx),
         "engine_widths.csv": engine_widths(traj, decode),
         "speed.csv": speed_table(decode),
+        "load.csv": load_table(traj, decode, fx),
     }
     # a configuration or a domain whose every prompt errored keeps its row, with its error count
     configs, cells = errored_cells(traj, errors, reference, pairs)

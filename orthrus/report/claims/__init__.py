@@ -47,6 +47,10 @@ claim and the table it rests on cannot disagree.
   sampling.two_sample.n_samples_max), and 100 times the honest TV. Untestable when the audit is off.
 - `planted-bug-caught` (decoders.csv), per cell of the planted `orthrus-lossy` control: the audit
   says `not lossless` (untestable where it did not run or did not diverge).
+- `load-invariant`, `planted-load-caught` (load.csv; docs/ENGINES.md "Under load"), per server run at
+  concurrency > 1: its greedy output equals the same server's at concurrency 1 up to ties and rounding
+  (every first divergence a tie or rounding by the server's own log-probabilities); the planted proxy,
+  which samples a greedy request whenever another is in flight, shows a structural divergence.
 
 A claim is a function of the tables directory in `CLAIMS` (id -> description, source table,
 function). `load_or_compute` reads a run's `claims.csv`, or computes it from the tables of
@@ -71,6 +75,7 @@ from orthrus.report.claims import power
 from orthrus.report.claims.base import DEFAULT_ALPHA, DEFAULT_MARGIN, DEFAULT_SETTINGS, VERDICTS, Settings, read_table
 from orthrus.report.claims.benchmarks import benchmarks_equivalent
 from orthrus.report.claims.exactness import bf16_inexact, fp32_exact, tf32_exact
+from orthrus.report.claims.load_invariance import load_invariant, planted_load_caught
 from orthrus.report.claims.perplexity import beta1_negative, ppl_higher
 from orthrus.report.claims.sampling import (
     SAMPLING_TEST,
@@ -159,6 +164,18 @@ CLAIMS: dict[str, Claim] = {
         "loop's (negative control)",
         SAMPLING_TEST,
         planted_sampler_bias_caught,
+    ),
+    "load-invariant": Claim(
+        "a server's greedy output with other requests in flight equals its output at concurrency 1, up to ties "
+        "and rounding (verdicts from its own log-probabilities)",
+        "load.csv",
+        load_invariant,
+    ),
+    "planted-load-caught": Claim(
+        "the audit finds a structural divergence in the planted server that samples a greedy request whenever "
+        "another is in flight (negative control)",
+        "load.csv",
+        planted_load_caught,
     ),
 }
 

@@ -30,6 +30,7 @@ from orthrus.report.figures.exactness import (
     survival_curve,
 )
 from orthrus.report.figures.explain import fig_margin_at_divergence, fig_match_vs_ppl, fig_match_vs_uncertainty
+from orthrus.report.figures.load import fig_load
 from orthrus.report.figures.tpf import fig_tpf_by_domain
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "fig_benchmarks",
     "fig_decoders",
     "fig_first_divergence_hist",
+    "fig_load",
     "fig_margin_at_divergence",
     "fig_match_by_domain",
     "fig_match_vs_ppl",
@@ -121,9 +123,24 @@ def _tables(tables_dir: Path) -> dict:
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):
         near_tie = float(fsum["near_tie_threshold"].iloc[0])
+    load = _read_table(tables_dir, "load.csv", False)
+    if load is not None:
+        _need(
+            load, ["server", "method", "precision", "planted", "concurrency", "match_rate", "distinct_mean"], "load.csv"
+        )
     traj["match"] = traj["match"].astype(bool)
     traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")
-    return {"traj": traj, "mbd": mbd, "tpf": tpf, "pw": pw, "dec": dec, "fx": fx, "unc": unc, "near_tie": near_tie}
+    return {
+        "traj": traj,
+        "mbd": mbd,
+        "tpf": tpf,
+        "pw": pw,
+        "dec": dec,
+        "fx": fx,
+        "unc": unc,
+        "near_tie": near_tie,
+        "load": load,
+    }
 
 
 def make_figures(tables_dir, out_dir) -> list[Path]:
@@ -144,6 +161,7 @@ def make_figures(tables_dir, out_dir) -> list[Path]:
         "pairwise_match": lambda: fig_pairwise_match(pw),
         "match_vs_uncertainty": lambda: fig_match_vs_uncertainty(mbd, unc),
         "decoders": lambda: fig_decoders(dec),
+        "load": lambda: fig_load(t["load"]),
     }
     assert list(builders) == list(FIGURES)
     written = []
