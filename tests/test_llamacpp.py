@@ -194,6 +194,13 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     match = pd.read_csv(tables / "match_overall.csv").set_index("model")["match_rate"]
     forensics = pd.read_csv(tables / "forensics.csv").set_index("model")
     assert match["oa-planted-f32-c4"] < 1 and forensics.loc["oa-planted-f32-c4", "n_structural"] > 0  # caught
+    load = pd.read_csv(tables / "load.csv").set_index("model")
+    assert set(load.index) == {"oa-f32-c1", "oa-f32-c4", "oa-planted-f32-c1", "oa-planted-f32-c4"}
+    assert load.loc["oa-f32-c4", "reference"] == "oa-f32-c1" and load.loc["oa-f32-c4", "repeats"] == 2
+    claims = pd.read_csv(tables / "claims.csv")
+    claims = claims[claims["source"] == "load.csv"].set_index("claim")
+    assert claims.loc["planted-load-caught", "verdict"] == "holds"  # the planted control, caught by the claim
+    assert claims.loc["load-invariant", "verdict"] in ("holds", "fails")  # tested, whatever llama-server does
     sampled = pd.read_csv(tables / "sampling_engines.csv")
     assert sorted(sampled["engine"].unique()) == ["llamacpp-draft", "llamacpp-ngram", "llamacpp-plain-b"]
     assert len(sampled) == 6

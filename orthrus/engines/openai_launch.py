@@ -57,10 +57,9 @@ def context(prompts: list[dict]) -> int:
 def llamacpp(run: dict, threads: int, prompts: list[dict]) -> Launch:
     from orthrus.engines import llamacpp as lc
 
-    server, model, slots, ctx = run["server"]["binary"], run["server"]["model"], run["slots"], context(prompts)
-    spec = {k: run.get(k) for k in ("name", "seed", "kv_cache", "speculative", "k")} | {
-        "draft": run["server"].get("draft")
-    }
+    # the llama.cpp engine's own run of the entry: its GGUF file, draft, KV cache type and speculation
+    spec, server, slots, ctx = run["server"]["inner"], run["server"]["program"], run["slots"], context(prompts)
+    model = spec["model"]
     known = lc.environment(server, model, spec, threads) | {"batch_size": slots, "slots": slots}
     return Launch(
         "llama-server",

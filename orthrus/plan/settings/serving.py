@@ -21,7 +21,7 @@ def openai_keys(sampled: bool) -> dict:
             minItems=1,
         )
     )
-    return {
+    keys = {
         "launch": choices(
             list(launchers()),
             description=(
@@ -86,3 +86,5 @@ def openai_keys(sampled: bool) -> dict:
             int, description="openai: the bound on one run's requests, in seconds (left out, 3600).", minimum=1
         ),
     }
+    # a sampled run decodes its samples once, and the planted proxy perturbs greedy requests only
+    return {k: v for k, v in keys.items() if not (sampled and k in ("repeats", "planted"))}
