@@ -189,7 +189,7 @@ ARTEFACTS = {
         "`draft_forwards`, `seconds`, `settings` (the export's `max_new_tokens`, `stop_token_ids`, `message` and "
         "`temperature`, echoed: each must be the study's), `logprobs` (the engine's own top-2 log-probabilities at "
         "every generated position, [[id, logprob], [id, logprob]] in rank order: with them a divergence's verdict "
-        "asks whether the engine emitted its own argmax and by what margin), `extra` (anything else, kept in `env`). A bad record "
+        "asks whether the engine emitted its own argmax and by what margin), `extra` (anything else, kept in `env`; the OpenAI engine's: `completions`, every repeat's tokens at the run's concurrency, and `in_flight`, the requests in flight when each repeat's request started). A bad record "
         "fails naming the file, the line and the field; so does a file decoded with another token budget "
         "(`finish_reason` `length` before `max_new_tokens`, or records ending early without a stop id in bulk); a "
         "prompt without a record becomes an error row (counted in every table's `n_errors_excluded`).",
