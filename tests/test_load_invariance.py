@@ -123,7 +123,8 @@ def test_the_claims_read_load_csv(tmp_path):
 def test_the_load_figure_draws_the_runs_under_load_and_an_empty_panel_without(tmp_path):
     rows = pd.DataFrame(
         [
-            {"server": "vllm", "method": "none", "precision": "fp32", "planted": False, "concurrency": c}
+            {"model": f"v-c{c}", "server": "vllm", "method": "none", "precision": "fp32", "planted": False}
+            | {"concurrency": c}
             | {"match_rate": r, "ci_low": r - 0.1, "ci_high": 1.0, "distinct_mean": d}
             for c, r, d in ((1, 1.0, 1.0), (4, 0.9, 1.1), (16, 0.8, 1.3))
         ]

@@ -168,7 +168,8 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
             write_jsonl(run["out"], records)
             print(
                 f"[openai] {run['name']}: {len(prompts)} prompts at concurrency {run['concurrency']}"
-                f" x {run.get('repeats', 1)}, {timing} -> {run['out']}",
+                + ("" if sampled else f" x {run['repeats']}")
+                + f", {timing} -> {run['out']}",
                 file=sys.stderr,
             )
 

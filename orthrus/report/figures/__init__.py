@@ -126,7 +126,9 @@ def _tables(tables_dir: Path) -> dict:
     load = _read_table(tables_dir, "load.csv", False)
     if load is not None:
         _need(
-            load, ["server", "method", "precision", "planted", "concurrency", "match_rate", "distinct_mean"], "load.csv"
+            load,
+            ["model", "server", "method", "precision", "planted", "concurrency", "match_rate", "distinct_mean"],
+            "load.csv",
         )
     traj["match"] = traj["match"].astype(bool)
     traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")

@@ -11,7 +11,7 @@ from orthrus.report.figures.base import _empty, _errbar, _legend
 
 def fig_load(load: pd.DataFrame | None):
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), squeeze=False)
     match_ax, distinct_ax = axes[0]
     match_ax.set_title("Greedy output against the same server at concurrency 1")
     distinct_ax.set_title("Distinct completions per prompt over the repeats")
@@ -20,10 +20,14 @@ def fig_load(load: pd.DataFrame | None):
             _empty(ax, "no server runs under load (decode.engines: engine openai)")
         fig.tight_layout()
         return fig
-    keys = ["server", "method", "precision", "planted"]
-    series = list(load.sort_values("concurrency").groupby(keys, sort=True))
-    for key, s in series:
-        label = " ".join(str(k) for k in key[:3]) + (" (planted)" if str(key[3]).lower() == "true" else "")
+    # one series per entry (its runs NAME-c1, NAME-c4, ...), labelled with what it serves
+    entry = load["model"].astype(str).str.replace(r"-c\d+$", "", regex=True)
+    series = list(load.assign(entry=entry).sort_values("concurrency").groupby("entry", sort=True))
+    for i, (name, s) in enumerate(series):
+        color = plt.cm.tab20(i % 20)  # more entries than the default cycle has colours
+        r = s.iloc[0]
+        planted = " (planted)" if str(r["planted"]).lower() == "true" else ""
+        label = f"{name}: {r['server']} {r['method']} {r['precision']}{planted}"
         # the runs at 1 are compared with another reference (the in-process one, or the plain run): only the
         # runs under load go on the match panel
         under = s[s["concurrency"] > 1]
@@ -35,10 +39,13 @@ def fig_load(load: pd.DataFrame | None):
                 fmt="o-",
                 capsize=3,
                 label=label,
+                color=color,
             )
-        distinct_ax.plot(s["concurrency"], s["distinct_mean"], "o-", label=label)
+        distinct_ax.plot(s["concurrency"], s["distinct_mean"], "o-", label=label, color=color)
+    ticks = sorted(int(c) for c in load["concurrency"].unique())
     for ax in (match_ax, distinct_ax):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("requests in flight")
         _legend(ax, len(series))
     match_ax.set_ylabel("match rate vs concurrency 1 (Wilson 95% CI)")
