@@ -59,6 +59,8 @@ FAKE = textwrap.dedent(
             if dialect == "llama":
                 content = [{"id": t, "logprob": -0.1, "top_logprobs": [{"id": t, "logprob": -0.1},
                            {"id": t + 1, "logprob": -2.5}]} for t in toks]
+                if "--no-top" in args:  # llama-server speculating: ids, no probabilities
+                    content = [{"id": c["id"], "logprob": -0.1, "top_logprobs": []} for c in content]
                 logprobs = {"content": content}
             elif dialect == "vllm":
                 logprobs = {"tokens": [f"token_id:{t}" for t in toks],
@@ -149,6 +151,15 @@ def test_a_server_that_returns_text_alone_is_refused_naming_the_token_ids(served
     url, _ = served("--dialect", "text")
     with pytest.raises(api.Missing, match="returns no token ids"):
         api.probe(url, "fake-model", _prompts()[0], sampled=False)
+
+
+def test_a_plain_server_without_top_two_is_refused_a_speculative_one_is_not(served):
+    """llama-server reports no probabilities for the tokens its speculation emits (for some prompts none
+    at all): a speculative run goes on, its divergences judged by the reference's numbers alone."""
+    url, _ = served("--no-top")
+    with pytest.raises(api.Missing, match="returns no top-2 log-probabilities"):
+        api.probe(url, "fake-model", _prompts()[0], sampled=False)
+    api.probe(url, "fake-model", _prompts()[0], sampled=False, need_top=False)
 
 
 def test_a_server_that_ignores_seeds_is_refused_for_sampling(served):

@@ -140,8 +140,11 @@ def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:
     return ids
 
 
-def probe(url: str, model: str, prompt: dict, sampled: bool, extra: dict | None = None) -> None:
-    """One short request for each thing the audit needs of the server; `Missing` names what it lacks."""
+def probe(url: str, model: str, prompt: dict, sampled: bool, extra: dict | None = None, need_top: bool = True) -> None:
+    """One short request for each thing the audit needs of the server; `Missing` names what it lacks.
+    `need_top=False` (a speculative run): llama-server gives no probabilities for the tokens its
+    speculation emits, for some prompts none at all, and those divergences are judged by the
+    reference's numbers alone, as the llama.cpp engine's are."""
     short = prompt | {"max_new_tokens": 4}
     ids, tops = parse_choice(post(url, "/v1/completions", greedy_body(short, model, extra)))
     where = f"the server at {url} (model {model!r})"
@@ -151,7 +154,7 @@ def probe(url: str, model: str, prompt: dict, sampled: bool, extra: dict | None 
             "return_tokens_as_token_ids; the audit compares tokens, not text"
         )
     # the first token is the prefill's, never a draft's (llama.cpp reports none for drafted tokens)
-    if not sampled and (not tops or len(tops[0]) < TOP):
+    if not sampled and need_top and (not tops or len(tops[0]) < TOP):
         raise Missing(
             f"{where} returns no top-{TOP} log-probabilities (`logprobs: {TOP}`): the verdicts are read from them"
         )

@@ -152,7 +152,8 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
         known = dict(launch.known) if launch else {}
         if launch is not None and launch.version_path:
             known["version"] = api.get(url, launch.version_path).get("version", known.get("version"))
-        api.probe(url, model, prompts[0], sampled, body | first.get("extra_body", {}))
+        speculative = first.get("speculative", "none") != "none"
+        api.probe(url, model, prompts[0], sampled, body | first.get("extra_body", {}), need_top=not speculative)
         for run in group:
             deadline = time.monotonic() + float(run.get("timeout_s", 3600))
             proxy = PlantedProxy(url) if run.get("planted") else contextlib.nullcontext(url)
