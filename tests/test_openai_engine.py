@@ -296,6 +296,12 @@ def test_an_entry_becomes_one_run_per_concurrency_each_compared_with_its_run_at_
     # llama.cpp's slots follow the load (a start per concurrency), vLLM's are the largest (one start)
     assert [found[f"plain-c{c}"]["slots"] for c in (1, 4, 16)] == [1, 4, 16]
     assert found["spec-c1"]["slots"] == found["spec-c4"]["slots"] == 4
+    # and so the runs of one vLLM entry share one server start, llama.cpp's do not
+    cfg = {"engines": {}, "decode": {"engines": found}, "teacher": {"name": "teacher"}}
+    where = {"results": "results", "teacher": "teacher"}
+    runs = {n: OpenAI().run(n, found[n], f"{n}.jsonl", "fp32", 0, cfg, **where) for n in found if n != "other"}
+    assert openai_run.server_key(runs["spec-c1"]) == openai_run.server_key(runs["spec-c4"])
+    assert openai_run.server_key(runs["plain-c1"]) != openai_run.server_key(runs["plain-c4"])
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,11 @@ PER_RUN = ("name", "out", "concurrency", "repeats", "planted", "timeout_s")
 
 
 def server_key(run: dict) -> str:
-    return json.dumps({k: v for k, v in run.items() if k not in PER_RUN}, sort_keys=True)
+    shared = {k: v for k, v in run.items() if k not in PER_RUN}
+    inner = shared.get("server", {}).get("inner")
+    if inner is not None:  # the engine row's own run of the entry names its run and file too
+        shared["server"] = shared["server"] | {"inner": {k: v for k, v in inner.items() if k not in PER_RUN}}
+    return json.dumps(shared, sort_keys=True)
 
 
 def record_env(run: dict, known: dict, model: str, fingerprint: str) -> dict:
