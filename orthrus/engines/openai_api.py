@@ -153,7 +153,7 @@ def probe(url: str, model: str, prompt: dict, sampled: bool, extra: dict | None 
             f"{where} returns no token ids: neither logprobs.content[].id (llama.cpp) nor vLLM's "
             "return_tokens_as_token_ids; the audit compares tokens, not text"
         )
-    # the first token is the prefill's, never a draft's (llama.cpp reports none for drafted tokens)
+    # a plain run's first token is the prefill's argmax, whose top two every server that has them gives
     if not sampled and need_top and (not tops or len(tops[0]) < TOP):
         raise Missing(
             f"{where} returns no top-{TOP} log-probabilities (`logprobs: {TOP}`): the verdicts are read from them"
