@@ -59,90 +59,51 @@ def figure_files(out_dir) -> list[Path]:
     return [out_dir / f"{name}.{fmt}" for name in FIGURES for fmt in FORMATS]
 
 
-def _tables(tables_dir: Path) -> dict:
-    """The tables the figures read, each checked for the columns they need."""
-    traj = _read_table(tables_dir, "trajectories.parquet", True)
-    _need(
-        traj,
-        ["model", "decoder", "precision", "attention", "match", "first_divergence", "n_tokens", "ref_n_tokens", "ppl"],
-        "trajectories.parquet",
-    )
-    mbd = _read_table(tables_dir, "match_by_domain.csv", True)
-    _need(
-        mbd,
-        ["model", "decoder", "precision", "attention", "domain", "match_rate", "ci_low", "ci_high"],
-        "match_by_domain.csv",
-    )
-    tpf = _read_table(tables_dir, "tpf_by_domain.csv", True)
-    _need(
-        tpf,
-        [
-            "model",
-            "precision",
-            "attention",
-            "domain",
-            "tpf_verify",
-            "tpf_verify_ci",
-            "tpf_all",
-            "tpf_all_ci",
-            "tpf_authors",
-            "tpf_authors_ci",
-        ],
+_KEYS = ("model", "decoder", "precision", "attention")
+# Each table the figures read: its file, whether the figures need it, the columns they use.
+_TABLES = {
+    "traj": ("trajectories.parquet", True, (*_KEYS, "match", "first_divergence", "n_tokens", "ref_n_tokens", "ppl")),
+    "mbd": ("match_by_domain.csv", True, (*_KEYS, "domain", "match_rate", "ci_low", "ci_high")),
+    "tpf": (
         "tpf_by_domain.csv",
-    )
-    pw = _read_table(tables_dir, "pairwise_match.csv", True)
-    _need(
-        pw,
-        [
-            "a_model",
-            "a_decoder",
-            "a_precision",
-            "a_attention",
-            "b_model",
-            "b_decoder",
-            "b_precision",
-            "b_attention",
-            "match_rate",
-        ],
-        "pairwise_match.csv",
-    )
-    dec = _read_table(tables_dir, "decoders.csv", True)
-    _need(dec, ["decoder", "model", "precision", "attention", "match_rate", "ci_low", "ci_high"], "decoders.csv")
-    fx = _read_table(tables_dir, "forensics_rows.parquet", False)
+        True,
+        ("model", "precision", "attention", "domain")
+        + tuple(f"tpf_{k}{ci}" for k in ("verify", "all", "authors") for ci in ("", "_ci")),
+    ),
+    "pw": ("pairwise_match.csv", True, (*(f"{s}_{k}" for s in "ab" for k in _KEYS), "match_rate")),
+    "dec": ("decoders.csv", True, (*_KEYS, "match_rate", "ci_low", "ci_high")),
+    "fx": ("forensics_rows.parquet", False, (*_KEYS, "margin_native")),
+    "unc": (
+        "uncertainty_by_domain.csv",
+        False,
+        ("domain", "near_ties_per_prompt", "near_tie_threshold", "scored_precision"),
+    ),
+    "fsum": ("forensics.csv", False, ()),
+    "load": (
+        "load.csv",
+        False,
+        ("model", "server", "method", "precision", "planted", "concurrency", "match_rate", "distinct_mean"),
+    ),
+}
+
+
+def _tables(tables_dir: Path) -> dict:
+    """The tables the figures read, each checked for the columns they need (None: optional and absent)."""
+    out = {}
+    for key, (name, required, columns) in _TABLES.items():
+        out[key] = _read_table(tables_dir, name, required)
+        if out[key] is not None:
+            _need(out[key], list(columns), name)
+    traj, fx, fsum = out["traj"], out["fx"], out.pop("fsum")
+    traj["match"] = traj["match"].astype(bool)
+    traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")
     if fx is not None:
-        _need(fx, ["model", "decoder", "precision", "attention", "margin_native"], "forensics_rows.parquet")
         fx["margin_native"] = pd.to_numeric(fx["margin_native"], errors="coerce")
-    unc = _read_table(tables_dir, "uncertainty_by_domain.csv", False)
-    if unc is not None:
-        _need(
-            unc,
-            ["domain", "near_ties_per_prompt", "near_tie_threshold", "scored_precision"],
-            "uncertainty_by_domain.csv",
-        )
-    fsum = _read_table(tables_dir, "forensics.csv", False)
     near_tie = None
     if fsum is not None and "near_tie_threshold" in fsum.columns and len(fsum):
         near_tie = float(fsum["near_tie_threshold"].iloc[0])
-    load = _read_table(tables_dir, "load.csv", False)
-    if load is not None:
-        _need(
-            load,
-            ["model", "server", "method", "precision", "planted", "concurrency", "match_rate", "distinct_mean"],
-            "load.csv",
-        )
-    traj["match"] = traj["match"].astype(bool)
-    traj["ppl"] = pd.to_numeric(traj["ppl"], errors="coerce")
-    return {
-        "traj": traj,
-        "mbd": mbd,
-        "tpf": tpf,
-        "pw": pw,
-        "dec": dec,
-        "fx": fx,
-        "unc": unc,
-        "near_tie": near_tie,
-        "load": load,
-    }
+    out["near_tie"] = near_tie
+    return out
 
 
 def make_figures(tables_dir, out_dir) -> list[Path]:
