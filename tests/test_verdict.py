@@ -371,3 +371,46 @@ def test_a_replay_stopped_after_t_tokens_emits_the_full_runs_tokens_and_logits_u
         n = min(t, len(full.tokens))
         assert row.tokens[:n] == full.tokens[:n] and len(row.tokens) < len(full.tokens)
         assert all(torch.equal(a, b) for a, b in zip(logits[:n], full_logits[:n]))
+
+
+ARITHMETIC_CASES = [
+    ("vLLM's record: one dtype throughout", "fp32", {"dtype": "float32"}, "fp32"),
+    ("llama.cpp F32 with an f32 KV cache", "fp32", {"weights": "F32", "kv_cache": "f32"}, "fp32"),
+    ("llama.cpp F32 with its default f16 KV cache", "fp32", {"weights": "F32", "kv_cache": "f16"}, "fp16"),
+    ("a quantized file: 8-bit activation blocks", "fp32", {"weights": "Q4_1", "kv_cache": "f32"}, "bf16"),
+    ("a file of unknown type adds nothing", "fp32", {"weights": "unknown", "kv_cache": "f32"}, "fp32"),
+    ("the entry's own precision is the floor", "bf16", {"weights": "F32", "kv_cache": "f16"}, "bf16"),
+    ("no record", "fp16", None, "fp16"),
+]
+
+
+@pytest.mark.parametrize("name, precision, env, expected", ARITHMETIC_CASES, ids=[c[0] for c in ARITHMETIC_CASES])
+def test_an_engines_verdict_takes_the_coarsest_rounding_its_record_names(name, precision, env, expected):
+    from orthrus.audit.verdict import arithmetic_precision
+
+    assert arithmetic_precision(precision, env) == expected
+
+
+def test_a_quantized_servers_fork_within_its_8_bit_rounding_is_rounding_not_structural():
+    """SmolLM2's Q4_1 file under load (docs/ENGINES.md): the server emitted its own argmax by 0.003 nats,
+    1,666 fp32 ulps at a logit near 16 (far beyond fp32's bound) but a tenth of one bf16 ulp; its
+    arithmetic rounds the activations to 8 bits, so the verdict is rounding, in bf16's ulps, and says
+    so; the same margin from an F32 file with an f32 KV cache stays structural."""
+    import torch
+
+    from orthrus.audit.forensics import judge_external
+    from orthrus.audit.verdict import ROUNDING_ULPS, arithmetic_precision
+
+    logits = torch.zeros(10)
+    logits[7], logits[6] = 16.01, 16.0  # the reference's token 7 above the server's 6
+    top = [[6, -0.500], [7, -0.50318]]
+    q4 = arithmetic_precision("fp32", {"weights": "Q4_1", "kv_cache": "f16"})
+    cols = judge_external(logits, 7, 6, "fp32", ROUNDING_ULPS, True, top, q4)
+    assert cols["verdict"] == "rounding" and "in bf16's ulps" in cols["verdict_note"], cols
+    assert cols["gap_ulps"] > ROUNDING_ULPS["fp32"]  # the cell's column stays in fp32's ulps
+    f32 = arithmetic_precision("fp32", {"weights": "F32", "kv_cache": "f32"})
+    cols = judge_external(logits, 7, 6, "fp32", ROUNDING_ULPS, True, top, f32)
+    assert cols["verdict"] == "structural" and "ulps:" not in cols["verdict_note"], cols
+    # a token the server's own pass does not rank first stays structural however coarse its arithmetic
+    second = [[7, -0.5], [6, -0.6]]
+    assert judge_external(logits, 7, 6, "fp32", ROUNDING_ULPS, True, second, q4)["verdict"] == "structural"

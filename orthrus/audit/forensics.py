@@ -48,7 +48,15 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from orthrus.audit.verdict import ROUNDING_ULPS, engine_verdict, external_verdict, gap_ulps, rounding_ulps_arg, verdict
+from orthrus.audit.verdict import (
+    ROUNDING_ULPS,
+    arithmetic_precision,
+    engine_verdict,
+    external_verdict,
+    gap_ulps,
+    rounding_ulps_arg,
+    verdict,
+)
 from orthrus.chat import render_chat
 from orthrus.contracts import FORENSICS_COLUMNS
 from orthrus.data.prompt_set import first_per_domain, length_error, read_prompt_set
@@ -213,8 +221,9 @@ def analyse(
         row = _case_row(o, t, r_tokens[t], o_tokens[t], step_logits, step32)
         if DECODER[o.decoder].runner == "engine":  # an engine's file: nothing to replay (see judge_external)
             top = engine_top(o.env, t)
+            rounds = arithmetic_precision(o.precision, env_record(o.env).get("engine_env"))
             verdict = judge_external(
-                step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, row["replay_consistent"], top
+                step_logits, r_tokens[t], o_tokens[t], o.precision, max_ulps, row["replay_consistent"], top, rounds
             )
         else:
             prompt = render_chat(tokenizer, text[o.prompt_id], options.message)
@@ -315,18 +324,22 @@ def judge_external(
     max_ulps: float | dict,
     reproduced: bool,
     top: list | None = None,
+    rounds: str | None = None,
 ) -> dict:
     """The verdict columns of a divergence of an engine's file: the reference's two logits, and,
     where the file gives the engine's own top-2 log-probabilities at the position (`top`), the
     engine's as its verify columns (log-probabilities: their differences are the logits') and
     `orthrus.audit.verdict.engine_verdict`; without them the verify columns stay empty and the
-    verdict is `external_verdict`'s, from the reference alone."""
+    verdict is `external_verdict`'s, from the reference alone. `rounds`: the precision whose bound the
+    verdict takes where the engine's arithmetic rounds coarser than `precision` (`arithmetic_precision`);
+    `gap_ulps` stays in `precision`'s ulps, as every row of the cell's."""
     step = step_logits.float()
+    rounds = rounds or precision
     logits = {"ref_logit_ref": float(step[ref_token]), "ref_logit_dec": float(step[token])}
     gap = gap_ulps(logits["ref_logit_ref"], logits["ref_logit_dec"], precision)
     nan = float("nan")
     if top is None:
-        v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced)
+        v, note = external_verdict(logits["ref_logit_ref"], logits["ref_logit_dec"], rounds, max_ulps, reproduced)
         return logits | {
             "verify_logit_ref": nan,
             "verify_logit_dec": nan,
@@ -334,11 +347,11 @@ def judge_external(
             "verify_argmax": None,
             "gap_ulps": gap,
             "verdict": v,
-            "verdict_note": note,
+            "verdict_note": _rounds_note(note, rounds, precision),
         }
     lp = {int(t): float(x) for t, x in top}
     v, note = engine_verdict(
-        top, token, ref_token, logits["ref_logit_ref"], logits["ref_logit_dec"], precision, max_ulps, reproduced
+        top, token, ref_token, logits["ref_logit_ref"], logits["ref_logit_dec"], rounds, max_ulps, reproduced
     )
     return logits | {
         "verify_logit_ref": lp.get(ref_token, nan),
@@ -347,8 +360,12 @@ def judge_external(
         "verify_argmax": token in lp and lp[token] >= max(lp.values()),
         "gap_ulps": gap,
         "verdict": v,
-        "verdict_note": note,
+        "verdict_note": _rounds_note(note, rounds, precision),
     }
+
+
+def _rounds_note(note: str, rounds: str, precision: str) -> str:
+    return note if rounds == precision else f"{note} [in {rounds}'s ulps: the engine's arithmetic rounds to {rounds}]"
 
 
 def engine_top(env, t: int) -> list | None:

@@ -39,6 +39,31 @@ EPS = {"fp32": 2.0**-23, "fp16": 2.0**-10, "bf16": 2.0**-7, "tf32": 2.0**-10}
 ROUNDING_ULPS = {"bf16": 4.0, "fp16": 8.0, "fp32": 64.0, "tf32": 8.0}
 
 
+# An engine can round coarser than the float type its entry names. llama.cpp (ggml-cpu) keeps the KV
+# cache in its own type (f16 by default, whatever the weights), multiplies an F16 or BF16 matrix by
+# activations rounded to that type, and a quantized matrix by activations rounded to 8-bit blocks
+# (ggml's Q8 vector types: a step of 1/127 of the block's largest value, bf16's relative spacing, so
+# bf16's bound is the finest that can explain them; not measured). Another order of the same sums, as a
+# batch of other requests brings, moves an operand across one of those roundings and the logits by that
+# precision's ulps, not the float type's: docs/ENGINES.md ("Under load") shows it on SmolLM2's Q4_1 file.
+ROUNDS_AS = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+QUANTIZED_ACTIVATIONS = "bf16"
+
+
+def arithmetic_precision(precision: str, engine_env: dict | None) -> str:
+    """The coarsest rounding in an engine run's arithmetic: its entry's `precision`, its KV cache's type
+    (`kv_cache`) and the type its weights make the activations (`weights`, a GGUF file type: a float
+    type's own, 8-bit blocks for a quantized one), as its record (`engine_env`) names them; a record
+    naming neither (vLLM's: one dtype throughout) leaves `precision`."""
+    env = engine_env if isinstance(engine_env, dict) else {}
+    rounds = [precision]
+    if env.get("kv_cache"):
+        rounds.append(ROUNDS_AS.get(str(env["kv_cache"]), QUANTIZED_ACTIVATIONS))
+    if env.get("weights") and env["weights"] != "unknown":
+        rounds.append(ROUNDS_AS.get(str(env["weights"]), QUANTIZED_ACTIVATIONS))
+    return max(rounds, key=lambda p: EPS[p])
+
+
 def rounding_bound(max_ulps: float | dict, precision: str) -> float:
     """The bound in `precision`: `max_ulps` is one number for every precision or {precision: ulps}."""
     if isinstance(max_ulps, dict):
