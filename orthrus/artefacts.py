@@ -63,7 +63,10 @@ TABLE_NOTES = {
     "`server` the launch (llamacpp, vllm) or command or url; the match rate against its `reference` (the same "
     "server at concurrency 1 for a run under load), its diverging prompts, the median position of their first "
     "divergence and each divergence's verdict; `distinct_mean` and `distinct_max` the distinct completions per "
-    "prompt over its `repeats` passes at that concurrency, `frac_varying` the share of prompts with more than one.",
+    "prompt over its `repeats` passes at that concurrency, `frac_varying` the share of prompts with more than one; "
+    "where both runs give the server's own log-probabilities, `logprob_moved_max` the largest change load made to "
+    "an emitted token's (at the positions before each prompt's first divergence, the tokens the same) and "
+    "`frac_logprob_moved` the share of those positions where it changed at all.",
     "ppl_logit.csv": "`beta1` is the log-PPL coefficient of the logit `match ~ log(ppl) + length + C(domain)` "
     "(`length` the reference response's tokens; domains with a constant outcome dropped), with its "
     "95% CI and p-value; NaN where it cannot be estimated, and `note` says why. `beta0` is the "

@@ -232,7 +232,7 @@ LOAD_COLUMNS = (
     + ["reference", "server", "method", "k", "concurrency", "slots", "planted"]
     + ["n", "match_rate", "ci_low", "ci_high", "n_diverged", "first_divergence_median"]
     + VERDICT_COUNTS
-    + ["repeats", "distinct_mean", "distinct_max", "frac_varying"]
+    + ["repeats", "distinct_mean", "distinct_max", "frac_varying", "logprob_moved_max", "frac_logprob_moved"]
 )
 # file -> columns; every `orthrus analyze` run writes exactly these files
 TABLES = {

@@ -136,3 +136,32 @@ def test_the_load_figure_draws_the_runs_under_load_and_an_empty_panel_without(tm
     assert list(distinct_ax.get_lines()[0].get_xdata()) == [1, 4, 16]
     empty = fig_load(None)
     assert "no server runs" in empty.axes[0].texts[0].get_text()
+
+
+def test_load_moves_the_servers_own_logprobs_where_it_changes_no_token():
+    """logprob_moved_max / frac_logprob_moved: over the positions before each prompt's first divergence,
+    the largest change of the emitted token's log-probability between the run and its reference, and the
+    share of positions where it changed; NaN against a reference without the server's numbers."""
+    from orthrus.analysis.load_invariance import logprob_moves
+
+    cfg = {"decoder": "external", "precision": "fp32", "attention": "sdpa"}
+
+    def row(model, pid, tokens, lps):
+        top = [[[t, lp], [99, -9.0]] for t, lp in zip(tokens, lps)]
+        return (
+            {"model": model} | cfg | {"prompt_id": pid, "tokens": tokens, "env": json.dumps({"engine_logprobs": top})}
+        )
+
+    decode = pd.DataFrame(
+        [
+            row("s-c1", "p0", [5, 6, 7], [-0.1, -0.2, -0.3]),
+            row("s-c4", "p0", [5, 6, 8], [-0.1, -0.25, -0.5]),  # forks at 2: only 0 and 1 count
+            row("s-c1", "p1", [5, 6], [-0.1, -0.2]),
+            row("s-c4", "p1", [5, 6], [-0.1, -0.2]),
+        ]
+    )
+    key, ref = ("s-c4", *cfg.values()), ("s-c1", *cfg.values())
+    out = logprob_moves(decode, key, ref, {"p0": 2, "p1": 2})
+    assert out["logprob_moved_max"] == pytest.approx(0.05) and out["frac_logprob_moved"] == 0.25
+    out = logprob_moves(decode, key, ("teacher", *cfg.values()), {"p0": 2, "p1": 2})
+    assert pd.isna(out["logprob_moved_max"]) and pd.isna(out["frac_logprob_moved"])

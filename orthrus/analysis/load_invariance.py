@@ -38,6 +38,32 @@ def distinct_completions(env) -> int | None:
     return len({tuple(c) for c in completions}) if completions else None
 
 
+def logprob_moves(decode: pd.DataFrame, key: tuple, ref_key: tuple, shared: dict) -> dict:
+    """How far load moves the server's own numbers where it changes no token: over the positions where the run
+    and its reference emitted the same tokens (`shared`: prompt_id -> their common prefix's length) and both
+    files give the server's top log-probabilities, the largest |difference| of the emitted token's
+    log-probability (`logprob_moved_max`) and the share of those positions where it moved at all
+    (`frac_logprob_moved`); NaN where no such position exists (a reference in-process, or without them)."""
+    tops = {}
+    for k in (key, ref_key):
+        rows = decode[(decode[CONFIG] == pd.Series(k, index=CONFIG)).all(axis=1)] if len(decode) else decode
+        tops[k] = {r.prompt_id: (list(r.tokens), env_record(r.env).get("engine_logprobs")) for r in rows.itertuples()}
+    moves = []
+    for pid, n in shared.items():
+        (tokens, top), (_, ref_top) = tops[key].get(pid, ([], None)), tops[ref_key].get(pid, ([], None))
+        if not isinstance(top, list) or not isinstance(ref_top, list):
+            continue
+        for t in range(min(int(n), len(tokens), len(top), len(ref_top))):
+            a, b = dict(map(tuple, top[t] or ())), dict(map(tuple, ref_top[t] or ()))
+            if tokens[t] in a and tokens[t] in b:
+                moves.append(abs(float(a[tokens[t]]) - float(b[tokens[t]])))
+    m = np.asarray(moves)
+    return {
+        "logprob_moved_max": float(m.max()) if m.size else np.nan,
+        "frac_logprob_moved": float((m > 0).mean()) if m.size else np.nan,
+    }
+
+
 def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per server run (model = its NAME-cC entry): match rate against its reference (Wilson 95% CI),
     the diverged prompts and the median position of their first divergence, the verdict counts of those
@@ -59,6 +85,8 @@ def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None
         setting, (method, k), distinct = runs[key]
         diverged = g.loc[~g["match"].astype(bool), "first_divergence"].dropna().astype(int)
         d = np.asarray(distinct, dtype=float)
+        ref_key = (g["reference"].iloc[0], *key[1:])
+        shared = dict(zip(g["prompt_id"], g["common_prefix_len"].fillna(0)))
         rows.append(
             dict(zip(CONFIG, key))
             | {"reference": g["reference"].iloc[0], "server": setting["server"], "method": method, "k": k}
@@ -75,6 +103,7 @@ def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None
                 "distinct_max": int(d.max()) if d.size else pd.NA,
                 "frac_varying": float((d > 1).mean()) if d.size else np.nan,
             }
+            | logprob_moves(ext, key, ref_key, shared)
         )
     out = pd.DataFrame(rows, columns=LOAD_COLUMNS)
     out["distinct_max"] = out["distinct_max"].astype("Int64")
