@@ -373,13 +373,20 @@ def test_a_replay_stopped_after_t_tokens_emits_the_full_runs_tokens_and_logits_u
         assert all(torch.equal(a, b) for a, b in zip(logits[:n], full_logits[:n]))
 
 
+LLAMA = {"engine": "llama.cpp"}
 ARITHMETIC_CASES = [
-    ("vLLM's record: one dtype throughout", "fp32", {"dtype": "float32"}, "fp32"),
-    ("llama.cpp F32 with an f32 KV cache", "fp32", {"weights": "F32", "kv_cache": "f32"}, "fp32"),
-    ("llama.cpp F32 with its default f16 KV cache", "fp32", {"weights": "F32", "kv_cache": "f16"}, "fp16"),
-    ("a quantized file: 8-bit activation blocks", "fp32", {"weights": "Q4_1", "kv_cache": "f32"}, "bf16"),
-    ("a file of unknown type adds nothing", "fp32", {"weights": "unknown", "kv_cache": "f32"}, "fp32"),
-    ("the entry's own precision is the floor", "bf16", {"weights": "F32", "kv_cache": "f16"}, "bf16"),
+    ("vLLM's record: one dtype throughout", "fp32", {"engine": "vllm", "dtype": "float32"}, "fp32"),
+    ("llama.cpp F32 with an f32 KV cache", "fp32", LLAMA | {"weights": "F32", "kv_cache": "f32"}, "fp32"),
+    ("llama.cpp F32 with its default f16 KV cache", "fp32", LLAMA | {"weights": "F32", "kv_cache": "f16"}, "fp16"),
+    ("a quantized file: 8-bit activation blocks", "fp32", LLAMA | {"weights": "Q4_1", "kv_cache": "f32"}, "bf16"),
+    ("a file of unknown type adds nothing", "fp32", LLAMA | {"weights": "unknown", "kv_cache": "f32"}, "fp32"),
+    ("the entry's own precision is the floor", "bf16", LLAMA | {"weights": "F32", "kv_cache": "f16"}, "bf16"),
+    (
+        "another engine's fields are not llama.cpp's",
+        "fp32",
+        {"engine": "x", "weights": "awq", "kv_cache": "fp8"},
+        "fp32",
+    ),
     ("no record", "fp16", None, "fp16"),
 ]
 
@@ -404,11 +411,11 @@ def test_a_quantized_servers_fork_within_its_8_bit_rounding_is_rounding_not_stru
     logits = torch.zeros(10)
     logits[7], logits[6] = 16.01, 16.0  # the reference's token 7 above the server's 6
     top = [[6, -0.500], [7, -0.50318]]
-    q4 = arithmetic_precision("fp32", {"weights": "Q4_1", "kv_cache": "f16"})
+    q4 = arithmetic_precision("fp32", LLAMA | {"weights": "Q4_1", "kv_cache": "f16"})
     cols = judge_external(logits, 7, 6, "fp32", ROUNDING_ULPS, True, top, q4)
     assert cols["verdict"] == "rounding" and "in bf16's ulps" in cols["verdict_note"], cols
     assert cols["gap_ulps"] > ROUNDING_ULPS["fp32"]  # the cell's column stays in fp32's ulps
-    f32 = arithmetic_precision("fp32", {"weights": "F32", "kv_cache": "f32"})
+    f32 = arithmetic_precision("fp32", LLAMA | {"weights": "F32", "kv_cache": "f32"})
     cols = judge_external(logits, 7, 6, "fp32", ROUNDING_ULPS, True, top, f32)
     assert cols["verdict"] == "structural" and "ulps:" not in cols["verdict_note"], cols
     # a token the server's own pass does not rank first stays structural however coarse its arithmetic

@@ -51,12 +51,14 @@ QUANTIZED_ACTIVATIONS = "bf16"
 
 
 def arithmetic_precision(precision: str, engine_env: dict | None) -> str:
-    """The coarsest rounding in an engine run's arithmetic: its entry's `precision`, its KV cache's type
-    (`kv_cache`) and the type its weights make the activations (`weights`, a GGUF file type: a float
-    type's own, 8-bit blocks for a quantized one), as its record (`engine_env`) names them; a record
-    naming neither (vLLM's: one dtype throughout) leaves `precision`."""
+    """The coarsest rounding in an engine run's arithmetic: its entry's `precision` and, for llama.cpp, its
+    KV cache's type (`kv_cache`) and the type its weights make the activations (`weights`, a GGUF file
+    type: a float type's own, 8-bit blocks for a quantized one), as its record (`engine_env`) names them;
+    any other engine's record (vLLM's: one dtype throughout) leaves `precision`."""
     env = engine_env if isinstance(engine_env, dict) else {}
     rounds = [precision]
+    if env.get("engine") != "llama.cpp":
+        return precision
     if env.get("kv_cache"):
         rounds.append(ROUNDS_AS.get(str(env["kv_cache"]), QUANTIZED_ACTIVATIONS))
     if env.get("weights") and env["weights"] != "unknown":
