@@ -160,8 +160,8 @@ def test_load_moves_the_servers_own_logprobs_where_it_changes_no_token():
             row("s-c4", "p1", [5, 6], [-0.1, -0.2]),
         ]
     )
-    key, ref = ("s-c4", *cfg.values()), ("s-c1", *cfg.values())
-    out = logprob_moves(decode, key, ref, {"p0": 2, "p1": 2})
+    run, ref = decode[decode.model == "s-c4"], decode[decode.model == "s-c1"]
+    out = logprob_moves(run, ref, {"p0": 2, "p1": 2})
     assert out["logprob_moved_max"] == pytest.approx(0.05) and out["frac_logprob_moved"] == 0.25
-    out = logprob_moves(decode, key, ("teacher", *cfg.values()), {"p0": 2, "p1": 2})
+    out = logprob_moves(run, None, {"p0": 2, "p1": 2})  # an in-process reference: no server numbers
     assert pd.isna(out["logprob_moved_max"]) and pd.isna(out["frac_logprob_moved"])

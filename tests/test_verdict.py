@@ -400,7 +400,7 @@ def test_an_engines_verdict_takes_the_coarsest_rounding_its_record_names(name, p
 
 def test_a_quantized_servers_fork_within_its_8_bit_rounding_is_rounding_not_structural():
     """SmolLM2's Q4_1 file under load (docs/ENGINES.md): the server emitted its own argmax by 0.003 nats,
-    1,666 fp32 ulps at a logit near 16 (far beyond fp32's bound) but a tenth of one bf16 ulp; its
+    1,666 fp32 ulps at a logit near 16 (far beyond fp32's bound) but a fortieth of one bf16 ulp; its
     arithmetic rounds the activations to 8 bits, so the verdict is rounding, in bf16's ulps, and says
     so; the same margin from an F32 file with an f32 KV cache stays structural."""
     import torch

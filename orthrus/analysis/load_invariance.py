@@ -38,19 +38,24 @@ def distinct_completions(env) -> int | None:
     return len({tuple(c) for c in completions}) if completions else None
 
 
-def logprob_moves(decode: pd.DataFrame, key: tuple, ref_key: tuple, shared: dict) -> dict:
+def _tops(rows: pd.DataFrame | None) -> dict:
+    """prompt_id -> (its tokens, the server's top log-probabilities at each, where its file gave them)."""
+    if rows is None:
+        return {}
+    return {r.prompt_id: (list(r.tokens), env_record(r.env).get("engine_logprobs")) for r in rows.itertuples()}
+
+
+def logprob_moves(run: pd.DataFrame, reference: pd.DataFrame | None, shared: dict) -> dict:
     """How far load moves the server's own numbers where it changes no token: over the positions where the run
-    and its reference emitted the same tokens (`shared`: prompt_id -> their common prefix's length) and both
-    files give the server's top log-probabilities, the largest |difference| of the emitted token's
-    log-probability (`logprob_moved_max`) and the share of those positions where it moved at all
-    (`frac_logprob_moved`); NaN where no such position exists (a reference in-process, or without them)."""
-    tops = {}
-    for k in (key, ref_key):
-        rows = decode[(decode[CONFIG] == pd.Series(k, index=CONFIG)).all(axis=1)] if len(decode) else decode
-        tops[k] = {r.prompt_id: (list(r.tokens), env_record(r.env).get("engine_logprobs")) for r in rows.itertuples()}
+    and its reference (their decoding rows; None for an in-process reference) emitted the same tokens
+    (`shared`: prompt_id -> their common prefix's length) and both files give the server's top
+    log-probabilities, the largest |difference| of the emitted token's log-probability (`logprob_moved_max`)
+    and the share of those positions where it moved at all (`frac_logprob_moved`); NaN where no such
+    position exists."""
+    ours, theirs = _tops(run), _tops(reference)
     moves = []
     for pid, n in shared.items():
-        (tokens, top), (_, ref_top) = tops[key].get(pid, ([], None)), tops[ref_key].get(pid, ([], None))
+        (tokens, top), (_, ref_top) = ours.get(pid, ([], None)), theirs.get(pid, ([], None))
         if not isinstance(top, list) or not isinstance(ref_top, list):
             continue
         for t in range(min(int(n), len(tokens), len(top), len(ref_top))):
@@ -70,8 +75,8 @@ def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None
     divergences (forensics rows `fx`), and the distinct completions per prompt over the repeats (mean, max,
     and the share of prompts with more than one)."""
     ext = decode[decode["decoder"] == EXTERNAL_DECODER] if len(decode) else decode
-    runs = {}
-    for key, g in ext.groupby(CONFIG, sort=False) if len(ext) else ():
+    runs, rows_of = {}, dict(list(ext.groupby(CONFIG, sort=False))) if len(ext) else {}
+    for key, g in rows_of.items():
         setting = load_setting(g["env"].iloc[0])
         if setting is not None:
             distinct = [d for d in map(distinct_completions, g["env"]) if d is not None]
@@ -85,8 +90,8 @@ def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None
         setting, (method, k), distinct = runs[key]
         diverged = g.loc[~g["match"].astype(bool), "first_divergence"].dropna().astype(int)
         d = np.asarray(distinct, dtype=float)
-        ref_key = (g["reference"].iloc[0], *key[1:])
         shared = dict(zip(g["prompt_id"], g["common_prefix_len"].fillna(0)))
+        reference = rows_of.get((g["reference"].iloc[0], *key[1:]))
         rows.append(
             dict(zip(CONFIG, key))
             | {"reference": g["reference"].iloc[0], "server": setting["server"], "method": method, "k": k}
@@ -103,7 +108,7 @@ def load_table(traj: pd.DataFrame, decode: pd.DataFrame, fx: pd.DataFrame | None
                 "distinct_max": int(d.max()) if d.size else pd.NA,
                 "frac_varying": float((d > 1).mean()) if d.size else np.nan,
             }
-            | logprob_moves(ext, key, ref_key, shared)
+            | logprob_moves(rows_of[key], reference, shared)
         )
     out = pd.DataFrame(rows, columns=LOAD_COLUMNS)
     out["distinct_max"] = out["distinct_max"].astype("Int64")

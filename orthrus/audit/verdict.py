@@ -46,7 +46,7 @@ ROUNDING_ULPS = {"bf16": 4.0, "fp16": 8.0, "fp32": 64.0, "tf32": 8.0}
 # bf16's bound is the finest that can explain them; not measured). Another order of the same sums, as a
 # batch of other requests brings, moves an operand across one of those roundings and the logits by that
 # precision's ulps, not the float type's: docs/ENGINES.md ("Under load") shows it on SmolLM2's Q4_1 file.
-ROUNDS_AS = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+ROUNDS_AS = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}  # a float type, GGUF's or ggml's name lowercased
 QUANTIZED_ACTIVATIONS = "bf16"
 
 
@@ -56,14 +56,10 @@ def arithmetic_precision(precision: str, engine_env: dict | None) -> str:
     type: a float type's own, 8-bit blocks for a quantized one), as its record (`engine_env`) names them;
     any other engine's record (vLLM's: one dtype throughout) leaves `precision`."""
     env = engine_env if isinstance(engine_env, dict) else {}
-    rounds = [precision]
     if env.get("engine") != "llama.cpp":
         return precision
-    if env.get("kv_cache"):
-        rounds.append(ROUNDS_AS.get(str(env["kv_cache"]), QUANTIZED_ACTIVATIONS))
-    if env.get("weights") and env["weights"] != "unknown":
-        rounds.append(ROUNDS_AS.get(str(env["weights"]), QUANTIZED_ACTIVATIONS))
-    return max(rounds, key=lambda p: EPS[p])
+    types = [str(env[k]).lower() for k in ("kv_cache", "weights") if env.get(k) and env[k] != "unknown"]
+    return max([precision] + [ROUNDS_AS.get(t, QUANTIZED_ACTIVATIONS) for t in types], key=lambda p: EPS[p])
 
 
 def rounding_bound(max_ulps: float | dict, precision: str) -> float:
