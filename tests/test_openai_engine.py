@@ -13,9 +13,11 @@ import time
 
 import pytest
 
+from orthrus.engines import openai_answers as answers
 from orthrus.engines import openai_api as api
 from orthrus.engines import openai_run
 from orthrus.engines.openai_engine import OpenAI, expand
+from orthrus.engines.openai_http import Session
 from orthrus.engines.openai_planted import PlantedProxy, perturbed
 from orthrus.engines.server import ServerError
 
@@ -48,7 +50,7 @@ FAKE = textwrap.dedent(
             with lock:
                 state["now"] += 1; state["max"] = max(state["max"], state["now"]); busy = state["now"]
             time.sleep(delay)
-            n, last = body["max_tokens"], body["prompt"][-1]
+            n, last = body.get("max_tokens", body.get("n_predict")), body["prompt"][-1]
             if body.get("temperature", 0) > 0:
                 rng = random.Random(body.get("seed") if "--ignore-seed" not in args else None)
                 toks = [rng.randrange(50) for _ in range(n)]
@@ -56,9 +58,22 @@ FAKE = textwrap.dedent(
                 toks = [(last + i) % 50 for i in range(1, n + 1)]
                 if "--batch-variant" in args and busy > 1 and n > 2:
                     toks[2] = (toks[2] + 1) % 50
+            # --drop-utf8: llama-server leaves out the entry (id included) of a token that ends inside a
+            # UTF-8 character, here the third, in both its endpoints' log-probabilities
+            keep = [i for i in range(len(toks)) if not ("--drop-utf8" in args and i == 2)]
+            if self.path == "/completion":  # llama-server's own endpoint: every id in `tokens`
+                probs = [{"id": toks[i], "token": "x", "logprob": -0.1, "top_logprobs": [
+                    {"id": toks[i], "logprob": -0.1}, {"id": toks[i] + 1, "logprob": -2.5}]} for i in keep]
+                out = {"index": 0, "content": "x", "tokens": toks, "completion_probabilities": probs,
+                       "stop": True, "timings": {"predicted_n": n}}
+                with lock:
+                    state["now"] -= 1
+                    if log:
+                        open(log, "w").write(json.dumps({"max": state["max"], "last": body, "path": self.path}))
+                return self.reply(out)
             if dialect == "llama":
                 content = [{"id": t, "logprob": -0.1, "top_logprobs": [{"id": t, "logprob": -0.1},
-                           {"id": t + 1, "logprob": -2.5}]} for t in toks]
+                           {"id": t + 1, "logprob": -2.5}]} for i, t in enumerate(toks) if i in keep]
                 if "--no-top" in args:  # llama-server speculating: ids, no probabilities
                     content = [{"id": c["id"], "logprob": -0.1, "top_logprobs": []} for c in content]
                 logprobs = {"content": content}
@@ -67,7 +82,7 @@ FAKE = textwrap.dedent(
                             "top_logprobs": [{f"token_id:{t}": -0.1, f"token_id:{t + 1}": -2.5} for t in toks]}
             else:  # text only
                 logprobs = None
-            out = {"choices": [{"text": "x", "logprobs": logprobs, "finish_reason": "length"}],
+            out = {"choices": [{"index": 0, "text": "x", "logprobs": logprobs, "finish_reason": "length"}],
                    "usage": {"completion_tokens": n}, "system_fingerprint": "fake-1"}
             with lock:
                 state["now"] -= 1
@@ -100,7 +115,8 @@ def served(fake, tmp_path):
         url = f"http://127.0.0.1:{port}"
         for _ in range(200):
             try:
-                api.get(url, "/v1/models", timeout=1)
+                with Session(url, 1) as s:
+                    s.call("GET", "/v1/models", None, "the model list")
                 return url, log
             except ServerError:
                 time.sleep(0.05)
@@ -110,6 +126,18 @@ def served(fake, tmp_path):
     for p in procs:
         p.kill()
         p.wait()
+
+
+def _ask(url, body, vocab=60):
+    asked = answers.Asked(url, "prompt p0", vocab, body["max_tokens"])
+    with Session(url, 30) as s:
+        choice = answers.read_openai(s.call("POST", "/v1/completions", body, asked.label), asked)
+    return choice.ids, choice.tops
+
+
+def _probe(url, *args, **kw):
+    with Session(url, 30) as s:
+        api.probe(s, api.OPENAI, *args, **kw)
 
 
 def _prompts(n=6, sampled=False):
@@ -135,14 +163,14 @@ def _run(tmp_path, name="x", **over):
         "extra_body": {},
         "server_args": [],
         "timeout_s": 60,
+        "vocab": 60,
     } | over
 
 
 @pytest.mark.parametrize("dialect", ["llama", "vllm"])
 def test_both_dialects_give_the_ids_and_the_top_two(served, dialect):
     url, _ = served("--dialect", dialect)
-    answer = api.post(url, "/v1/completions", api.greedy_body(_prompts()[0], "fake-model"))
-    ids, tops = api.parse_choice(answer)
+    ids, tops = _ask(url, api.greedy_body(_prompts()[0], "fake-model"))
     assert ids == [11, 12, 13, 14, 15]
     assert tops[0] == [[11, -0.1], [12, -2.5]] and len(tops) == 5
 
@@ -150,7 +178,7 @@ def test_both_dialects_give_the_ids_and_the_top_two(served, dialect):
 def test_a_server_that_returns_text_alone_is_refused_naming_the_token_ids(served):
     url, _ = served("--dialect", "text")
     with pytest.raises(api.Missing, match="returns no token ids"):
-        api.probe(url, "fake-model", _prompts()[0], sampled=False)
+        _probe(url, "fake-model", _prompts()[0], sampled=False)
 
 
 def test_a_plain_server_without_top_two_is_refused_a_speculative_one_is_not(served):
@@ -158,15 +186,15 @@ def test_a_plain_server_without_top_two_is_refused_a_speculative_one_is_not(serv
     at all): a speculative run goes on, its divergences judged by the reference's numbers alone."""
     url, _ = served("--no-top")
     with pytest.raises(api.Missing, match="returns no top-2 log-probabilities"):
-        api.probe(url, "fake-model", _prompts()[0], sampled=False)
-    api.probe(url, "fake-model", _prompts()[0], sampled=False, need_top=False)
+        _probe(url, "fake-model", _prompts()[0], sampled=False)
+    _probe(url, "fake-model", _prompts()[0], sampled=False, need_top=False)
 
 
 def test_a_server_that_ignores_seeds_is_refused_for_sampling(served):
     url, _ = served("--ignore-seed")
-    api.probe(url, "fake-model", _prompts()[0], sampled=False)  # greedy needs no seed
+    _probe(url, "fake-model", _prompts()[0], sampled=False)  # greedy needs no seed
     with pytest.raises(api.Missing, match="does not honour a request's `seed`"):
-        api.probe(url, "fake-model", _prompts()[0], sampled=True)
+        _probe(url, "fake-model", _prompts()[0], sampled=True)
 
 
 def test_a_greedy_run_puts_its_load_on_the_server_and_counts_every_repeat(served, tmp_path):
@@ -231,10 +259,11 @@ def test_the_planted_proxy_changes_a_request_only_while_another_is_in_flight(ser
     prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(8)))
     planted = PlantedProxy(url)
     bodies = [api.greedy_body(p, "fake-model") for p in _prompts(8)]
-    with planted as proxy:
-        api.send_all(proxy, bodies, 1, time.monotonic() + 60)
+    with planted as proxy, Session(proxy, 60) as s:
+        labels, read = [f"prompt {i}" for i in range(8)], lambda i, answer: answer
+        api.send_all(s, "/v1/completions", bodies, labels, 1, read)
         assert planted.perturbed == 0  # alone: passed through
-        api.send_all(proxy, bodies, 4, time.monotonic() + 60)
+        api.send_all(s, "/v1/completions", bodies, labels, 4, read)
         assert planted.perturbed > 0
     runs = [
         _run(tmp_path, "p1", planted=True, server={"kind": "url", "url": url}),
@@ -357,3 +386,4 @@ def test_a_killed_job_leaves_no_server(fake, tmp_path, signal_name):
 
 def _fakes(fake: str) -> list[str]:
     return [p for p in os.listdir("/proc") if p.isdigit() and _is_fake(p, fake)]
+

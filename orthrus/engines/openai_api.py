@@ -1,70 +1,44 @@
-"""The OpenAI-compatible completions API (`POST /v1/completions`) as the audit speaks it, to any server:
-prompts sent as token ids (no retokenizing), greedy requests asking for the top-2 log-probabilities
-at every position, sampled requests carrying a seed each, and `concurrency` requests in flight at once.
+"""The completions APIs as the audit speaks them, to any server: prompts sent as token ids (no
+retokenizing), greedy requests asking for the top-2 log-probabilities at every position, sampled
+requests carrying a seed each, and `concurrency` requests in flight at once. Two dialects (`Dialect`):
 
-What a server must give back, and where each dialect puts it (`parse_choice`):
-  - token ids: llama.cpp's server names each position's id (`logprobs.content[i].id`); vLLM's does with
-    `return_tokens_as_token_ids` (`logprobs.tokens[i]` = "token_id:ID"), which every request asks for;
-  - the top-2 log-probabilities at each position: `content[i].top_logprobs` (llama.cpp) or
-    `top_logprobs[i]` (vLLM, keyed as the tokens are);
-  - seeds honoured, for sampled requests: two requests with one seed sample the same tokens.
-`probe` asks for each with one short request before any prompt is sent, and refuses the server naming
-what it lacks (`Missing`): a server that returns text alone cannot be audited token by token.
+  - `openai`: `POST /v1/completions`, the OpenAI-compatible API every server here speaks; llama.cpp's
+    server names each position's id (`logprobs.content[i].id`), vLLM's with `return_tokens_as_token_ids`
+    (`logprobs.tokens[i]` = "token_id:ID"), which every request asks for;
+  - `llamacpp`: llama.cpp's own `POST /completion`, which returns every generated id (`tokens`), where
+    its `/v1/completions` leaves out the id of a token that ends inside a UTF-8 character (issue 62: 15 of
+    36 SmolLM2 prompts lost). A `launch: llamacpp` entry speaks it; the request is the llama.cpp
+    engine's own (orthrus/engines/llamacpp.py).
 
-`send_all` keeps `concurrency` requests in flight (a thread each, the standard library's HTTP client)
-until every request is answered, each bounded by REQUEST_TIMEOUT_S and all by the run's deadline; it
-counts how many were in flight when each one started, so a record says what load it met.
+Every answer is read and checked by orthrus/engines/openai_answers.py as it arrives, every exchange
+bounded by the run's deadline and retried where transient by orthrus/engines/openai_http.py.
+
+`probe` asks with one short request for what the audit needs (ids back, the top-2 log-probabilities,
+seeds honoured) before any prompt is sent, and refuses the server naming what it lacks (`Missing`).
+`send_all` keeps `concurrency` requests in flight (a thread each) until every request is answered, the
+run stops or its deadline passes; it counts how many were in flight when each one started, so a record
+says what load it met.
 """
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from orthrus.engines import openai_answers as answers
+from orthrus.engines.openai_http import Session, Stopped
 from orthrus.engines.server import ServerError
 
 API = "openai-completions"
-TOP = 2
-REQUEST_TIMEOUT_S = 600
-VLLM_ID = "token_id:"  # vLLM's token strings under return_tokens_as_token_ids
+TOP = answers.TOP
+GRACE_S = 3.0  # past the deadline, the wait for requests whose connections were cut
 
 
 class Missing(ServerError):
     """The server lacks something the audit needs (token ids back, log-probabilities, seeds)."""
-
-
-def post(url: str, path: str, body: dict, timeout: float = REQUEST_TIMEOUT_S) -> dict:
-    req = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise ServerError(f"{url}{path} answered {e.code}: {e.read()[:500]!r}") from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-        raise ServerError(f"{url}{path}: no answer ({e})") from None
-
-
-def get(url: str, path: str, timeout: float = 30) -> dict:
-    try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=timeout) as r:
-            return json.loads(r.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError) as e:
-        raise ServerError(f"{url}{path}: no answer ({e})") from None
-
-
-def served_model(url: str) -> str:
-    """The first model the server lists (`GET /v1/models`): the one a request names where the entry
-    names none."""
-    data = get(url, "/v1/models").get("data") or []
-    if not data or not data[0].get("id"):
-        raise Missing(f"{url}/v1/models lists no model: give the entry's `model`")
-    return str(data[0]["id"])
 
 
 def greedy_body(prompt: dict, model: str, extra: dict | None = None) -> dict:
@@ -98,38 +72,53 @@ def sample_body(prompt: dict, model: str, seed: int, extra: dict | None = None) 
     } | (extra or {})
 
 
-def _vllm_id(token: str) -> int | None:
-    return int(token[len(VLLM_ID) :]) if isinstance(token, str) and token.startswith(VLLM_ID) else None
+def native_greedy_body(prompt: dict, model: str, extra: dict | None = None) -> dict:
+    from orthrus.engines import llamacpp
+
+    return llamacpp.greedy_body(prompt) | (extra or {})
 
 
-def parse_choice(answer: dict) -> tuple[list[int] | None, list[list] | None]:
-    """(the generated token ids, each position's top-2 [[id, logprob], ...] in rank order), None where
-    the answer does not give them."""
-    choices = answer.get("choices") or [{}]
-    lp = choices[0].get("logprobs") or {}
-    if isinstance(lp.get("content"), list):  # llama.cpp: one entry per token, ids named
-        content = lp["content"]
-        if not all(isinstance(c, dict) and "id" in c for c in content):
-            return None, None
-        ids = [int(c["id"]) for c in content]
-        tops = [
-            sorted(([int(t["id"]), float(t["logprob"])] for t in c.get("top_logprobs") or []), key=lambda x: -x[1])[
-                :TOP
-            ]
-            for c in content
-        ]
-        return ids, tops
-    tokens = lp.get("tokens")
-    if isinstance(tokens, list):  # vLLM with return_tokens_as_token_ids
-        ids = [_vllm_id(t) for t in tokens]
-        if None in ids:
-            return None, None
-        tops = []
-        for pos in lp.get("top_logprobs") or []:
-            found = [[_vllm_id(t), float(v)] for t, v in (pos or {}).items()]
-            tops.append(sorted((x for x in found if x[0] is not None), key=lambda x: -x[1])[:TOP])
-        return ids, (tops if len(tops) == len(ids) else None)
-    return None, None
+def native_sample_body(prompt: dict, model: str, seed: int, extra: dict | None = None) -> dict:
+    from orthrus.engines import llamacpp
+
+    return llamacpp.sample_body(prompt, seed) | (extra or {})
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One API: its name in a record's env, its path, its request bodies, its answers' reader and
+    where it puts the ids (for the probe's message)."""
+
+    api: str
+    path: str
+    greedy: Callable
+    sample: Callable
+    read: Callable
+    ids_where: str
+
+
+OPENAI = Dialect(
+    API,
+    "/v1/completions",
+    greedy_body,
+    sample_body,
+    answers.read_openai,
+    "neither logprobs.content[].id (llama.cpp) nor vLLM's return_tokens_as_token_ids",
+)
+NATIVE = Dialect(
+    "llamacpp-completion", "/completion", native_greedy_body, native_sample_body, answers.read_native, "no `tokens`"
+)
+DIALECTS = {"openai": OPENAI, "llamacpp": NATIVE}
+
+
+def served_model(session: Session) -> str:
+    """The first model the server lists (`GET /v1/models`): the one a request names where the entry
+    names none."""
+    data = session.call("GET", "/v1/models", None, "the model list").get("data")
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    if not isinstance(first.get("id"), str) or not first["id"]:
+        raise Missing(f"{session.url}/v1/models lists no model: give the entry's `model`")
+    return first["id"]
 
 
 def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:
@@ -140,27 +129,39 @@ def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:
     return ids
 
 
-def probe(url: str, model: str, prompt: dict, sampled: bool, extra: dict | None = None, need_top: bool = True) -> None:
+def ask(session: Session, dialect: Dialect, body: dict, asked: answers.Asked) -> answers.Choice:
+    return dialect.read(session.call("POST", dialect.path, body, asked.label), asked)
+
+
+def probe(
+    session: Session,
+    dialect: Dialect,
+    model: str,
+    prompt: dict,
+    sampled: bool,
+    extra: dict | None = None,
+    need_top: bool = True,
+    vocab: int | None = None,
+) -> None:
     """One short request for each thing the audit needs of the server; `Missing` names what it lacks.
     `need_top=False` (a speculative run): llama-server gives no probabilities for the tokens its
     speculation emits, for some prompts none at all, and those divergences are judged by the
     reference's numbers alone, as the llama.cpp engine's are."""
     short = prompt | {"max_new_tokens": 4}
-    ids, tops = parse_choice(post(url, "/v1/completions", greedy_body(short, model, extra)))
-    where = f"the server at {url} (model {model!r})"
-    if ids is None:
-        raise Missing(
-            f"{where} returns no token ids: neither logprobs.content[].id (llama.cpp) nor vLLM's "
-            "return_tokens_as_token_ids; the audit compares tokens, not text"
-        )
+    asked = answers.Asked(session.url, f"the check request (prompt {prompt['prompt_id']}, 4 tokens)", vocab, 4)
+    choice = ask(session, dialect, dialect.greedy(short, model, extra), asked)
+    where = f"the server at {session.url} (model {model!r})"
+    if choice.ids is None:
+        raise Missing(f"{where} returns no token ids: {dialect.ids_where}; the audit compares tokens, not text")
     # a plain run's first token is the prefill's argmax, whose top two every server that has them gives
-    if not sampled and need_top and (not tops or len(tops[0]) < TOP):
+    if not sampled and need_top and (not choice.tops or len(choice.tops[0]) < TOP):
         raise Missing(
             f"{where} returns no top-{TOP} log-probabilities (`logprobs: {TOP}`): the verdicts are read from them"
         )
     if sampled:
         s = short | {"max_new_tokens": 16, "temperature": 1.0, "top_p": None, "top_k": 0}
-        first = [parse_choice(post(url, "/v1/completions", sample_body(s, model, seed, extra)))[0] for seed in (1, 1)]
+        asked = answers.Asked(session.url, f"the seed check (prompt {prompt['prompt_id']}, 16 tokens)", vocab, 16)
+        first = [ask(session, dialect, dialect.sample(s, model, seed, extra), asked).ids for seed in (1, 1)]
         if first[0] != first[1]:
             raise Missing(f"{where} does not honour a request's `seed`: one seed sampled {first[0]} and {first[1]}")
 
@@ -181,53 +182,46 @@ class Load:
             self.now -= 1
 
 
-def send_all(url: str, bodies: list[dict], concurrency: int, deadline: float) -> list[tuple[dict, int]]:
-    """Every body posted with `concurrency` in flight: [(answer, requests in flight when it started)] in
-    the bodies' order. A request that fails, or the deadline (time.monotonic()), stops the rest."""
-    load, stop = Load(), threading.Event()
-
-    late = "the run's time bound (timeout_s) passed before every request was answered"
-
-    def one(body: dict) -> tuple[dict, int]:
-        if stop.is_set():
-            raise ServerError("stopped")
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ServerError(late)
-        n = load.enter()
-        try:
-            return post(url, "/v1/completions", body, timeout=min(REQUEST_TIMEOUT_S, left)), n
-        except ServerError:
-            if time.monotonic() >= deadline:  # cut short by the bound, not the server's failure
-                raise ServerError(late) from None
-            raise
-        finally:
-            load.leave()
-
-    # daemon threads, not a pool: a job stopped by a signal must not wait at exit for requests in flight
-    # (its server, stopped on the way out, ends them)
-    todo, results, errors = queue.SimpleQueue(), [None] * len(bodies), []
+def send_all(
+    session: Session, path: str, bodies: list[dict], labels: list[str], concurrency: int, read: Callable
+) -> list[tuple]:
+    """Every body posted to `path` with `concurrency` in flight, each answer read as it comes
+    (`read(i, answer)`, which raises on a bad one; `labels[i]` names request i in errors): [(what it
+    read, requests in flight when it started)] in the bodies' order. The first failure stops the rest
+    (their connections cut); the session's deadline cuts everything still open."""
+    load, todo, results, errors = Load(), queue.SimpleQueue(), [None] * len(bodies), []
     for i in range(len(bodies)):
         todo.put(i)
 
     def worker() -> None:
-        while not stop.is_set():
+        while not session.over.is_set():
             try:
                 i = todo.get_nowait()
             except queue.Empty:
                 return
+            n = load.enter()
             try:
-                results[i] = one(bodies[i])
+                results[i] = read(i, session.call("POST", path, bodies[i], labels[i])), n
             except Exception as e:  # the first failure stops the rest; it is raised below
                 errors.append(e)
-                stop.set()
+                session.stop()
+            finally:
+                load.leave()
 
+    # daemon threads, not a pool: a job stopped by a signal must not wait at exit for requests in flight
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(bodies)))]
     for t in threads:
         t.start()
+    # the deadline's cut ends every request within moments; GRACE_S past it, the job goes on without
+    # them (daemon threads, their sockets shut) rather than wait
+    give_up = session.deadline + GRACE_S
     for t in threads:
-        while t.is_alive():
-            t.join(0.5)
+        while t.is_alive() and time.monotonic() < give_up:
+            t.join(0.2)
     if errors:
-        raise next((e for e in errors if str(e) != "stopped"), errors[0])
+        raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
+    unanswered = sum(r is None for r in results)
+    if unanswered:
+        alive = sum(t.is_alive() for t in threads)
+        raise session.late(f"{unanswered} of {len(bodies)} requests to be answered ({alive} in flight)")
     return results

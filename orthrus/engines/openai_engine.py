@@ -19,6 +19,7 @@ slots do not change with the load (llama.cpp gets `slots` = the concurrency unle
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -80,6 +81,26 @@ def expand(entries: dict) -> dict:
                 | ({"reference": ref} if ref else {})
             )
     return out
+
+
+def vocabulary(model_path: str, prompts: str) -> int | None:
+    """The ids an answer may hold (issue 62: an id outside them is refused before anything is
+    written): what ingest checks a greedy file against, the study tokenizer's length, and for a
+    sampled file what engine-samples does, the larger of it and the model's vocab_size. None where the
+    job has no model directory."""
+    if not model_path:
+        return None
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        n = len(AutoTokenizer.from_pretrained(model_path))
+        with open(prompts, encoding="utf-8") as f:
+            sampled = "n_samples" in json.loads(f.readline() or "{}")
+        return max(n, AutoConfig.from_pretrained(model_path).vocab_size) if sampled else n
+    except (OSError, ValueError) as e:
+        raise InputError(
+            f"openai engine: {model_path}: no vocabulary to check the answers' ids against ({e})"
+        ) from None
 
 
 class OpenAI(Engine):
@@ -177,9 +198,11 @@ class OpenAI(Engine):
         from orthrus.engines import openai_run
         from orthrus.engines.server import ServerError
 
+        vocab = vocabulary(model_path, prompts)
         for r in runs:  # the model directory the rule hands the job: what vLLM or a command serves
             if "model_dir" in r["server"] and not r["server"]["model_dir"]:
                 r["server"]["model_dir"] = str(Path(model_path).resolve())
+            r.setdefault("vocab", vocab)
         try:
             openai_run.run_all(prompts, runs, threads)
         except ServerError as e:

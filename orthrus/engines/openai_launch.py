@@ -46,6 +46,7 @@ class Launch:
     body: dict = field(default_factory=dict)
     known: dict = field(default_factory=dict)
     version_path: str = ""  # where the running server says its version, where it does
+    dialect: str = "openai"  # the API it is read through (orthrus/engines/openai_api.py's DIALECTS)
 
 
 def context(prompts: list[dict]) -> int:

@@ -9,10 +9,17 @@ repeat's tokens in `extra.completions` (the distinct completions per prompt: the
 measure) and the requests in flight when each of its requests started in `extra.in_flight`. A sampled
 run sends n_samples requests a prompt, sample j of prompt i seeded from the run's seed + i and j, as
 llama.cpp's engine does, all at the run's concurrency. `env` holds what is known of the server's
-numerics (orthrus/engines/openai_launch.py) and of the load: api, server, concurrency, slots, repeats,
-planted. A record whose token ids the server did not all return (llama.cpp's server leaves out a token
-that ends inside a UTF-8 character) ends with finish_reason `token-ids-missing`: an error row of the
-study, counted, never guessed at by retokenizing.
+numerics (orthrus/engines/openai_launch.py) and of the load: api (the dialect), server, concurrency,
+slots, repeats, planted; `extra.retries` the transient failures the run retried.
+
+Each run has one deadline, its `timeout_s` (the first run's covering the checks before the prompts):
+every request, answer and body read within it (orthrus/engines/openai_http.py), and every answer
+checked as it comes (orthrus/engines/openai_answers.py). A run that fails either way stops with one
+line naming the server, the request and the field or what it waited for; its file is not written.
+A record whose token ids the server did not all return (llama.cpp's `/v1/completions` leaves out a
+token that ends inside a UTF-8 character; a `launch: llamacpp` entry reads its `/completion`, which does
+not) ends with finish_reason `token-ids-missing`: an error row of the study, counted, never guessed at
+by retokenizing.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from orthrus.engines import openai_answers as answers
 from orthrus.engines import openai_api as api
 from orthrus.engines.llamacpp import request_seed, write_jsonl
+from orthrus.engines.openai_http import Session
 from orthrus.engines.openai_launch import launch_for
 from orthrus.engines.openai_planted import PlantedProxy
 from orthrus.engines.server import Server, ServerError, exit_on_sigterm
@@ -45,14 +54,14 @@ def server_key(run: dict) -> str:
     return json.dumps(shared, sort_keys=True)
 
 
-def record_env(run: dict, known: dict, model: str, fingerprint: str) -> dict:
+def record_env(run: dict, known: dict, model: str, fingerprint: str, dialect: api.Dialect) -> dict:
     method = run.get("speculative", "none")
     return (
         {"engine": "unknown", "version": "unknown", "dtype": None, "device": "unknown (a server the user runs)"}
         | ({"device": f"cpu ({platform.processor() or platform.machine()})"} if run["server"]["kind"] != "url" else {})
         | known
         | {
-            "api": api.API,
+            "api": dialect.api,
             "server": run["server"].get("launch") or run["server"]["kind"],
             **({"url": run["server"]["url"]} if run["server"]["kind"] == "url" else {}),
             "model": model,
@@ -67,68 +76,77 @@ def record_env(run: dict, known: dict, model: str, fingerprint: str) -> dict:
     )
 
 
-def _passes(url: str, bodies: list[dict], run: dict, deadline: float) -> list[list[tuple[dict, int]]]:
-    return [api.send_all(url, bodies, run["concurrency"], deadline) for _ in range(run["repeats"])]
+def reader(session: Session, dialect: api.Dialect, labels: list[str], budgets: list[int], vocab, need_top: bool):
+    """`read(i, answer)` for send_all: answer i checked (orthrus/engines/openai_answers.py), its ids
+    there, and a plain run's log-probabilities one entry per token."""
+
+    def read(i: int, answer: dict) -> answers.Choice:
+        asked = answers.Asked(session.url, labels[i], vocab, budgets[i])
+        choice = dialect.read(answer, asked)
+        if choice.ids is None:
+            raise asked.bad("token ids", f"none in this answer ({dialect.ids_where}), where the check request had them")
+        if need_top and choice.tops is None:
+            raise asked.bad("log-probabilities", "none, or not one entry per token, in a plain run's answer")
+        return choice
+
+    return read
 
 
-def greedy_records(url: str, model: str, run: dict, prompts: list[dict], known: dict, body: dict, deadline: float):
-    bodies = [api.greedy_body(p, model, body | run.get("extra_body", {})) for p in prompts]
-    passes = _passes(url, bodies, run, deadline)
-    env = record_env(run, known, model, str(passes[0][0][0].get("system_fingerprint", "")))
+def greedy_records(session: Session, dialect: api.Dialect, model: str, run: dict, prompts: list[dict], known, body):
+    bodies = [dialect.greedy(p, model, body | run.get("extra_body", {})) for p in prompts]
     speculative = run.get("speculative", "none") != "none"
+    passes = []
+    for r in range(run["repeats"]):
+        labels = [f"prompt {p['prompt_id']}, repeat {r + 1} of {run['repeats']}" for p in prompts]
+        read = reader(
+            session, dialect, labels, [p["max_new_tokens"] for p in prompts], run.get("vocab"), not speculative
+        )
+        passes.append(api.send_all(session, dialect.path, bodies, labels, run["concurrency"], read))
+    env = record_env(run, known, model, passes[0][0][0].fingerprint, dialect)
     records = []
     for i, p in enumerate(prompts):
-        answer, in_flight = passes[0][i]
-        ids, tops = api.parse_choice(answer)
-        ids = ids or []
-        usage = (answer.get("usage") or {}).get("completion_tokens")
-        complete = usage is None or int(usage) == len(ids)
-        cut = api.cut_at_stop(ids, p["stop_token_ids"])
-        accepted = int((answer.get("timings") or {}).get("draft_n_accepted", 0))
+        choice, _ = passes[0][i]
+        cut = api.cut_at_stop(choice.ids, p["stop_token_ids"])
         rec = {
             "prompt_id": p["prompt_id"],
             "token_ids": cut,
             "finish_reason": ("stop" if cut and cut[-1] in p["stop_token_ids"] else "length")
-            if complete
+            if choice.complete
             else "token-ids-missing",
             "prompt_token_ids": p["prompt_token_ids"],
             "settings": {k: p[k] for k in ("max_new_tokens", "stop_token_ids", "message", "temperature")},
             "env": env,
             "extra": {
-                "completions": [
-                    api.cut_at_stop(api.parse_choice(ps[i][0])[0] or [], p["stop_token_ids"]) for ps in passes
-                ],
+                "completions": [api.cut_at_stop(ps[i][0].ids, p["stop_token_ids"]) for ps in passes],
                 "in_flight": [ps[i][1] for ps in passes],
             },
         }
-        if tops is not None:
-            rec["logprobs"] = tops[: len(cut)]
+        if choice.tops is not None:
+            rec["logprobs"] = choice.tops[: len(cut)]
         # tokens per forward where the server counts its drafts (llama.cpp's `timings`); a plain run's
         # one per token; a speculative run without counts has none
         if not speculative:
             rec["forwards"] = max(len(cut), 1)
-        elif "draft_n_accepted" in (answer.get("timings") or {}):
-            rec["forwards"] = max(len(cut) - accepted, 1)
+        elif choice.accepted is not None:
+            rec["forwards"] = max(len(cut) - choice.accepted, 1)
         records.append(rec)
     return records
 
 
-def sampled_records(url: str, model: str, run: dict, prompts: list[dict], known: dict, body: dict, deadline: float):
+def sampled_records(session: Session, dialect: api.Dialect, model: str, run: dict, prompts: list[dict], known, body):
     seed = int(run.get("seed", 0))
     order = [(i, j) for i, p in enumerate(prompts) for j in range(p["n_samples"])]
     bodies = [
-        api.sample_body(prompts[i], model, request_seed(seed + i, j), body | run.get("extra_body", {}))
-        for i, j in order
+        dialect.sample(prompts[i], model, request_seed(seed + i, j), body | run.get("extra_body", {})) for i, j in order
     ]
-    answers = api.send_all(url, bodies, run["concurrency"], deadline)
-    env = record_env(run, known, model, str(answers[0][0].get("system_fingerprint", "")))
+    labels = [f"prompt {prompts[i]['prompt_id']}, sample {j}" for i, j in order]
+    read = reader(session, dialect, labels, [prompts[i]["max_new_tokens"] for i, _ in order], run.get("vocab"), False)
+    answers_ = api.send_all(session, dialect.path, bodies, labels, run["concurrency"], read)
+    env = record_env(run, known, model, answers_[0][0].fingerprint, dialect)
     env = {k: v for k, v in env.items() if k not in ("logprobs", "repeats")}
     samples: dict[int, list] = {}
-    for (i, _), (answer, _n) in zip(order, answers):
-        ids = api.parse_choice(answer)[0]
-        if ids is None:
-            raise api.Missing(f"the server at {url} returned a sample without its token ids")
-        samples.setdefault(i, []).append(api.cut_at_stop(ids, prompts[i]["stop_token_ids"]))
+    for (i, _), (choice, _n) in zip(order, answers_):
+        samples.setdefault(i, []).append(api.cut_at_stop(choice.ids, prompts[i]["stop_token_ids"]))
     return [
         {
             "prompt_id": p["prompt_id"],
@@ -139,10 +157,27 @@ def sampled_records(url: str, model: str, run: dict, prompts: list[dict], known:
     ]
 
 
+def check(session: Session, dialect: api.Dialect, first: dict, launch, prompts: list[dict]) -> tuple[str, dict]:
+    """Before any prompt, within the first run's bound: the model's name, the server's version where it
+    says it, and the probe of what the audit needs. (model, what is known of the server)."""
+    model = first.get("model") or api.served_model(session)
+    known = dict(launch.known) if launch else {}
+    if launch is not None and launch.version_path:
+        found = session.call("GET", launch.version_path, None, "the version").get("version")
+        known["version"] = found if isinstance(found, str) else known.get("version")
+    body = (launch.body if launch else {}) | first.get("extra_body", {})
+    need_top = first.get("speculative", "none") == "none"
+    sampled = "n_samples" in prompts[0]
+    api.probe(session, dialect, model, prompts[0], sampled, body, need_top=need_top, vocab=first.get("vocab"))
+    return model, known
+
+
 def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) -> None:
-    """The runs that share one server: start it once (or reach the user's), probe it, run each."""
+    """The runs that share one server: start it once (or reach the user's), check it, run each, each
+    within its `timeout_s` (the first's covering the checks); nothing is written for a run that fails."""
     first = group[0]
     launch = launch_for(first, threads, prompts)
+    dialect = api.DIALECTS[launch.dialect if launch else "openai"]
     sampled = "n_samples" in prompts[0]
     t0 = time.perf_counter()
     if launch is None:
@@ -151,21 +186,21 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
         server = Server(launch.binary, launch.args, log, health=launch.health, env=launch.env, name=launch.name)
     with server as url:
         started = time.perf_counter()
-        model = first.get("model") or api.served_model(url)
-        body = launch.body if launch else {}
-        known = dict(launch.known) if launch else {}
-        if launch is not None and launch.version_path:
-            known["version"] = api.get(url, launch.version_path).get("version", known.get("version"))
-        speculative = first.get("speculative", "none") != "none"
-        api.probe(url, model, prompts[0], sampled, body | first.get("extra_body", {}), need_top=not speculative)
+        body, model, known, checked = launch.body if launch else {}, None, {}, 0
         for run in group:
-            deadline = time.monotonic() + float(run.get("timeout_s", 3600))
+            timeout_s = float(run.get("timeout_s", 3600))
+            deadline = time.monotonic() + timeout_s
+            if model is None:
+                with Session(url, timeout_s, deadline) as session:
+                    model, known = check(session, dialect, first, launch, prompts)
+                checked = session.retries
             proxy = PlantedProxy(url) if run.get("planted") else contextlib.nullcontext(url)
             t1 = time.perf_counter()
-            with proxy as target:
+            with proxy as target, Session(target, timeout_s, deadline) as session:
                 make = sampled_records if sampled else greedy_records
-                records = make(target, model, run, prompts, known, body, deadline)
+                records = make(session, dialect, model, run, prompts, known, body)
             timing = {"startup_s": round(started - t0, 3), "generate_s": round(time.perf_counter() - t1, 3)}
+            timing["retries"], checked = session.retries + checked, 0  # transient failures retried
             if isinstance(proxy, PlantedProxy):
                 timing["perturbed_requests"] = proxy.perturbed
             for r in records:
