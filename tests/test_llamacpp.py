@@ -189,7 +189,7 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     )
     assert all(len(top) == 2 for top in first["logprobs"])  # a plain run reports its top 2 everywhere
     load = [json.loads(x) for x in (tmp_path / "results/engine/oa-f32-c4.jsonl").read_text().splitlines()]
-    assert load[0]["env"]["api"] == "openai-completions" and load[0]["env"]["concurrency"] == 4
+    assert load[0]["env"]["api"] == "llamacpp-completion" and load[0]["env"]["concurrency"] == 4
     assert max(n for r in load for n in r["extra"]["in_flight"]) > 1  # the load was real
     match = pd.read_csv(tables / "match_overall.csv").set_index("model")["match_rate"]
     forensics = pd.read_csv(tables / "forensics.csv").set_index("model")

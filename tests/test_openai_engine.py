@@ -387,3 +387,40 @@ def test_a_killed_job_leaves_no_server(fake, tmp_path, signal_name):
 def _fakes(fake: str) -> list[str]:
     return [p for p in os.listdir("/proc") if p.isdigit() and _is_fake(p, fake)]
 
+
+def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(served, fake, tmp_path, monkeypatch):
+    """llama-server's /v1/completions leaves out a token that ends inside a UTF-8 character (issue 62:
+    15 of 36 SmolLM2 prompts lost); its /completion, which a `launch: llamacpp` entry reads, names every
+    id in `tokens`: the record is whole, with no log-probabilities at that one position."""
+    from orthrus.engines.openai_launch import Launch
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(4)))
+    url, _ = served("--drop-utf8")
+    openai_run.run_all(str(prompts), [_run(tmp_path, "v1", server={"kind": "url", "url": url})], 1)
+    lost = [json.loads(x) for x in (tmp_path / "v1.jsonl").read_text().splitlines()]
+    assert all(r["finish_reason"] == "token-ids-missing" and len(r["token_ids"]) == 4 for r in lost)
+
+    log = tmp_path / "native.json"
+    native = Launch(
+        "fake llama-server",
+        sys.executable,
+        lambda port: [fake, "--port", str(port), "--log", str(log), "--drop-utf8", "--delay", "0.2"],
+        body={"cache_prompt": False},
+        dialect="llamacpp",
+    )
+    monkeypatch.setattr(openai_run, "launch_for", lambda run, threads, prompts: native)
+    runs = [
+        _run(tmp_path, "n1", server={"kind": "command"}),
+        _run(tmp_path, "n4", concurrency=4, planted=True, server={"kind": "command"}),
+    ]
+    openai_run.run_all(str(prompts), runs, 1)
+    whole = [json.loads(x) for x in (tmp_path / "n1.jsonl").read_text().splitlines()]
+    assert [r["token_ids"] for r in whole] == [[(10 + i + j) % 50 for j in range(1, 6)] for i in range(4)]
+    assert all(r["finish_reason"] == "length" and r["env"]["api"] == "llamacpp-completion" for r in whole)
+    assert whole[0]["logprobs"][2] == [] and whole[0]["logprobs"][0] == [[11, -0.1], [12, -2.5]]
+    sent = json.loads(log.read_text())
+    assert sent["path"] == "/completion" and sent["last"]["n_probs"] == 2 and sent["last"]["return_tokens"]
+    assert sent["last"]["cache_prompt"] is False
+    planted = json.loads((tmp_path / "n4.jsonl").read_text().splitlines()[0])
+    assert planted["extra"]["perturbed_requests"] > 0  # the planted proxy changes /completion requests too

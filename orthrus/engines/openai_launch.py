@@ -69,6 +69,9 @@ def llamacpp(run: dict, threads: int, prompts: list[dict]) -> Launch:
         health="/health",
         body={"cache_prompt": False},
         known=known,
+        # its own /completion returns every id; its /v1/completions drops a token that ends inside a
+        # UTF-8 character (issue 62)
+        dialect="llamacpp",
     )
 
 

@@ -65,7 +65,7 @@ class PlantedProxy:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 n = proxy.load.enter()
                 try:
-                    sent = perturbed(body, n) if self.path.endswith("/completions") else body
+                    sent = perturbed(body, n) if self.path.endswith(("/completions", "/completion")) else body
                     if sent is not body:
                         with proxy.load.lock:
                             proxy.perturbed += 1
