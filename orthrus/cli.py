@@ -36,6 +36,7 @@ COMMANDS = {
     "rehearsal-standins": "orthrus.rehearsal.standins",
     "check-config": "orthrus.plan.study_config",
     "power": "orthrus.power",
+    "zoo": "orthrus.zoo.cli",
 }
 
 
