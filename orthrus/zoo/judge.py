@@ -72,7 +72,7 @@ def greedy(records: list[dict], environment: dict) -> dict:
         counts[v or "unexplained"] += 1
         worst = max(worst, units)
     caught = counts["structural"] > 0
-    return counts | {"statistic": worst, "statistic_name": "largest margin at a divergence (ulps)",
+    return counts | {"statistic": worst, "statistic_name": f"largest margin at a divergence ({precision} ulps)",
                      "precision": precision, "caught": caught, "n": counts["prompts"]}  # fmt: skip
 
 
