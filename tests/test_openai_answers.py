@@ -251,6 +251,11 @@ def test_a_wrong_answer_ends_the_run_in_one_line_naming_server_request_and_field
     _refused(tmp_path, mode, *patterns, dialect=dialect)
 
 
+@pytest.mark.parametrize("mode", ["fractional-id", "redirect"])
+def test_a_planted_runs_error_names_the_server_behind_the_proxy(tmp_path, mode):
+    _refused(tmp_path, mode, "prompt p0", "(through the planted proxy at http://127.0.0.1:", planted=True)
+
+
 def test_a_log_probability_above_zero_by_a_rounding_is_accepted(tmp_path):
     rc, line, _, run = _job(tmp_path, "tiny-positive")
     assert rc == 0, line

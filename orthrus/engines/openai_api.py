@@ -117,7 +117,7 @@ def served_model(session: Session) -> str:
     data = session.call("GET", "/v1/models", None, "the model list").get("data")
     first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
     if not isinstance(first.get("id"), str) or not first["id"]:
-        raise Missing(f"{session.url}/v1/models lists no model: give the entry's `model`")
+        raise Missing(f"{session.name}/v1/models lists no model: give the entry's `model`")
     return first["id"]
 
 
@@ -148,9 +148,9 @@ def probe(
     speculation emits, for some prompts none at all, and those divergences are judged by the
     reference's numbers alone, as the llama.cpp engine's are."""
     short = prompt | {"max_new_tokens": 4}
-    asked = answers.Asked(session.url, f"the check request (prompt {prompt['prompt_id']}, 4 tokens)", vocab, 4)
+    asked = answers.Asked(session.name, f"the check request (prompt {prompt['prompt_id']}, 4 tokens)", vocab, 4)
     choice = ask(session, dialect, dialect.greedy(short, model, extra), asked)
-    where = f"the server at {session.url} (model {model!r})"
+    where = f"the server at {session.name} (model {model!r})"
     if choice.ids is None:
         raise Missing(f"{where} returns no token ids: {dialect.ids_where}; the audit compares tokens, not text")
     # a plain run's first token is the prefill's argmax, whose top two every server that has them gives
@@ -160,7 +160,7 @@ def probe(
         )
     if sampled:
         s = short | {"max_new_tokens": 16, "temperature": 1.0, "top_p": None, "top_k": 0}
-        asked = answers.Asked(session.url, f"the seed check (prompt {prompt['prompt_id']}, 16 tokens)", vocab, 16)
+        asked = answers.Asked(session.name, f"the seed check (prompt {prompt['prompt_id']}, 16 tokens)", vocab, 16)
         first = [ask(session, dialect, dialect.sample(s, model, seed, extra), asked).ids for seed in (1, 1)]
         if first[0] != first[1]:
             raise Missing(f"{where} does not honour a request's `seed`: one seed sampled {first[0]} and {first[1]}")

@@ -53,11 +53,13 @@ def quote(data: bytes | str) -> str:
 
 class Session:
     """`with Session(url, timeout_s) as s:` one run's dealings with the server at `url` (its deadline
-    `timeout_s` from now, or `deadline`, a time.monotonic()); `s.call(...)` one JSON request;
+    `timeout_s` from now, or `deadline`, a time.monotonic(); `name` the server in messages, default
+    `url`); `s.call(...)` one JSON request;
     `s.retries` the retries it needed. Leaving the block cuts what is still open."""
 
-    def __init__(self, url: str, timeout_s: float, deadline: float | None = None):
+    def __init__(self, url: str, timeout_s: float, deadline: float | None = None, name: str = ""):
         self.url, self.timeout_s = url.rstrip("/"), float(timeout_s)
+        self.name = name or self.url  # the server as messages name it (the planted proxy's upstream)
         # a run's checks and its requests (through the planted proxy: another address) share one deadline
         self.deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         self.lock, self.live, self.retries = threading.Lock(), set(), 0
@@ -86,9 +88,9 @@ class Session:
     def late(self, waiting_for: str) -> ServerError:
         """Why a request ended early: the deadline (naming what it waited for) or the run's stop."""
         if self.left() > 0:
-            return Stopped(f"the server at {self.url}: stopped while waiting for {waiting_for}")
+            return Stopped(f"the server at {self.name}: stopped while waiting for {waiting_for}")
         return Late(
-            f"the server at {self.url}: the run's time bound (timeout_s = {self.timeout_s:g} s) passed "
+            f"the server at {self.name}: the run's time bound (timeout_s = {self.timeout_s:g} s) passed "
             f"while waiting for {waiting_for}"
         )
 
@@ -141,8 +143,8 @@ class Session:
             if self.over.is_set() or self.left() <= 0:
                 raise self.late(phase) from None
             if isinstance(e, DROPPED):
-                raise Transient(f"the server at {self.url}, {where}: connection dropped ({e!r})") from None
-            raise ServerError(f"the server at {self.url}, {where}: no answer ({e!r})") from None
+                raise Transient(f"the server at {self.name}, {where}: connection dropped ({e!r})") from None
+            raise ServerError(f"the server at {self.name}, {where}: no answer ({e!r})") from None
         finally:
             with self.lock:
                 self.live.discard(conn)
@@ -154,13 +156,13 @@ class Session:
         length = r.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > MAX_BODY_BYTES:
             raise ServerError(
-                f"the server at {self.url}, {where}: an answer of {int(length)} bytes, over {MAX_BODY_BYTES}"
+                f"the server at {self.name}, {where}: an answer of {int(length)} bytes, over {MAX_BODY_BYTES}"
             )
         got, n = [], 0
         while chunk := r.read1(65536):
             n += len(chunk)
             if n > MAX_BODY_BYTES:
-                raise ServerError(f"the server at {self.url}, {where}: an answer over {MAX_BODY_BYTES} bytes")
+                raise ServerError(f"the server at {self.name}, {where}: an answer over {MAX_BODY_BYTES} bytes")
             got.append(chunk)
             if self.over.is_set() or self.left() <= 0:
                 raise TimeoutError("the deadline")
@@ -171,7 +173,7 @@ class Session:
         return b"".join(got)
 
     def _json(self, r: http.client.HTTPResponse, raw: bytes, where: str) -> dict:
-        head = f"the server at {self.url}, {where}"
+        head = f"the server at {self.name}, {where}"
         if r.status in RETRY_STATUSES:
             raise Transient(f"{head}: answered {r.status}: {quote(raw)}")
         if 300 <= r.status < 400:

@@ -22,6 +22,14 @@ from orthrus.engines.server import HOST
 PLANTED_TEMPERATURE = 1.0
 
 
+class _Refuse(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None  # a redirect goes back to the client, which refuses it (orthrus/engines/openai_http.py)
+
+
+NO_REDIRECTS = urllib.request.build_opener(_Refuse)
+
+
 def perturbed(body: dict, in_flight: int) -> dict:
     """The request the server gets: a greedy one sampled at temperature 1 where others are in flight."""
     if in_flight <= 1 or float(body.get("temperature", 1.0)) > 0:
@@ -46,7 +54,7 @@ class PlantedProxy:
 
             def _fetch(self, req) -> tuple[int, bytes]:
                 try:
-                    with urllib.request.urlopen(req, timeout=600) as r:
+                    with NO_REDIRECTS.open(req, timeout=600) as r:
                         return r.status, r.read()
                 except urllib.error.HTTPError as e:
                     return e.code, e.read()

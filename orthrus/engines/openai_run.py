@@ -81,7 +81,7 @@ def reader(session: Session, dialect: api.Dialect, labels: list[str], budgets: l
     there, and a plain run's log-probabilities one entry per token."""
 
     def read(i: int, answer: dict) -> answers.Choice:
-        asked = answers.Asked(session.url, labels[i], vocab, budgets[i])
+        asked = answers.Asked(session.name, labels[i], vocab, budgets[i])
         choice = dialect.read(answer, asked)
         if choice.ids is None:
             raise asked.bad("token ids", f"none in this answer ({dialect.ids_where}), where the check request had them")
@@ -172,6 +172,10 @@ def check(session: Session, dialect: api.Dialect, first: dict, launch, prompts: 
     return model, known
 
 
+def _name(url: str, target: str) -> str:
+    return url if target == url else f"{url} (through the planted proxy at {target})"
+
+
 def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) -> None:
     """The runs that share one server: start it once (or reach the user's), check it, run each, each
     within its `timeout_s` (the first's covering the checks); nothing is written for a run that fails."""
@@ -196,7 +200,7 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
                 checked = session.retries
             proxy = PlantedProxy(url) if run.get("planted") else contextlib.nullcontext(url)
             t1 = time.perf_counter()
-            with proxy as target, Session(target, timeout_s, deadline) as session:
+            with proxy as target, Session(target, timeout_s, deadline, _name(url, target)) as session:
                 make = sampled_records if sampled else greedy_records
                 records = make(session, dialect, model, run, prompts, known, body)
             timing = {"startup_s": round(started - t0, 3), "generate_s": round(time.perf_counter() - t1, 3)}
