@@ -36,7 +36,8 @@ def test_every_committed_case_reads_and_has_a_driver():
     assert CHEAPEST in zoo.cases
     for name, c in zoo.cases.items():
         assert (ROOT / "orthrus" / "zoo" / "drivers" / ENGINES[c.engine]).exists(), name
-        assert env_name(c, c.affected) != env_name(c, c.fixed), f"{name}: both sides in one environment"
+        # the two sides differ in their release, or in the fix the driver applies
+        assert env_name(c, c.affected) != env_name(c, c.fixed) or c.fixed.patch, f"{name}: the sides are the same"
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,8 @@ def test_every_committed_case_reads_and_has_a_driver():
         ({"sampling": {"temperature": 0}}, "cases.c.sampling.temperature"),
         ({"engine": "tensorrt"}, "cases.c.engine"),
         ({"arms": {"reference": {}}}, "cases.c"),
+        ({"prompts": ["nope-0000"]}, "cases.c"),
+        ({"fixed": {"python": "x", "patch": {"file": "p.py", "apply": []}}}, "cases.c.fixed.patch.apply"),
     ],
 )
 def test_a_wrong_case_is_refused_naming_its_key(bad, key):

@@ -30,6 +30,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Patch(Strict):
+    """A fix the driver applies inside the release (a file of its own, importing nothing of orthrus)."""
+
+    file: str  # relative to the repository root
+    apply: list[str] = Field(min_length=1)  # the names of the fixes in it to apply
+
+
 class Release(Strict):
     """One side of a case: a release of the package (`version`), installed from the registry into an
     environment of its own, or a prebuilt environment (`python`) with a fix applied by the driver
@@ -40,7 +47,7 @@ class Release(Strict):
     build_env: dict[str, str] = {}  # environment variables of the install (a source build's flags)
     python: str | None = None  # an environment built elsewhere (its interpreter), instead of installing
     build: str | None = None  # the command that builds `python` where it is missing (run in the repository)
-    patch: str | None = None  # relative to the repository root
+    patch: Patch | None = None
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -69,7 +76,8 @@ class Case(Strict):
     draft: bool = False  # the arms need the subject's draft model
     arms: dict[Literal["reference", "speculative"], dict[str, Any]] = {"reference": {}, "speculative": {}}
     sampling: Sampling | None = None  # None: a greedy case
-    prompts: int = Field(default=4, ge=1, le=12)  # one of the tiny world's eval prompts per domain
+    # the tiny world's first eval prompt of each of the first N domains, or these prompt ids
+    prompts: int | list[str] = Field(default=4)
     max_new_tokens: int = Field(default=16, ge=1)
     positions: int = Field(default=2, ge=1)  # sampled: positions the test reads (prefix strata)
     samples: int | None = Field(default=None, ge=10)  # sampled: per prompt; None = planned from the pilot
@@ -82,6 +90,17 @@ class Case(Strict):
     @property
     def mode(self) -> str:
         return "greedy" if self.sampling is None else "sampled"
+
+    @model_validator(mode="after")
+    def _prompts(self):
+        from orthrus.world.domains import DOMAINS
+
+        known = [f"{d}-0000" for d in DOMAINS]
+        if isinstance(self.prompts, int) and not 1 <= self.prompts <= len(known):
+            raise ValueError(f"prompts: a count from 1 to {len(known)}, or prompt ids ({', '.join(known)})")
+        if isinstance(self.prompts, list) and (not self.prompts or set(self.prompts) - set(known)):
+            raise ValueError(f"prompts: unknown ids {sorted(set(self.prompts) - set(known))} (have {', '.join(known)})")
+        return self
 
     @model_validator(mode="after")
     def _arms(self):

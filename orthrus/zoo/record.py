@@ -63,7 +63,7 @@ def markdown(df: pd.DataFrame) -> str:
     head = "| case | release | expected | verdict | test | statistic | p | n | note |\n|---|---|---|---|---|---|---|---|---|\n"
     lines = []
     for r in df.itertuples():
-        release = r.version if not isinstance(r.patch, str) else f"{r.version} + {Path(r.patch).name}"
+        release = r.version if not isinstance(r.patch, str) else f"{r.version} + {r.patch}"
         lines.append(f"| {r.case} ({r.issue}) | {release} ({r.side}) | {r.expected} | **{r.verdict}** | "
                      f"{_fmt(r.statistic_name)} | {_fmt(r.statistic)} | {_fmt(r.p_value, '.2g')} | {_fmt(r.n)} | "
                      f"{note(r)} |")  # fmt: skip

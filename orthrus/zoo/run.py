@@ -22,6 +22,7 @@ from pathlib import Path
 
 from orthrus.zoo import judge
 from orthrus.zoo.cases import ENGINES, Case, Zoo
+from orthrus.zoo.envs import ROOT
 from orthrus.zoo.subjects import prompt_ids
 
 DRIVERS = Path(__file__).parent / "drivers"
@@ -35,7 +36,7 @@ def spec(case: Case, zoo: Zoo, subject: dict, side: str, samples: int, seed: int
         "prompts": prompt_ids(case.prompts), "arms": case.arms, "max_new_tokens": case.max_new_tokens,
         "sampling": case.sampling.model_dump() if case.sampling else None, "samples": samples, "seed": seed,
         "threads": zoo.threads, "logits": case.sampling is None,
-        "patch": str(Path(__file__).resolve().parents[2] / release.patch) if release.patch else None,
+        "patch": {"file": str(ROOT / release.patch.file), "apply": release.patch.apply} if release.patch else None,
     }  # fmt: skip
 
 
@@ -88,7 +89,8 @@ def plan(case: Case, zoo: Zoo, subject: dict, env: dict, work: Path) -> dict:
 def side(case: Case, zoo: Zoo, side_name: str, subject: dict, env: dict, planned: dict, work: Path) -> dict:
     """The row of one case at one release."""
     release = getattr(case, side_name)
-    row = {"side": side_name, "version": release.version or "prebuilt", "patch": release.patch,
+    patch = release.patch and f"{Path(release.patch.file).name} ({', '.join(release.patch.apply)})"
+    row = {"side": side_name, "version": release.version or "prebuilt", "patch": patch,
            "environment_name": env.get("name"), "samples": planned["samples"], "plan": planned.get("source")}  # fmt: skip
     if not env.get("ok"):
         return row | {"verdict": "not installed", "reason": env.get("reason")}
@@ -103,5 +105,7 @@ def side(case: Case, zoo: Zoo, side_name: str, subject: dict, env: dict, planned
     if failed:
         return row | {"verdict": "failed", "reason": failed}
     environment, records = judge.read(out)
+    if release.version is None:  # a prebuilt environment: the release is what its driver found
+        row["version"] = environment.get("version", "prebuilt")
     row["environment"] = environment | {"freeze": env.get("freeze"), "build_env": env.get("build_env")}
     return row | judge.verdict(case, subject, records, environment, planned)

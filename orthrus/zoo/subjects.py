@@ -57,9 +57,10 @@ def llama_twin(out: Path, which: str = "teacher") -> Path:
     return out
 
 
-def prompt_ids(n: int) -> list[dict]:
-    """One of the tiny world's eval prompts per domain for the first n domains, chat-rendered by the
-    world's tokenizer (every subject shares it): token ids, the same for every release."""
+def prompt_ids(which: int | list[str]) -> list[dict]:
+    """The tiny world's first eval prompt of each of the first `which` domains (or the prompts `which`
+    names), chat-rendered by the world's tokenizer (every subject shares it): token ids, the same for
+    every release."""
     from transformers import AutoTokenizer
 
     from orthrus.chat import render_chat
@@ -67,7 +68,8 @@ def prompt_ids(n: int) -> list[dict]:
 
     df, _, _ = tiny_prompts(seed=0, eval_per_domain=1, distill_n=0)
     tok = AutoTokenizer.from_pretrained(model_dir("teacher"))
-    return [{"id": r.prompt_id, "ids": render_chat(tok, r.prompt)} for r in df.head(n).itertuples()]
+    rows = df.head(which) if isinstance(which, int) else df[df["prompt_id"].isin(which)]
+    return [{"id": r.prompt_id, "ids": render_chat(tok, r.prompt)} for r in rows.itertuples()]
 
 
 def copy_shipped(out: Path, which: str) -> Path:

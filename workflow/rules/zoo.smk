@@ -29,34 +29,57 @@ wildcard_constraints:
 
 
 rule zoo_subject:
-    output: f"{ZR}/subjects/{{kind}}.json"
-    log: f"{ZR}/logs/subject-{{kind}}.log"
-    shell: "orthrus zoo subject {wildcards.kind} {output} > {log} 2>&1"
+    output:
+        f"{ZR}/subjects/{{kind}}.json"
+    log:
+        f"{ZR}/logs/subject-{{kind}}.log"
+    shell:
+        "orthrus zoo subject {wildcards.kind:q} {output:q} > {log:q} 2>&1"
 
 
 rule zoo_env:
-    output: f"{ZR}/envs/{{env}}.json"
-    params: case=lambda w: ZOO_ENVS[w.env][0], side=lambda w: ZOO_ENVS[w.env][1]
-    log: f"{ZR}/logs/env-{{env}}.log"
-    shell: "orthrus zoo env {ZOO_CONFIG} {params.case} {params.side} {output} 2> {log}"
+    output:
+        f"{ZR}/envs/{{env}}.json"
+    params:
+        case=lambda w: ZOO_ENVS[w.env][0],
+        side=lambda w: ZOO_ENVS[w.env][1],
+    log:
+        f"{ZR}/logs/env-{{env}}.log"
+    shell:
+        "orthrus zoo env {ZOO_CONFIG:q} {params.case:q} {params.side:q} {output:q} 2> {log:q}"
 
 
 rule zoo_plan:
-    input: subject=lambda w: zoo_subject(w.case), env=lambda w: zoo_env(w.case, "affected")
-    output: f"{ZR}/{{case}}/plan.json"
-    log: f"{ZR}/logs/{{case}}-plan.log"
-    shell: "orthrus zoo plan {ZOO_CONFIG} {wildcards.case} {input.subject} {input.env} {output} 2> {log} | tee -a {log}"
+    input:
+        subject=lambda w: zoo_subject(w.case),
+        env=lambda w: zoo_env(w.case, "affected"),
+    output:
+        f"{ZR}/{{case}}/plan.json"
+    log:
+        f"{ZR}/logs/{{case}}-plan.log"
+    shell:
+        "orthrus zoo plan {ZOO_CONFIG:q} {wildcards.case:q} {input.subject:q} {input.env:q} {output:q} 2>> {log:q} | tee -a {log:q}"
 
 
 rule zoo_run:
-    input: subject=lambda w: zoo_subject(w.case), env=lambda w: zoo_env(w.case, w.side), plan=f"{ZR}/{{case}}/plan.json"
-    output: f"{ZR}/{{case}}/{{side}}.json"
-    log: f"{ZR}/logs/{{case}}-{{side}}.log"
-    shell: "orthrus zoo run {ZOO_CONFIG} {wildcards.case} {wildcards.side} {input.subject} {input.env} {input.plan} {output} 2> {log} | tee -a {log}"
+    input:
+        subject=lambda w: zoo_subject(w.case),
+        env=lambda w: zoo_env(w.case, w.side),
+        plan=f"{ZR}/{{case}}/plan.json",
+    output:
+        f"{ZR}/{{case}}/{{side}}.json"
+    log:
+        f"{ZR}/logs/{{case}}-{{side}}.log"
+    shell:
+        "orthrus zoo run {ZOO_CONFIG:q} {wildcards.case:q} {wildcards.side:q} {input.subject:q} {input.env:q} {input.plan:q} {output:q} 2>> {log:q} | tee -a {log:q}"
 
 
 rule zoo_record:
-    input: expand(f"{ZR}/{{case}}/{{side}}.json", case=list(ZOO_CASES), side=["affected", "fixed"])
-    output: f"{ZR}/record/zoo.csv", f"{ZR}/record/zoo.md", f"{ZR}/record/zoo.png"
-    log: f"{ZR}/logs/record.log"
-    shell: "orthrus zoo record {ZOO_CONFIG} {input} --out {ZR}/record > {log} 2>&1 && cat {ZR}/record/zoo.md"
+    input:
+        expand(f"{ZR}/{{case}}/{{side}}.json", case=list(ZOO_CASES), side=["affected", "fixed"])
+    output:
+        f"{ZR}/record/zoo.csv", f"{ZR}/record/zoo.md", f"{ZR}/record/zoo.png"
+    log:
+        f"{ZR}/logs/record.log"
+    shell:
+        "orthrus zoo record {ZOO_CONFIG:q} {input:q} --out {ZR:q}/record > {log:q} 2>&1 && cat {ZR:q}/record/zoo.md"

@@ -55,6 +55,9 @@ class DriverError(Exception):
 # ---- the patch, as data
 
 
+AUDIT_PACKAGE = "orthrus"  # the audit's own package, which never runs inside a release
+
+
 def refused_imports(source: str, filename: str = "<patch>") -> list[str]:
     """The imports in a patch's source that would bring code other than the release's into its
     process: `orthrus` (the audit's side must not run inside the release) and relative imports (what
@@ -63,10 +66,10 @@ def refused_imports(source: str, filename: str = "<patch>") -> list[str]:
     for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.ImportFrom) and node.level:
             out.append(f"from {'.' * node.level}{node.module or ''} import ...")
-        elif isinstance(node, ast.ImportFrom) and node.module.split(".")[0] == "orthrus":
+        elif isinstance(node, ast.ImportFrom) and node.module.split(".")[0] == AUDIT_PACKAGE:
             out.append(f"from {node.module} import ...")
         elif isinstance(node, ast.Import):
-            out += [f"import {a.name}" for a in node.names if a.name.split(".")[0] == "orthrus"]
+            out += [f"import {a.name}" for a in node.names if a.name.split(".")[0] == AUDIT_PACKAGE]
     return out
 
 
@@ -184,6 +187,8 @@ def requests(spec: dict, arm: dict, with_top2: bool) -> tuple[list, list]:
     s drawn with seed + s (the contract's seeding, the same in every arm)."""
     from vllm import SamplingParams
 
+    # the case's sampling settings, stated once for every engine, under the arm's own
+    sampling = {k: v for k, v in (spec.get("sampling") or {}).items() if v is not None} | arm["sampling"]
     prompts, params = [], []
     for p in spec["prompts"]:
         for s in range(int(spec["samples"])):
@@ -191,7 +196,7 @@ def requests(spec: dict, arm: dict, with_top2: bool) -> tuple[list, list]:
             prompts.append({"prompt_token_ids": list(p["ids"])})
             params.append(
                 SamplingParams(
-                    **arm["sampling"],
+                    **sampling,
                     max_tokens=int(spec["max_new_tokens"]),
                     seed=int(spec["seed"]) + s,
                     detokenize=False,
