@@ -56,6 +56,7 @@ BAD = textwrap.dedent(
         elif mode == "inconsistent": lp["content"][1]["logprob"] = -1.5
         elif mode == "vllm-abc": lp["tokens"][1] = "token_id:abc"
         elif mode == "vllm-short-tops": lp["top_logprobs"] = lp["top_logprobs"][:-1]
+        elif mode == "one-top": lp["content"][1]["top_logprobs"] = lp["content"][1]["top_logprobs"][:1]
         elif mode == "too-many-tokens": lp["content"] += lp["content"][:3]
         elif mode == "tiny-positive":  # a rounding of log 1, inside the tolerance: accepted
             lp["content"][1]["logprob"] = lp["content"][1]["top_logprobs"][0]["logprob"] = 1e-6
@@ -242,6 +243,7 @@ def test_a_stopped_run_leaves_no_port_listening(tmp_path):
         ("nan-logprob", "llama", ["prompt p0", "position 1", "top_logprobs[1].logprob: NaN is not a finite"]),
         ("positive-logprob", "llama", ["prompt p0", "position 1", "0.5 is above 0 (a probability over 1"]),
         ("inconsistent", "llama", ["prompt p0", "position 1", "log-probability is -1.5, its entry here -0.1"]),
+        ("one-top", "llama", ["prompt p0", "position 1", "field top log-probabilities: 1 listed, not the 2"]),
         ("too-many-tokens", "llama", ["prompt p0", "8 tokens, over the request's budget of 5"]),
         ("vllm-abc", "vllm", ["prompt p0", "position 1", "tokens[1]: 'token_id:abc' is not token_id:N"]),
         ("vllm-short-tops", "vllm", ["prompt p0", "logprobs.top_logprobs: 4 entries for 5 tokens"]),

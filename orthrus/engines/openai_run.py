@@ -76,9 +76,10 @@ def record_env(run: dict, known: dict, model: str, fingerprint: str, dialect: ap
     )
 
 
-def reader(session: Session, dialect: api.Dialect, labels: list[str], budgets: list[int], vocab, need_top: bool):
+def reader(session: Session, dialect: api.Dialect, labels: list[str], budgets: list[int], vocab, need_top, greedy):
     """`read(i, answer)` for send_all: answer i checked (orthrus/engines/openai_answers.py), its ids
-    there, and a plain run's log-probabilities one entry per token."""
+    there, a plain run's log-probabilities one entry per token, and a greedy run's top two at each
+    position where it lists any (a sampled request asks for one)."""
 
     def read(i: int, answer: dict) -> answers.Choice:
         asked = answers.Asked(session.name, labels[i], vocab, budgets[i])
@@ -87,6 +88,10 @@ def reader(session: Session, dialect: api.Dialect, labels: list[str], budgets: l
             raise asked.bad("token ids", f"none in this answer ({dialect.ids_where}), where the check request had them")
         if need_top and choice.tops is None:
             raise asked.bad("log-probabilities", "none, or not one entry per token, in a plain run's answer")
+        short = [k for k, top in enumerate(choice.tops or []) if 0 < len(top) < api.TOP]
+        if greedy and short:  # a verdict reads the top two; a position lists them, or none at all
+            n = len(choice.tops[short[0]])
+            raise asked.bad("top log-probabilities", f"{n} listed, not the {api.TOP} asked for", short[0])
         return choice
 
     return read
@@ -98,9 +103,8 @@ def greedy_records(session: Session, dialect: api.Dialect, model: str, run: dict
     passes = []
     for r in range(run["repeats"]):
         labels = [f"prompt {p['prompt_id']}, repeat {r + 1} of {run['repeats']}" for p in prompts]
-        read = reader(
-            session, dialect, labels, [p["max_new_tokens"] for p in prompts], run.get("vocab"), not speculative
-        )
+        budgets = [p["max_new_tokens"] for p in prompts]
+        read = reader(session, dialect, labels, budgets, run.get("vocab"), not speculative, True)
         passes.append(api.send_all(session, dialect.path, bodies, labels, run["concurrency"], read))
     env = record_env(run, known, model, passes[0][0][0].fingerprint, dialect)
     records = []
@@ -140,7 +144,8 @@ def sampled_records(session: Session, dialect: api.Dialect, model: str, run: dic
         dialect.sample(prompts[i], model, request_seed(seed + i, j), body | run.get("extra_body", {})) for i, j in order
     ]
     labels = [f"prompt {prompts[i]['prompt_id']}, sample {j}" for i, j in order]
-    read = reader(session, dialect, labels, [prompts[i]["max_new_tokens"] for i, _ in order], run.get("vocab"), False)
+    budgets = [prompts[i]["max_new_tokens"] for i, _ in order]
+    read = reader(session, dialect, labels, budgets, run.get("vocab"), False, False)
     answers_ = api.send_all(session, dialect.path, bodies, labels, run["concurrency"], read)
     env = record_env(run, known, model, answers_[0][0].fingerprint, dialect)
     env = {k: v for k, v in env.items() if k not in ("logprobs", "repeats")}
