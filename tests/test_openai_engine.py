@@ -424,3 +424,22 @@ def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(
     assert sent["last"]["cache_prompt"] is False
     planted = json.loads((tmp_path / "n4.jsonl").read_text().splitlines()[0])
     assert planted["extra"]["perturbed_requests"] > 0  # the planted proxy changes /completion requests too
+
+
+def test_the_ids_an_answer_may_hold_are_the_study_tokenizers(tmp_path):
+    """What ingest checks a greedy file against (the tokenizer's length), and engine-samples a sampled
+    one (the larger of it and the model's vocab_size): the engine refuses an id outside them first."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from orthrus.engines.openai_engine import vocabulary
+
+    teacher = str(Path(__file__).resolve().parent.parent / "orthrus/world/subject/teacher")
+    greedy, sampled = tmp_path / "g.jsonl", tmp_path / "s.jsonl"
+    greedy.write_text(json.dumps(_prompts(1)[0]) + "\n")
+    sampled.write_text(json.dumps(_prompts(1, sampled=True)[0]) + "\n")
+    n = len(AutoTokenizer.from_pretrained(teacher))
+    assert vocabulary(teacher, str(greedy)) == n
+    assert vocabulary(teacher, str(sampled)) == max(n, AutoConfig.from_pretrained(teacher).vocab_size)
+    assert vocabulary("", str(greedy)) is None
