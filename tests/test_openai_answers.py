@@ -300,3 +300,11 @@ def _fakes(script: str) -> list[str]:
             except OSError:
                 pass
     return found
+
+
+def test_a_retry_past_the_bound_is_not_waited_for(tmp_path):
+    t0 = time.monotonic()
+    _refused(
+        tmp_path, "always-500", "timeout_s = 2 s", "leaves no time to retry prompt p0", "answered 500", timeout_s=2
+    )
+    assert time.monotonic() - t0 < 2 + 8

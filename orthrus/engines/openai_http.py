@@ -107,8 +107,11 @@ class Session:
                 wait = BACKOFF_S * 2**attempt
                 if attempt == RETRIES:
                     raise ServerError(f"{e} (still, after {RETRIES} retries)") from None
-                if self.left() <= wait:
-                    raise self.late(f"a retry of {what} ({method} {path}); the last try: {e}") from None
+                if self.left() <= wait:  # the bound would pass before the retry: it is what ends the run
+                    raise Late(
+                        f"the server at {self.name}: the run's time bound (timeout_s = {self.timeout_s:g} s) "
+                        f"leaves no time to retry {what} ({method} {path}); the last try: {e}"
+                    ) from None
                 with self.lock:
                     self.retries += 1
                 if self.over.wait(wait):  # the run stopped (its bound, or another request's failure)
