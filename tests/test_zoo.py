@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +233,27 @@ def test_the_cheapest_case_is_caught_at_its_affected_release_and_passes_at_its_f
     got = dict(zip(df["side"], df["verdict"]))
     assert got == {"affected": "caught", "fixed": "passed"}, df.to_dict("records")
     assert "plan: " in (tmp_path / "results" / "zoo" / CHEAPEST / "plan.json").read_text()
+
+
+def test_a_driver_past_its_time_is_killed_with_everything_it_spawned(tmp_path, monkeypatch):
+    """A driver that hangs (and leaves a child of its own): the run says why in one line, and neither
+    process is alive afterwards."""
+    from orthrus.zoo import run
+
+    drivers = tmp_path / "drivers"
+    drivers.mkdir()
+    pidfile = tmp_path / "child.pid"
+    (drivers / ENGINES["transformers"]).write_text(
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(run, "DRIVERS", drivers)
+    c = Case.model_validate(case(timeout_s=10))
+    job = {"threads": 1}
+    why = run.drive(c, sys.executable, job, tmp_path / "out.jsonl", tmp_path / "log")
+    assert why == "the driver ran past the case's timeout_s (10 s)"
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+    time.sleep(0.5)  # the orphan is reaped by init
+    assert not stat.exists() or stat.read_text().split(")")[1].split()[0] in ("Z", "X"), "the driver's child lives on"

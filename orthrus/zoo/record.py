@@ -90,8 +90,9 @@ def figure(df: pd.DataFrame, path: Path) -> None:
                 else s["structural"]
             )
             ax.scatter(s["case"], y, color=color, label=side, zorder=3)
-        if mode == "sampled":
+        if mode == "sampled":  # from 0.1 (a pass) to 300 (p below a float's range): symlog shows both
             ax.axhline(2, color="gray", ls="--", lw=1, label="alpha 0.01")
+            ax.set_yscale("symlog", linthresh=1)
         ax.set_title(
             f"{mode}: "
             + ("-log10 p of the known-p test" if mode == "sampled" else "prompts with a structural divergence")

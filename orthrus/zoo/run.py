@@ -40,6 +40,18 @@ def spec(case: Case, zoo: Zoo, subject: dict, side: str, samples: int, seed: int
     }  # fmt: skip
 
 
+def _stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def drive(case: Case, python: str, job: dict, out: Path, log_path: Path) -> str | None:
     """Run the case's driver under the release's Python; None, or why it failed (one line). A run past
     the case's time limit is killed with its whole process group: nothing of it outlives the job."""
@@ -50,13 +62,19 @@ def drive(case: Case, python: str, job: dict, out: Path, log_path: Path) -> str 
     cmd = [python, str(DRIVERS / ENGINES[case.engine]), f.name, str(out)]
     with open(log_path, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        # the driver runs in a session of its own (so that one kill reaches every process it spawned, vLLM's
+        # engine core too): a job stopped by SIGTERM takes it down on the way out
+        previous = signal.signal(signal.SIGTERM, _stop)
         try:
             _, err = proc.communicate(timeout=case.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill(proc)
             return f"the driver ran past the case's timeout_s ({case.timeout_s} s)"
+        except BaseException:
+            _kill(proc)
+            raise
         finally:
+            signal.signal(signal.SIGTERM, previous)
             os.unlink(f.name)
         log.write(err)
     if proc.returncode != 0:
