@@ -59,8 +59,9 @@ FAKE = textwrap.dedent(
                 if "--batch-variant" in args and busy > 1 and n > 2:
                     toks[2] = (toks[2] + 1) % 50
             # --drop-utf8: llama-server leaves out the entry (id included) of a token that ends inside a
-            # UTF-8 character, here the third, in both its endpoints' log-probabilities
-            keep = [i for i in range(len(toks)) if not ("--drop-utf8" in args and i == 2)]
+            # UTF-8 character, here the first (as SmolLM2's first token of a Russian answer), in both its
+            # endpoints' log-probabilities
+            keep = [i for i in range(len(toks)) if not ("--drop-utf8" in args and i == 0)]
             if self.path == "/completion":  # llama-server's own endpoint: every id in `tokens`
                 probs = [{"id": toks[i], "token": "x", "logprob": -0.1, "top_logprobs": [
                     {"id": toks[i], "logprob": -0.1}, {"id": toks[i] + 1, "logprob": -2.5}]} for i in keep]
@@ -418,7 +419,8 @@ def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(
     whole = [json.loads(x) for x in (tmp_path / "n1.jsonl").read_text().splitlines()]
     assert [r["token_ids"] for r in whole] == [[(10 + i + j) % 50 for j in range(1, 6)] for i in range(4)]
     assert all(r["finish_reason"] == "length" and r["env"]["api"] == "llamacpp-completion" for r in whole)
-    assert whole[0]["logprobs"][2] == [] and whole[0]["logprobs"][0] == [[11, -0.1], [12, -2.5]]
+    # the check request's first position lists nothing either: the probe asks for the top two anywhere
+    assert whole[0]["logprobs"][0] == [] and whole[0]["logprobs"][1] == [[12, -0.1], [13, -2.5]]
     sent = json.loads(log.read_text())
     assert sent["path"] == "/completion" and sent["last"]["n_probs"] == 2 and sent["last"]["return_tokens"]
     assert sent["last"]["cache_prompt"] is False
