@@ -257,3 +257,19 @@ def test_a_driver_past_its_time_is_killed_with_everything_it_spawned(tmp_path, m
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     time.sleep(0.5)  # the orphan is reaped by init
     assert not stat.exists() or stat.read_text().split(")")[1].split()[0] in ("Z", "X"), "the driver's child lives on"
+
+
+def test_no_two_prompts_share_a_seed(llama, tmp_path):
+    """The same prompt twice under two ids: with a seed per prompt and sample their samples differ, so
+    the per-prompt tests the judge adds up are independent."""
+    from orthrus.zoo.run import drive
+    from orthrus.zoo.subjects import prompt_ids
+
+    c = Case.model_validate(case(arms={"reference": {}, "speculative": {}}))
+    ids = prompt_ids(3)[2]["ids"]
+    job = {"model": llama["teacher"], "draft": None, "prompts": [{"id": "a", "ids": ids}, {"id": "b", "ids": ids}],
+           "arms": c.arms, "max_new_tokens": 3, "sampling": {"temperature": 1.5, "top_k": None, "top_p": None},
+           "samples": 8, "seed": 0, "threads": 1, "logits": False}  # fmt: skip
+    assert drive(c, sys.executable, job, tmp_path / "out.jsonl", tmp_path / "log") is None
+    by = judge.arms(judge.read(tmp_path / "out.jsonl")[1])["reference"]
+    assert [r["tokens"] for r in by["a"]] != [r["tokens"] for r in by["b"]]

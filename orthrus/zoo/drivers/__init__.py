@@ -17,7 +17,9 @@ SPEC.json (written by orthrus.zoo.run):
                     draft; llama-cpp-python: Llama()'s and create_completion()'s, see the driver)
     max_new_tokens  int
     samples         samples per prompt and arm (1 for a greedy case)
-    seed            int; sample s of a prompt is drawn with seed + s (the driver seeds every RNG)
+    seed            int; sample s of prompt i (its index in `prompts`) is drawn with seed + i * samples + s
+                    (the driver seeds every RNG): no two draws share a seed, so the prompts' tests are
+                    independent and their statistics add
     threads         int: torch.set_num_threads / n_threads
     logits          bool: the reference arm records its own top-2 [[id, logit], [id, logit]] at every
                     position it emitted (greedy cases: a divergence's verdict reads the engine's own margin)

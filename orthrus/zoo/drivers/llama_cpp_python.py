@@ -22,7 +22,7 @@ An arm is one flat dict of the release's own keyword arguments, routed by the re
       null or absent: no draft.
     An unknown key is an error (Llama() swallows unknown keywords in **kwargs; the driver does not).
 Unless an arm sets them: n_threads and n_threads_batch = SPEC's `threads`; seed = SPEC's `seed`
-(sample s reseeds with seed + s); n_ctx = the longest prompt plus max_new_tokens, rounded up to 256;
+(sample s of prompt i reseeds with seed + i * samples + s); n_ctx = the longest prompt plus max_new_tokens, rounded up to 256;
 verbose = False; and the reference arm with `logits: true` gets logits_all=True, its own top-2 read
 from Llama.scores at each emitted position (a draft turns logits_all on by itself). Sampling
 settings not given are the release's own defaults (generate's: temp 0.8, top_k 40, top_p 0.95,
@@ -210,10 +210,11 @@ def run_arm(spec: dict, arm_name: str, routes: tuple, write) -> dict:
     forwards = count_forwards(llm)
     greedy = generate.get("temp", 0.8) == 0
     want_logits = arm_name == "reference" and bool(spec.get("logits"))
-    for prompt in spec["prompts"]:
-        for s in range(spec.get("samples", 1)):
-            seed_all(spec["seed"] + s)
-            llm.set_seed(kwargs["seed"] + s)
+    n = spec.get("samples", 1)
+    for i, prompt in enumerate(spec["prompts"]):
+        for s in range(n):
+            seed_all(spec["seed"] + i * n + s)  # the contract's seeding: no two draws share a seed
+            llm.set_seed(kwargs["seed"] + i * n + s)
             before, forwards[0] = getattr(llm.draft_model, "proposed", 0), 0
             tokens = decode(llm, list(prompt["ids"]), spec["max_new_tokens"], generate)
             record = {

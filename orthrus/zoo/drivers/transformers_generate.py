@@ -18,6 +18,7 @@ import sys
 def load(path, extra):
     from transformers import AutoModelForCausalLM
 
+    # `torch_dtype`: the spelling every release reads (5.x reads `dtype` too and still accepts it)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="float32", **extra)
     return model.eval()
 
@@ -51,10 +52,10 @@ def run_arm(torch, model, spec, arm, draft, write):
         kwargs.update(return_dict_in_generate=True, output_scores=True)
     eos = model.generation_config.eos_token_id
     pad = model.generation_config.pad_token_id
-    for prompt in spec["prompts"]:
+    for i, prompt in enumerate(spec["prompts"]):
         ids = torch.tensor([prompt["ids"]], dtype=torch.long)
         for s in range(spec["samples"]):
-            torch.manual_seed(spec["seed"] + s)
+            torch.manual_seed(spec["seed"] + i * spec["samples"] + s)
             with torch.no_grad():
                 out = model.generate(
                     ids, attention_mask=torch.ones_like(ids), max_new_tokens=spec["max_new_tokens"],

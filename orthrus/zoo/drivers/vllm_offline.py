@@ -8,7 +8,7 @@ Each arm is vLLM's own keyword arguments, as data:
 `llm` goes to `vllm.LLM(model=SPEC.model, **llm)` (dtype, speculative_config, enforce_eager, ...; a
 draft model's path may be written "draft", which names SPEC.draft), `sampling` to every request's
 `vllm.SamplingParams(**sampling)` (temperature, top_p, top_k, ...). The driver adds what the contract
-fixes: `max_tokens` (max_new_tokens), `seed` (sample s of a prompt drawn with SPEC.seed + s, one
+fixes: `max_tokens` (max_new_tokens), `seed` (sample s of prompt i drawn with SPEC.seed + i * samples + s, one
 request per sample), `detokenize=False`; and for the LLM, `seed` and, unless the arm sets them, an
 explicit KV-cache size and eager mode (vLLM's CPU defaults reserve most of the node's memory and
 compile the model at every start, minutes of a shared 2-core machine). Every arm starts its own
@@ -184,21 +184,22 @@ def llm_kwargs(spec: dict, arm: dict, batch: int) -> dict:
 
 def requests(spec: dict, arm: dict, with_top2: bool) -> tuple[list, list]:
     """One request per prompt and sample: (prompts as vLLM takes them, their SamplingParams), sample
-    s drawn with seed + s (the contract's seeding, the same in every arm)."""
+    s of prompt i drawn with seed + i * samples + s (the contract's seeding, the same in every arm)."""
     from vllm import SamplingParams
 
     # the case's sampling settings, stated once for every engine, under the arm's own
     sampling = {k: v for k, v in (spec.get("sampling") or {}).items() if v is not None} | arm["sampling"]
     prompts, params = [], []
-    for p in spec["prompts"]:
-        for s in range(int(spec["samples"])):
+    n = int(spec["samples"])
+    for i, p in enumerate(spec["prompts"]):
+        for s in range(n):
             extra = {"logprobs": TOP} if with_top2 else {}
             prompts.append({"prompt_token_ids": list(p["ids"])})
             params.append(
                 SamplingParams(
                     **sampling,
                     max_tokens=int(spec["max_new_tokens"]),
-                    seed=int(spec["seed"]) + s,
+                    seed=int(spec["seed"]) + i * n + s,
                     detokenize=False,
                     **extra,
                 )
