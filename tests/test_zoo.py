@@ -273,3 +273,20 @@ def test_no_two_prompts_share_a_seed(llama, tmp_path):
     assert drive(c, sys.executable, job, tmp_path / "out.jsonl", tmp_path / "log") is None
     by = judge.arms(judge.read(tmp_path / "out.jsonl")[1])["reference"]
     assert [r["tokens"] for r in by["a"]] != [r["tokens"] for r in by["b"]]
+
+
+def test_a_release_that_does_not_install_is_a_row_with_its_reason(tmp_path, llama):
+    """pip refuses the release: the status says why with pip's own words, nothing is left in the cache,
+    and the side's row says `not installed` without running anything."""
+    import io
+
+    from orthrus.zoo.envs import ensure
+    from orthrus.zoo.run import side
+
+    c = Case.model_validate(case(affected={"version": "0.0.0", "install": ["orthrus-zoo-no-such-package==0.0.0"]}))
+    status = ensure(c, "affected", tmp_path / "envs", io.StringIO())
+    assert not status["ok"] and "orthrus-zoo-no-such-package" in status["reason"]
+    assert not (tmp_path / "envs" / "transformers-0.0.0").exists()
+    zoo = zoo_config({"cases": {"c": case()}})
+    row = side(c, zoo, "affected", llama, status, {"samples": 1}, tmp_path)
+    assert row["verdict"] == "not installed" and "orthrus-zoo-no-such-package" in row["reason"]
