@@ -21,6 +21,7 @@ ENGINES = {
     "transformers": "transformers_generate.py",
     "llama_cpp_python": "llama_cpp_python.py",
     "vllm": "vllm_offline.py",
+    "openai_server": "openai_server.py",
 }
 SUBJECTS = ("qwen3", "llama", "llama_gguf", "mtp")  # orthrus.zoo.subjects
 SIDES = ("affected", "fixed")
