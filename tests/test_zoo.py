@@ -290,3 +290,11 @@ def test_a_release_that_does_not_install_is_a_row_with_its_reason(tmp_path, llam
     zoo = zoo_config({"cases": {"c": case()}})
     row = side(c, zoo, "affected", llama, status, {"samples": 1}, tmp_path)
     assert row["verdict"] == "not installed" and "orthrus-zoo-no-such-package" in row["reason"]
+
+
+def test_a_log_probability_margin_is_measured_at_a_logits_magnitude():
+    """Two log-probabilities 3e-6 apart near 0 are millions of fp32 ulps there, a few at a logit's
+    magnitude: the server's margin is a rounding, not a bug."""
+    top2 = [[5, -0.01], [7, -0.01 - 3e-6]]
+    assert judge.divergence_verdict(top2, 7, "fp32")[0] == "structural"
+    assert judge.divergence_verdict(top2, 7, "fp32", judge.LOGPROB_SCALE)[0] == "rounding"

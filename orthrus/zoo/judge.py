@@ -39,13 +39,21 @@ def arms(records: list[dict]) -> dict[str, dict[str, list]]:
     return out
 
 
-def divergence_verdict(top2: list, token: int, precision: str) -> tuple[str | None, float]:
-    """(verdict, margin in ulps) of emitting `token` where the engine's own pass ranked top2[0] first."""
+# A server gives log-probabilities, not logits: their difference is the logits' difference, but their
+# magnitude (near 0) is not the logits', whose ulps the rounding moves. Such a margin is measured in ulps
+# at this magnitude, above any logit of the subjects studied (the tiny world's reach about 15, SmolLM2's
+# about 30): a coarser unit, so rounding is never called structural for want of the logits.
+LOGPROB_SCALE = 64.0
+
+
+def divergence_verdict(top2: list, token: int, precision: str, scale: float = 0.0) -> tuple[str | None, float]:
+    """(verdict, margin in ulps) of emitting `token` where the engine's own pass ranked top2[0] first;
+    `scale`: the least magnitude the ulps are taken at (LOGPROB_SCALE for log-probabilities)."""
     (best, l1), (second, l2) = top2
     if token == best:
         return None, 0.0
     exact = token == second
-    units = (l1 - l2) / ulp(max(abs(l1), abs(l2)), precision)  # a lower bound where the token is not the second
+    units = (l1 - l2) / ulp(max(abs(l1), abs(l2), scale), precision)  # a lower bound unless token is second
     if exact and units == 0:
         return "tie", 0.0
     if units <= ROUNDING_ULPS[precision]:
@@ -56,6 +64,7 @@ def divergence_verdict(top2: list, token: int, precision: str) -> tuple[str | No
 def greedy(records: list[dict], environment: dict) -> dict:
     by_arm = arms(records)
     precision = arithmetic_precision("fp32", environment)
+    scale = LOGPROB_SCALE if environment.get("top2") == "log-probabilities" else 0.0
     counts = {"prompts": 0, "divergent": 0, "structural": 0, "rounding": 0, "tie": 0, "unexplained": 0}
     worst = 0.0
     for pid, refs in by_arm["reference"].items():
@@ -68,7 +77,7 @@ def greedy(records: list[dict], environment: dict) -> dict:
         if t >= min(len(ref["tokens"]), len(spec["tokens"])) or t >= len(ref.get("top2") or []):
             counts["unexplained"] += 1  # one stopped where the other went on: no logits at that position
             continue
-        v, units = divergence_verdict(ref["top2"][t], spec["tokens"][t], precision)
+        v, units = divergence_verdict(ref["top2"][t], spec["tokens"][t], precision, scale)
         counts[v or "unexplained"] += 1
         worst = max(worst, units)
     caught = counts["structural"] > 0

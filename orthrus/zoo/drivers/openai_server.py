@@ -32,7 +32,7 @@ server listens, and a server left to its default host (vLLM's: every interface) 
 The same placeholders are replaced in `env`'s values.
 
 Every request is the driver's: `prompt` (the ids), `max_tokens` (max_new_tokens), `seed` (SPEC's seed
-+ the sample's index), `logprobs` (2 for the reference arm of a greedy case with `logits: true`, else
++ i * samples + s for sample s of prompt i), `logprobs` (2 for the reference arm of a greedy case with `logits: true`, else
 1: vLLM names the ids only in its log-probabilities), `return_tokens_as_token_ids: true` (vLLM's;
 others ignore it) and `stream: false`; an arm's `request` may not set them (nor `n`, `best_of`,
 `echo`). The case's sampling settings are added under the API's names: greedy is `temperature: 0`;
@@ -500,12 +500,12 @@ def sampling_fields(spec: dict) -> dict:
     }
 
 
-def request_body(spec: dict, arm: dict, model: str, prompt: dict, sample: int, want_top2: bool) -> dict:
+def request_body(spec: dict, arm: dict, model: str, prompt: dict, seed: int, want_top2: bool) -> dict:
     driver = {
         "model": model,
         "prompt": [int(t) for t in prompt["ids"]],
         "max_tokens": int(spec["max_new_tokens"]),
-        "seed": int(spec["seed"]) + sample,
+        "seed": seed,
         "logprobs": TOP if want_top2 else 1,
         "return_tokens_as_token_ids": True,
         "stream": False,
@@ -516,10 +516,12 @@ def request_body(spec: dict, arm: dict, model: str, prompt: dict, sample: int, w
 def decode_all(spec: dict, name: str, arm: dict, base: str, model: str, label: str, write) -> None:
     greedy = not spec.get("sampling")
     want_top2 = name == "reference" and greedy and bool(spec.get("logits"))
-    for prompt in spec["prompts"]:
-        for s in range(spec.get("samples", 1)):
+    n = spec.get("samples", 1)
+    for i, prompt in enumerate(spec["prompts"]):
+        for s in range(n):
             where = Where(label, prompt["id"], s)
-            body = request_body(spec, arm, model, prompt, s, want_top2)
+            # the contract's seeding: sample s of prompt i with seed + i * samples + s
+            body = request_body(spec, arm, model, prompt, int(spec["seed"]) + i * n + s, want_top2)
             ids, tops = read_answer(where, post(base, body, arm["request_timeout_s"], where), spec["max_new_tokens"])
             record = {"arm": name, "prompt_id": prompt["id"], "sample": s, "tokens": ids}
             if want_top2:

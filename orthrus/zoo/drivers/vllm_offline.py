@@ -263,7 +263,7 @@ def environment(spec: dict) -> dict:
         "has_triton": HAS_TRITON,
         "patch": patch
         and {"file": os.path.basename(patch["file"]), "apply": patch["apply"], "sha256": patch["sha256"]},
-        "top2": f"top-{TOP} raw log-probabilities" if spec["logits"] else None,
+        "top2": "log-probabilities" if spec["logits"] else None,  # the judge measures their margin at a logit scale
     }
 
 
