@@ -56,8 +56,8 @@ def install(case: Case, release: Release, env_dir: Path, log) -> dict:
     target = env_dir / env_name(case, release)
     python = target / "bin" / "python"
     mark = target / MARK
-    if mark.exists() and python.exists():
-        return json.loads(mark.read_text()) | {"cached": True}
+    if mark.exists() and python.exists():  # its interpreter where it lies now (a cache can be moved)
+        return json.loads(mark.read_text()) | {"python": str(python), "cached": True}
     if target.exists():  # a half-built environment from a killed run: start over
         shutil.rmtree(target)
     reqs = requirements(case, release)
