@@ -82,6 +82,7 @@ def figure(df: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, mode in zip(axes, ("sampled", "greedy")):
         sub = df[df["mode"] == mode]
+        top = 1.0
         for side, color in (("affected", "tab:red"), ("fixed", "tab:green")):
             s = sub[sub["side"] == side]
             y = (
@@ -90,15 +91,17 @@ def figure(df: pd.DataFrame, path: Path) -> None:
                 else s["structural"]
             )
             ax.scatter(s["case"], y, color=color, label=side, zorder=3)
+            top = max([top, *pd.to_numeric(y, errors="coerce").dropna()])
         if mode == "sampled":  # from 0.1 (a pass) to 300 (p below a float's range): symlog shows both
             ax.axhline(2, color="gray", ls="--", lw=1, label="alpha 0.01")
             ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(0, top * (4 if mode == "sampled" else 1.2))
         ax.set_title(
             f"{mode}: "
             + ("-log10 p of the known-p test" if mode == "sampled" else "prompts with a structural divergence")
         )
         ax.tick_params(axis="x", rotation=20)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     for ext in (".png", ".pdf"):
         with atomic_path(path.with_suffix(ext)) as tmp:
