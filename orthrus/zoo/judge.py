@@ -95,6 +95,7 @@ def target(subject: dict):
 def sampled(case: Case, subject: dict, records: list[dict]) -> dict[str, dict]:
     """Per arm: the known-probability test summed over prompts (statistic, dof, p, samples)."""
     import torch
+    from scipy.stats import chi2
 
     from orthrus.audit.known_p import prefix_probs, strata, stratified_gof
     from orthrus.decode.loop import Sampler
@@ -110,8 +111,6 @@ def sampled(case: Case, subject: dict, records: list[dict]) -> dict[str, dict]:
             groups = strata([r["tokens"] for r in rows], case.positions)
             st, d, _ = stratified_gof(groups, prefix_probs(model, ids[pid], list(groups), sampler))
             stat, dof = stat + st, dof + d
-        from scipy.stats import chi2
-
         p = float(chi2.sf(stat, dof)) if dof else 1.0
         out[arm] = {"statistic": stat, "dof": int(dof), "p_value": p, "n": len(next(iter(per_prompt.values())))}
     return out
