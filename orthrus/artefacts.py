@@ -73,7 +73,10 @@ TABLE_NOTES = {
     "intercept, `curve_intercept` is `beta0` plus the length and domain terms averaged over the "
     "fitted rows (the mean linear predictor minus `beta1` times the mean log PPL): "
     "`sigmoid(curve_intercept + beta1 * log(ppl))`, the model's P(match) at the fitted rows' mean "
-    "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`.",
+    "length and domain mix, is the curve `orthrus figures` draws in `match_vs_ppl`. `fit` names the estimator: "
+    "`mle` the plain maximum-likelihood fit (Wald CI and p-value), `firth` Firth's penalised fit where the plain one "
+    "separates or does not converge (profile penalised-likelihood CI, penalised likelihood-ratio p-value; "
+    "`note` says why), empty where none was estimated.",
     "exactness_cost.csv": "One row per setting that could restore the AR trajectory (each precision and attention "
     "kernel, and the base cell with the guarded verify at each TAU, `verify_guard`), measured "
     "side by side on the same few prompts per domain: `match_rate` against the model's own AR "

@@ -150,7 +150,7 @@ TPF_COLUMNS = (
 )
 PAIRWISE_COLUMNS = [f"a_{c}" for c in CONFIG] + [f"b_{c}" for c in CONFIG] + ["n", "match_rate"]
 PPL_BY_MATCH_COLUMNS = CONFIG + ["matched", "n", "mean_ppl", "ci_low", "ci_high"]
-PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept"]
+PPL_LOGIT_COLUMNS = CONFIG + ["n", "beta1", "ci_low", "ci_high", "p_value", "note", "beta0", "curve_intercept", "fit"]
 # the per-divergence verdict counts (orthrus.audit.verdict), in the forensics summary and decoders.csv
 VERDICT_COUNTS = ["n_tie", "n_rounding", "n_structural", "n_no_verdict"]
 DECODERS_COLUMNS = (

@@ -215,6 +215,7 @@ def test_columns_are_the_contract(world):
         "note",
         "beta0",
         "curve_intercept",
+        "fit",
         "n_errors_excluded",
     ]
 
@@ -338,6 +339,7 @@ def test_ppl_tables(world):
     assert lg.loc["bf16", "beta1"] < 0
     assert lg.loc["bf16", "ci_low"] < lg.loc["bf16", "beta1"] < lg.loc["bf16", "ci_high"]
     assert lg.loc["bf16", "p_value"] < 0.01
+    assert lg.loc["bf16", "fit"] == "mle"  # the plain fit: the synthetic world does not separate
     # fp32: every trajectory matches -> cannot be estimated, NaN with a note
     assert math.isnan(lg.loc["fp32", "beta1"]) and math.isnan(lg.loc["fp32", "p_value"])
     assert "all matched" in lg.loc["fp32", "note"]
@@ -417,12 +419,14 @@ def test_logit_cannot_be_estimated():
         (d.assign(match=True), "all matched"),
         (d.assign(match=False), "none matched"),
         (d.head(4), "too few rows"),
-        (d.assign(match=np.log(d["ppl"]) < 0.3), "separation"),  # perfectly separated by PPL
         (d.assign(ppl=1.2), "no variance in log(ppl)"),
     ]:
         fit = fit_ppl_logit(frame)
         assert math.isnan(fit["beta1"]) and math.isnan(fit["ci_low"]) and math.isnan(fit["p_value"])
         assert words in fit["note"], (words, fit["note"])
+    # perfectly separated by PPL: no plain estimate, Firth's instead (tests/test_ppl_fit.py)
+    fit = fit_ppl_logit(d.assign(match=np.log(d["ppl"]) < 0.3))
+    assert fit["fit"] == "firth" and fit["beta1"] < 0 and "separation" in fit["note"]
     # a domain whose outcome is constant is dropped, and the fit still runs
     d = _logit_df(400, 3)
     d.loc[d.domain == "c", "match"] = True

@@ -219,6 +219,8 @@ def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
         n_div = int(g.loc[False, "n"]) if False in g.index else 0
         n_all = n_div + (int(g.loc[True, "n"]) if True in g.index else 0)
         beta = "n/a" if lg is None else f"{_f(lg['beta1'])} [{_f(lg['ci_low'])}, {_f(lg['ci_high'])}]"
+        if lg is not None and lg.get("fit") == "firth":
+            beta += " (Firth)"  # the plain fit separated: ppl_logit.csv's `fit`
         out.append(
             f"| {m} | {n_div} of {n_all} | {_f(g['mean_ppl'].get(True, math.nan), 3)} | "
             f"{_f(g['mean_ppl'].get(False, math.nan), 3)} | {beta} | "

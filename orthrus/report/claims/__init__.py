@@ -24,7 +24,8 @@ claim and the table it rests on cannot disagree.
   response's mean perplexity is higher on diverging than on matching prompts (Welch's test from
   the table's means and t intervals; holds when the interval of the difference lies above 0).
 - `beta1-negative` (Table 6): the log-PPL coefficient of the table's logistic fit is negative with
-  p < alpha.
+  p < alpha: the plain fit's Wald test, or, where the plain fit separates (the table's `fit` is
+  `firth`), Firth's penalised likelihood-ratio test.
 - `benchmarks-equivalent` (Table 7), per run and task (primary metric): the paired per-document
   score difference against its AR reference, on the same documents, is equivalent to 0 within
   +-margin points (two one-sided tests, `orthrus.stats.tost`; a 0-1 score counts 100 points);

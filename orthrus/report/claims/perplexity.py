@@ -84,14 +84,27 @@ def ppl_higher(tables: Path, s: Settings) -> list[dict]:
     return out
 
 
+_BETA1_MODEL = "logit P(match) = b0 + b1 log PPL + b2 length + domain"
+
+
+def _beta1_test(fit) -> str:
+    """The test behind the row's p-value and interval: the plain fit's Wald test, or, where the
+    plain fit separated (`fit` == firth, orthrus.analysis.ppl), Firth's penalised fit with its
+    penalised likelihood-ratio test and profile interval. A table from before the `fit` column
+    has plain fits only."""
+    if fit == "firth":
+        return f"{_BETA1_MODEL}, Firth's penalised fit (the plain fit separates), penalised likelihood-ratio test of b1"
+    return f"{_BETA1_MODEL}, Wald test of b1"
+
+
 def beta1_negative(tables: Path, s: Settings) -> list[dict]:
     lg = read_table(tables, "ppl_logit.csv")
     if lg is None:
         return missing_row("beta1-negative", f"every {REDUCED} cell", "no ppl_logit.csv")
     out = []
-    test = "logit P(match) = b0 + b1 log PPL + b2 length + domain, Wald test of b1"
     for _, r in lossless_cells(lg, REDUCED, speculative=True).iterrows():
         beta, p = float(r["beta1"]), float(r["p_value"])
+        test = _beta1_test(r.get("fit"))
         if math.isnan(beta) or math.isnan(p):
             note = r.get("note")
             out.append(
