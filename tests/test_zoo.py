@@ -298,3 +298,16 @@ def test_a_log_probability_margin_is_measured_at_a_logits_magnitude():
     top2 = [[5, -0.01], [7, -0.01 - 3e-6]]
     assert judge.divergence_verdict(top2, 7, "fp32")[0] == "structural"
     assert judge.divergence_verdict(top2, 7, "fp32", judge.LOGPROB_SCALE)[0] == "rounding"
+
+
+def test_a_hand_edited_zoo_number_fails_the_check_and_rendering_restores_it(tmp_path):
+    df = pd.read_csv(ROOT / "docs" / "zoo" / "zoo.csv")
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    begin = text.index(record.BLOCK[0])
+    row = text[begin:].splitlines()[3]  # the first case's first row
+    assert "**caught**" in row
+    readme.write_text(text.replace(row, row.replace("**caught**", "**passed**")))
+    assert not record.render(readme, df, check=True)
+    record.render(readme, df)
+    assert readme.read_text() == text
