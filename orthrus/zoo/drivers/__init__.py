@@ -1,7 +1,8 @@
 """The zoo's drivers: one standalone script per engine, run by a release's own Python (its own
 environment, built by orthrus.zoo.envs), never imported by the package.
 
-A driver imports only the standard library, the engine's package and what that package itself needs
+A driver may import a module of its own from beside it (openai_answer.py, the server driver's reading
+of answers), never the package. A driver imports only the standard library, the engine's package and what that package itself needs
 (torch, numpy): the release under test is the only code that differs between a case's two runs, so
 nothing of orthrus may run inside its process. The audit's side lives in the main environment and reads
 what a driver writes (orthrus.zoo.judge).
