@@ -410,7 +410,7 @@ def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(
         body={"cache_prompt": False},
         dialect="llamacpp",
     )
-    monkeypatch.setattr(openai_run, "launch_for", lambda run, threads, prompts: native)
+    monkeypatch.setattr(openai_run, "launch_for", lambda run, threads, prompts, launchers: native)
     runs = [
         _run(tmp_path, "n1", server={"kind": "command"}),
         _run(tmp_path, "n4", concurrency=4, planted=True, server={"kind": "command"}),

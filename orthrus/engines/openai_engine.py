@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orthrus.engines.engine import Engine
+from orthrus.engines.launchers import LAUNCHERS
 from orthrus.errors import InputError
 
 SERVER_KEYS = ("launch", "command", "url")
@@ -34,9 +35,7 @@ DEFAULT_REPEATS, DEFAULT_TIMEOUT_S = 3, 3600
 
 def launchers() -> dict:
     """The engine rows whose OpenAI-compatible server an entry's `launch` may start, by name."""
-    from orthrus.engines.runner import ENGINES
-
-    return {n: e for n, e in ENGINES.items() if e.openai_server is not None}
+    return LAUNCHERS
 
 
 def concurrency_name(name: str, c: int) -> str:

@@ -143,13 +143,12 @@ def command(run: dict, threads: int, prompts: list[dict]) -> Launch:
     )
 
 
-def launch_for(run: dict, threads: int, prompts: list[dict]) -> Launch | None:
-    """The command that starts the run's server, None for a server the user runs (`url`)."""
+def launch_for(run: dict, threads: int, prompts: list[dict], launchers: dict) -> Launch | None:
+    """The command that starts the run's server, None for a server the user runs (`url`); `launchers`:
+    the engine rows that start one (orthrus/engines/launchers.py, handed in: the rows import this module)."""
     kind = run["server"]["kind"]
     if kind == "url":
         return None
     if kind == "command":
         return command(run, threads, prompts)
-    from orthrus.engines.runner import ENGINES
-
-    return ENGINES[run["server"]["launch"]].openai_server(run, threads, prompts)
+    return launchers[run["server"]["launch"]].openai_server(run, threads, prompts)

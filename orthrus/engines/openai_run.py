@@ -36,6 +36,7 @@ from pathlib import Path
 
 from orthrus.engines import openai_answers as answers
 from orthrus.engines import openai_api as api
+from orthrus.engines.launchers import LAUNCHERS
 from orthrus.engines.llamacpp import request_seed, write_jsonl
 from orthrus.engines.openai_http import Session
 from orthrus.engines.openai_launch import launch_for
@@ -185,7 +186,7 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
     """The runs that share one server: start it once (or reach the user's), check it, run each, each
     within its `timeout_s` (the first's covering the checks); nothing is written for a run that fails."""
     first = group[0]
-    launch = launch_for(first, threads, prompts)
+    launch = launch_for(first, threads, prompts, LAUNCHERS)
     dialect = api.DIALECTS[launch.dialect if launch else "openai"]
     sampled = "n_samples" in prompts[0]
     t0 = time.perf_counter()

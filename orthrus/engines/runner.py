@@ -24,14 +24,14 @@ import sys
 from pathlib import Path
 
 from orthrus.engines.engine import SPECULATIVE, Engine
-from orthrus.engines.llamacpp_engine import LlamaCpp, converter, gguf_path
+from orthrus.engines.launchers import SERVER_ROWS
+from orthrus.engines.llamacpp_engine import converter, gguf_path
 from orthrus.engines.openai_engine import OpenAI, expand
 from orthrus.engines.transformers_engine import DECODERS, Transformers
-from orthrus.engines.vllm_engine import VLLM
 from orthrus.errors import InputError
 
 # the engines the workflow runs, by the name an entry's `engine` gives (orthrus/engines/engine.py)
-ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM(), LlamaCpp(), OpenAI(), Transformers())}
+ENGINES: dict[str, Engine] = {e.name: e for e in (*SERVER_ROWS, OpenAI(), Transformers())}
 VLLM_ENGINE, LLAMACPP_ENGINE = ENGINES["vllm"], ENGINES["llamacpp"]
 # the engines an entry's `engine` names (the config's choices), and the decoders an entry's `stand_in`
 # names (the stand-in engine's)
