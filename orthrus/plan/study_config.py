@@ -3,10 +3,11 @@
 `study_config` is the one way in: the Snakefile calls it first, however the workflow is started
 (plain, `--profile profiles/slurm`, `--workflow-profile none`, `-n`, a SLURM job re-reading the
 Snakefile), and `orthrus check-config FILE` calls it on a file before anyone runs it. It reads the
-config files as data (orthrus/plan/yaml_data.py), lays `--config` values over them typed by the
-schema, fills the schema's defaults in and checks the schema and the cross-key rules
-(orthrus/plan/validate.py, checks.py). Every problem is one line naming its key, all of them in
-one ConfigError (orthrus/errors.py), which `Study` raises too for what only the whole study shows.
+config files as data (orthrus/plan/yaml_data.py), lays them on the embedded config.yaml as overlays
+(orthrus/plan/overlay.py states the rule), lays `--config` values over them typed by the schema,
+fills the schema's defaults in and checks the schema and the cross-key rules (orthrus/plan/validate.py,
+checks.py). Every problem is one line naming its key, all of them in one ConfigError
+(orthrus/errors.py), which `Study` raises too for what only the whole study shows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from orthrus.errors import ConfigError
+from orthrus.plan.overlay import merge
 from orthrus.plan.schema import SCHEMA
 from orthrus.plan.validate import check
 from orthrus.plan.yaml_data import load_yaml, size_problems, yaml_hazards
@@ -28,25 +30,23 @@ EMBEDDED = "config.yaml"
 
 
 def study_config(files=(), values=None, scatter=None) -> dict:
-    """The checked config: the YAML `files` read as data and merged in order (as Snakemake merges
-    `--configfile a b`), `values` laid over them (Snakemake's `--config`, or a whole config given as
-    a dict), schema defaults filled in; `scatter`: Snakemake's `--set-scatter` {name: count},
-    checked with it. Raises ConfigError naming every problem. `values` is not changed."""
+    """The checked config: the YAML `files` read as data and laid in order on the embedded
+    config.yaml as overlays (orthrus/plan/overlay.py), `values` laid over them (Snakemake's
+    `--config`; with no files, a whole config given as a dict), schema defaults filled in;
+    `scatter`: Snakemake's `--set-scatter` {name: count}, checked with it. Raises
+    ConfigError naming every problem. `values` is not changed."""
     values = dict(values or {})
     problems = size_problems(values)
     if problems:  # every walk below would take as long as the expansion
         raise ConfigError(problems)
     schema = _schema()
     config: dict = {}
+    if files:  # `--configfile X` is config.yaml + X (naming config.yaml too changes nothing)
+        files = [EMBEDDED, *(f for f in files if Path(f).resolve() != Path(EMBEDDED).resolve())]
     for f in files:
-        _merge(config, load_yaml(f))
-    _merge(config, typed_overrides(values, schema))
+        config = merge(config, load_yaml(f))
+    config = merge(config, typed_overrides(values, schema))
     problems = check(config, schema, dict(scatter or {}))
-    if files and any(p.endswith(": required key missing") for p in problems):
-        problems.append(
-            f"(--configfile {' '.join(map(str, files))} replaces the embedded config.yaml: give a whole config "
-            "such as configs/gpu.yaml, or name both, config.yaml first: --configfile config.yaml my-overlay.yaml)"
-        )
     if problems:
         raise ConfigError(problems)
     return config
@@ -57,22 +57,6 @@ def _schema() -> dict:
     # the repository's own file, read once per process (libyaml's loader where there is one: the
     # pure-Python one takes a third of a second on it); nothing here changes it
     return yaml.load(SCHEMA.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
-def _merge(into: dict, over: dict) -> None:
-    """`over` laid on `into` key by key, mappings merged (Snakemake's update_config)."""
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = _copy(value)
-
-
-def _copy(value):
-    # the merged config owns its mappings and lists: filling defaults in leaves the caller's alone
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    return [_copy(v) for v in value] if isinstance(value, list) else value
 
 
 def _types(schema: dict) -> list:
@@ -121,7 +105,7 @@ def main(argv=None) -> int:
         "before the workflow can refuse it, so check a config you did not write with this first. Run it in "
         "the directory the workflow runs in (paths in the config are relative to it).",
     )
-    ap.add_argument("files", nargs="*", type=Path, help=f"config files, merged in order (default: {EMBEDDED})")
+    ap.add_argument("files", nargs="*", type=Path, help=f"overlays, laid on {EMBEDDED} in order (default: none)")
     args = ap.parse_args(argv)
     from orthrus.plan import Study
 
