@@ -32,7 +32,7 @@ COMMANDS = {
     "compare-runs": "orthrus.report.compare_runs",
     "replay": "orthrus.audit.replay",
     "frontier": "orthrus.decode.frontier",
-    "sampling": "orthrus.audit.sampling",
+    "sampling": "orthrus.audit.sampling_cli",
     "rehearsal-standins": "orthrus.rehearsal.standins",
     "check-config": "orthrus.plan.study_config",
     "power": "orthrus.power",

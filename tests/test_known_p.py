@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from orthrus.audit.distributions import step_distribution
 from orthrus.audit.known_p import categories, gof, power_at, strata, stratified_gof
-from orthrus.audit.sampling import step_distribution
 
 
 def _row(seed=5, vocab=12):

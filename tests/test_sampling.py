@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from orthrus.audit.sampling import step_distribution, total_variation, tv_summary
+from orthrus.audit.distributions import step_distribution, total_variation, tv_summary
 from orthrus.audit.two_sample import END, chi2_homogeneity, holm, stratified_chi2, two_sample_test
 
 V, K = 3, 3  # a vocabulary of 3 tokens, a block of K - 1 = 2 drafts and the bonus
@@ -197,7 +197,7 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
     generated position past the first gets a row, as the loop's blocks cover them."""
     from helpers import teacher_and_orthrus
 
-    from orthrus.audit.sampling import position_tvs, reference_trajectory, verify_rows
+    from orthrus.audit.distributions import position_tvs, reference_trajectory, verify_rows
     from orthrus.decode.loop import Sampler
     from orthrus.options import DecodeOptions
 
@@ -236,7 +236,7 @@ def _measured(tmp_path, planted_rejected=True, fp32_tv=2e-6):
     """Measurement rows as `orthrus sampling measure` writes them, summarised by `orthrus sampling table`."""
     import pandas as pd
 
-    from orthrus.audit.sampling import main
+    from orthrus.audit.sampling_cli import main
 
     rows, tests = [], []
     for precision, scale in (("bf16", 1e-3), ("fp32", fp32_tv)):

@@ -8,7 +8,7 @@ Pearson's goodness of fit of the next token's counts to the AR sampler's own pro
 prefix, summed over strata and positions. Its expected counts are exact where the two-sample test
 estimates them from N more samples, so it needs fewer samples for the same power, and its power
 against a loop whose exact output distribution is known (the planted control,
-orthrus.audit.sampling.step_distribution) follows before sampling: a noncentral chi-square whose
+orthrus.audit.distributions.step_distribution) follows before sampling: a noncentral chi-square whose
 noncentrality is each stratum's size times the chi-square divergence of the loop's row from p
 (`plan_n`, from reference trajectories sampled from the AR view).
 """
@@ -135,10 +135,11 @@ def planted_paths(model, ids: torch.Tensor, options, generator: torch.Generator,
     """`trajectories` runs of the planted loop (`options.max_new_tokens` tokens each), and along each, per
     position, (its prefix's probability under the loop, the loop's exact output distribution there, the
     AR sampler's): the loop's own blocks teacher-forced over the run's tokens
-    (orthrus.audit.sampling.verify_rows) and the AR view's logits over the same tokens; the first token
+    (orthrus.audit.distributions.verify_rows) and the AR view's logits over the same tokens; the first token
     is the prefill's, the same in both."""
-    from orthrus.audit.sampling import PLANTED, row_distributions, verify_rows
+    from orthrus.audit.distributions import row_distributions, verify_rows
     from orthrus.decode.loop import Sampler, generate
+    from orthrus.decoders import PLANTED
 
     sampler = Sampler(options.temperature, options.top_k, options.top_p)
     paths = []
@@ -178,12 +179,12 @@ def plan_table(model, tokenizer, prompts, options, ts: dict, sizes=(50, 100, 200
     against the planted control at each N of `sizes`, at Holm's strictest level over
     `len(ts["domains"] or prompts)` prompts: where the planted bias can be seen, to choose
     `sampling.two_sample.domains` from."""
-    from orthrus.audit.sampling import _prompt_ids
+    from orthrus.audit.distributions import prompt_ids
 
     n_tested = len(ts["domains"] or prompts)
     rows = []
     for rank, r in enumerate(prompts.itertuples()):
-        ids = _prompt_ids(tokenizer, r.prompt, options, model.device)
+        ids = prompt_ids(tokenizer, r.prompt, options, model.device)
         g = torch.Generator(device=model.device).manual_seed(int(ts.get("seed", 0)) * 100_003 + rank)
         paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
         rows += [

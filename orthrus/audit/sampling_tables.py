@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orthrus.audit.sampling import CELL, DIFFUSION_DECODER, PLANTED, tv_summary
+from orthrus.audit.distributions import CELL, tv_summary
 from orthrus.audit.two_sample import holm
 from orthrus.contracts import ERRORS, SAMPLING_TV_COLUMNS, TWO_SAMPLE_COLUMNS
+from orthrus.decoders import DIFFUSION_DECODER, PLANTED
 
 
 def tv_table(rows: pd.DataFrame, length: int) -> pd.DataFrame:
