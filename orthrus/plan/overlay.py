@@ -16,9 +16,13 @@ The rule, stated once (docs/USAGE.md says it again for users):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orthrus.errors import ConfigError
 
 PATCH = "$patch"
+# the default every file under configs/ is written against, beside the Snakefile
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 
 # tables keyed by names a config chooses (models, engines, tasks, domains, claims): an entry inherited
 # from the file below would be a run nobody asked for, or a setting for a model that is not there
@@ -40,6 +44,14 @@ NAMED_TABLES = frozenset(
 )
 
 _DELETE = object()
+
+
+def with_base(files, embedded: str) -> list:
+    """The files a run with `--configfile files` reads, in order: first the config a run without one
+    studies (`embedded` in the working directory, or where it has none, as under `snakemake
+    --directory` elsewhere, the repository's), then the overlays (naming that one too changes nothing)."""
+    base = Path(embedded) if Path(embedded).is_file() else REPO_CONFIG
+    return [base, *(f for f in files if Path(f).resolve() != base.resolve())]
 
 
 def merge(base: dict, overlay: dict) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from orthrus.errors import ConfigError
-from orthrus.plan.overlay import merge
+from orthrus.plan.overlay import merge, with_base
 from orthrus.plan.schema import SCHEMA
 from orthrus.plan.validate import check
 from orthrus.plan.yaml_data import load_yaml, size_problems, yaml_hazards
@@ -42,7 +42,7 @@ def study_config(files=(), values=None, scatter=None) -> dict:
     schema = _schema()
     config: dict = {}
     if files:  # `--configfile X` is config.yaml + X (naming config.yaml too changes nothing)
-        files = [EMBEDDED, *(f for f in files if Path(f).resolve() != Path(EMBEDDED).resolve())]
+        files = with_base(files, EMBEDDED)
     for f in files:
         config = merge(config, load_yaml(f))
     config = merge(config, typed_overrides(values, schema))
