@@ -23,9 +23,9 @@ if ZOO:
 
 else:
     # The config, read, defaulted and checked once, here, before any rule (orthrus/plan/study_config.py):
-    # `--configfile X` studies X instead of the embedded config.yaml (rather than merging the two,
-    # which would add the default's tiny variants to a paper-scale run), `--config k=v` lays values
-    # over it, `--set-scatter` is checked with it; one ConfigError names every key that is wrong. The
+    # `--configfile X Y` lays X, then Y, on the embedded config.yaml as overlays (orthrus/plan/overlay.py
+    # states the rule: a paper-scale overlay's models replace the default's), `--config k=v` lays values
+    # over them, `--set-scatter` is checked with it; one ConfigError names every key that is wrong. The
     # files are read again as data: what Snakemake built from them is replaced. Snakemake has rendered
     # a `--configfile` that sets `__use_yte__` before this runs (docs/CONFIG.md): `orthrus
     # check-config FILE` checks a file you did not write first.

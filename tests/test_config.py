@@ -1,6 +1,7 @@
 """Configuration checks: the schema describes every key, and a malformed config stops `snakemake -n`
 before any job, naming the key, however the workflow is started (orthrus/plan/study_config.py)."""
 
+import contextlib
 import copy
 import importlib
 import os
@@ -370,10 +371,13 @@ def _config_text(case) -> str:
 
 
 def _check(text: str, tmp_path) -> list[str]:
+    # read as a run in tmp_path reads it: its working directory's config.yaml, a whole config (a file
+    # named elsewhere would be an overlay on the repository's config.yaml, orthrus/plan/overlay.py)
     path = tmp_path / "config.yaml"
     path.write_text(text)
     try:
-        study_config([path])
+        with contextlib.chdir(tmp_path):
+            study_config([path])
     except ConfigError as e:
         return e.problems
     return []
