@@ -1,5 +1,5 @@
-"""docs/RESULTS.md's results section and the README's claims table are the committed default run's
-tables, rendered."""
+"""README.md and docs/*.md that quote results are their templates (docs/src/) rendered from the
+committed runs' tables; docs/RESULTS.md's results section is the committed default run's tables."""
 
 from __future__ import annotations
 
@@ -9,52 +9,52 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from orthrus.report import summary
-from orthrus.zoo.record import BLOCK as ZOO_BLOCK
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / "docs" / "results"
+DOCS = ROOT / "docs"
+RUN = DOCS / "results"
+SOURCES = sorted((DOCS / "src").glob("*.md"))
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
-# the documents with rendered numbers, each checked against the committed run (docs/REAL-MODEL.md has its own)
-RENDERED = [
-    p
-    for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    if p.name != "REAL-MODEL.md"
-    and (summary.VALUE.search(p.read_text()) or any(b in p.read_text() for b, _ in summary.BLOCKS.values()))
-]
+def test_every_page_is_its_template_rendered_from_the_committed_tables():
+    """`orthrus summary --docs docs --check`: each page equals a fresh rendering of its template."""
+    assert {summary.target(s) for s in SOURCES} >= {ROOT / "README.md", DOCS / "RESULTS.md", DOCS / "ENGINES.md"}
+    assert summary.main(["--docs", str(DOCS), "--check"]) == 0
 
 
-def test_results_and_readme_blocks_are_rendered_from_the_committed_run():
-    docs = [str(ROOT / "docs" / "RESULTS.md"), str(ROOT / "README.md")]
-    assert summary.main(["--tables", str(RUN), "--readme", docs[0], "--readme", docs[1], "--check"]) == 0
-    assert summary.BEGIN in Path(docs[0]).read_text() and "<!-- claims:begin -->" in Path(docs[1]).read_text()
+def test_no_page_has_an_inline_value_marker_nor_a_line_over_200_characters_outside_tables():
+    """The source a maintainer edits and the page a reader reads are plain Markdown: a number in a sentence
+    is a named value of the template, a table row may be long."""
+    for path in [*PAGES, *SOURCES]:
+        text = path.read_text()
+        assert "<!-- v " not in text and "<!-- /v -->" not in text, f"{path}: an inline value marker"
+        long = [i for i, line in enumerate(text.splitlines(), 1) if len(line) > 200 and not line.startswith("|")]
+        assert not long, f"{path}: lines {long} are over 200 characters (wrap them to about 110)"
 
 
-def test_every_rendered_number_of_the_readme_and_docs_is_the_committed_tables():
-    """`orthrus summary --tables docs/results --readme README.md --readme docs/X.md ... --check`."""
-    assert {ROOT / "README.md", ROOT / "docs" / "RESULTS.md"} <= set(RENDERED)
-    args = ["--tables", str(RUN)] + [a for p in RENDERED for a in ("--readme", str(p))]
-    assert summary.main([*args, "--check"]) == 0
-    assert summary.VALUE.search((ROOT / "README.md").read_text()), "the README's findings are rendered values"
+def test_every_named_value_is_used_and_every_page_says_where_it_comes_from():
+    values = yaml.safe_load((DOCS / "src" / summary.VALUES).read_text())
+    used = set().union(*(re.findall(r"\{\{ (\w+) \}\}", s.read_text()) for s in SOURCES))
+    assert not set(values) - used, "values no template uses: " + ", ".join(sorted(set(values) - used))
+    for source in SOURCES:
+        assert summary.target(source).read_text().startswith(f"<!-- rendered from docs/src/{source.name} ")
 
 
 def test_the_readme_quotes_no_result_by_hand():
-    """Outside its rendered blocks, values and code, the README has no decimal number or `n of m` count
-    (configuration facts such as "1.1M parameters" or "Qwen3-1.7B" are no results and stay)."""
-    text = (ROOT / "README.md").read_text()
-    # the zoo's findings are rendered from docs/zoo/zoo.csv (checked in tests/test_zoo.py)
-    for begin, end in [*summary.BLOCKS.values(), ZOO_BLOCK]:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), "", text, flags=re.S)
-    text = re.sub(r"```.*?```", "", summary.VALUE.sub("", text), flags=re.S)
+    """Outside its named values, generated blocks and code, the README's source has no decimal number
+    or `n of m` count (configuration facts such as "1.1M parameters" or "Qwen3-1.7B" are no results)."""
+    text = (DOCS / "src" / "README.md").read_text()
+    text = re.sub(r"```.*?```|\{\{.*?\}\}", "", text, flags=re.S)
     assert not re.findall(r"\b\d+\.\d+\b|\b\d+ of \d+\b", text)
 
 
 def _docs_copy(tmp_path: Path) -> Path:
-    """README.md and docs/ (the committed runs' tables, no figures) under `tmp_path`: the README's values
-    name their tables by path."""
-    shutil.copytree(ROOT / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("img", "findings"))
+    """README.md and docs/ (the templates and the committed runs' tables, no figures) under `tmp_path`."""
+    shutil.copytree(DOCS, tmp_path / "docs", ignore=shutil.ignore_patterns("img"))
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     return tmp_path / "README.md"
 
@@ -62,8 +62,8 @@ def _docs_copy(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "old, new",
     [
-        ("| beta1 -7.177 [", "| beta1 -7.2 ["),  # a number in the claims block
-        ("-->0.52<!-- /v --> for `ce-k8`", "-->0.50<!-- /v --> for `ce-k8`"),  # an inline value
+        ("| beta1 -7.177 [", "| beta1 -7.2 ["),  # a number in the claims table
+        ("(match 0.52 for `ce-k8`", "(match 0.50 for `ce-k8`"),  # a named value in a sentence
     ],
 )
 def test_a_hand_edited_number_fails_the_check_and_rendering_restores_it(tmp_path, old, new):
@@ -71,67 +71,90 @@ def test_a_hand_edited_number_fails_the_check_and_rendering_restores_it(tmp_path
     text = readme.read_text()
     assert text.count(old) == 1, old
     readme.write_text(text.replace(old, new))
-    args = ["--tables", str(tmp_path / "docs" / "results"), "--readme", str(readme)]
+    args = ["--docs", str(tmp_path / "docs")]
     assert summary.main([*args, "--check"]) == 1
+    assert readme.read_text() != text  # the check writes nothing
     assert summary.main(args) == 0 and readme.read_text() == text
-
-
-def test_the_real_model_page_is_rendered_from_its_committed_run():
-    """docs/REAL-MODEL.md's numbers are configs/smollm2.yaml's committed run (docs/real-model/)."""
-    page = ROOT / "docs" / "REAL-MODEL.md"
-    assert summary.main(["--tables", str(ROOT / "docs" / "real-model"), "--readme", str(page), "--check"]) == 0
-    assert "| fp32-exact | every fp32 cell |" in page.read_text()
 
 
 def test_a_changed_claim_makes_the_readme_stale(tmp_path):
     readme = _docs_copy(tmp_path)
-    tables = tmp_path / "docs" / "results"
-    claims = pd.read_csv(tables / "claims.csv")
+    claims = pd.read_csv(tmp_path / "docs" / "results" / "claims.csv")
     claims.loc[claims["claim"] == "fp32-exact", "verdict"] = "fails"
-    claims.to_csv(tables / "claims.csv", index=False)
-    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 1
-    assert summary.main(["--tables", str(tables), "--readme", str(readme)]) == 0
+    claims.to_csv(tmp_path / "docs" / "results" / "claims.csv", index=False)
+    args = ["--docs", str(tmp_path / "docs")]
+    assert summary.main([*args, "--check"]) == 1
+    assert summary.main(args) == 0
     row = next(line for line in readme.read_text().splitlines() if line.startswith("| fp32-exact |"))
     assert "| fails (" in row and "| holds" not in row, row
-    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 0
+    assert summary.main([*args, "--check"]) == 0
 
 
-def test_a_changed_table_makes_the_results_stale(tmp_path):
+def test_a_changed_table_makes_the_results_and_a_generated_table_stale(tmp_path):
     _docs_copy(tmp_path)
-    tables, readme = tmp_path / "docs" / "results", tmp_path / "docs" / "RESULTS.md"
+    tables = tmp_path / "docs" / "results"
     mo = pd.read_csv(tables / "match_overall.csv")
     mo.loc[mo["decoder"].isin(summary.ORTHRUS) & (mo["precision"] == "fp32"), "match_rate"] = 0.5
     mo.to_csv(tables / "match_overall.csv", index=False)
-    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 1
-    assert summary.main(["--tables", str(tables), "--readme", str(readme)]) == 0
-    fp32_row = next(line for line in readme.read_text().splitlines() if line.startswith("| fp32 |"))
+    load = pd.read_csv(tmp_path / "docs" / "openai" / "load.csv")
+    load.loc[load["model"] == "vllm-bf16-c4", "distinct_max"] = 7
+    load.to_csv(tmp_path / "docs" / "openai" / "load.csv", index=False)
+    args = ["--docs", str(tmp_path / "docs")]
+    assert summary.main([*args, "--check"]) == 1
+    assert summary.main(args) == 0
+    results = (tmp_path / "docs" / "RESULTS.md").read_text()
+    fp32_row = next(line for line in results.splitlines() if line.startswith("| fp32 |"))
     assert "0.50" in fp32_row and "1.00" not in fp32_row, fp32_row
-    assert summary.main(["--tables", str(tables), "--readme", str(readme), "--check"]) == 0
+    row = next(
+        x for x in (tmp_path / "docs" / "ENGINES.md").read_text().splitlines() if x.startswith("| vllm-bf16-c4 |")
+    )
+    assert row.split(" | ")[6] == "7", row
+    assert summary.main([*args, "--check"]) == 0
 
 
-def test_missing_table_and_missing_markers_are_named(tmp_path):
+def test_a_missing_table_value_or_template_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="match_overall.csv"):
         summary.render(tmp_path)
-    with pytest.raises(ValueError, match="results:begin"):
-        summary.replace_block("no markers here", "x")
-    with pytest.raises(ValueError, match="results:begin.*claims:begin"):
-        summary.update("no markers here", RUN)
+    with pytest.raises(FileNotFoundError, match="no templates"):
+        summary.main(["--docs", str(tmp_path), "--check"])
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / summary.VALUES).write_text("known: results/decoders.csv n min :d\n")
+    (tmp_path / "src" / "X.md").write_text("{{ known }} and {{ unknown }}\n")
+    with pytest.raises(ValueError, match="no value named unknown in values.yaml"):
+        summary.render_page(tmp_path / "src" / "X.md")
 
 
 def test_a_value_is_one_row_or_an_aggregate_in_its_format():
-    v = lambda spec: summary.value(spec, RUN, ROOT / "docs")
-    assert v("decoders.csv match_rate decoder=orthrus model=ce-k8 precision=fp32") == "1.000"
-    assert v("decoders.csv n min decoder=orthrus :d") == "48"
-    assert v("decoders.csv decoder count precision=fp32 decoder!=orthrus :d") == "2"
-    assert v("decoders.csv n_structural sum 'audit!=not lossless' :d") == "0"
-    assert v("decoders.csv n_structural sum decoder~orthrus.* :d") == v("forensics.csv n_structural sum model~.*-k8 :d")
-    assert v("real-model/decoders.csv model precision=fp32 decoder=orthrus") == "ce-k8"  # a path: the document's folder
+    v = lambda spec: summary.value(spec, DOCS)
+    assert v("results/decoders.csv match_rate decoder=orthrus model=ce-k8 precision=fp32 :.3f") == "1.000"
+    assert v("results/decoders.csv n min decoder=orthrus :d") == "48"
+    assert v("results/decoders.csv decoder count precision=fp32 decoder!=orthrus :d") == "2"
+    assert v("results/decoders.csv n_structural sum 'audit!=not lossless' :d") == "0"
+    assert v("results/decoders.csv n_structural sum decoder~orthrus.* :d") == v(
+        "results/forensics.csv n_structural sum model~.*-k8 :d"
+    )
+    assert v("real-model/decoders.csv model precision=fp32 decoder=orthrus") == "ce-k8"  # no format: as it is
     with pytest.raises(ValueError, match="selects 2 rows"):
-        v("decoders.csv match_rate decoder=orthrus precision=fp32")
+        v("results/decoders.csv match_rate decoder=orthrus precision=fp32")
     with pytest.raises(ValueError, match="selects 0 rows"):  # a condition that matches nothing is no number
-        v("decoders.csv match_rate max decoder~orthr")
+        v("results/decoders.csv match_rate max decoder~orthr")
+    with pytest.raises(ValueError, match="'colour=red' is no KEY=VALUE"):
+        v("results/decoders.csv match_rate colour=red")
     with pytest.raises(FileNotFoundError, match="nope.csv"):
-        v("nope.csv x")
+        v("results/nope.csv x")
+
+
+def test_a_table_is_a_row_per_selected_row_with_its_cells_formatted(tmp_path):
+    (tmp_path / "t.csv").write_text("name,n,rate\na,3,0.5\nb,,0.25\nc,4,\n")
+    cells = {"name": "{name}", "count": "{n:d}", "rate [n]": "{rate:.2f} [{n:d}]"}
+    assert summary.table(tmp_path, "t.csv", cells, "name!=c").splitlines() == [
+        "| name | count | rate [n] |",
+        "|---|---|---|",
+        "| a | 3 | 0.50 [3] |",
+        "| b |  | 0.25 [] |",  # no number: empty, not nan
+    ]
+    with pytest.raises(ValueError, match="selects no rows"):
+        summary.table(tmp_path, "t.csv", cells, "name=d")
 
 
 def _with_eager(tables: Path, model: str) -> Path:

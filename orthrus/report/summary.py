@@ -1,20 +1,17 @@
-"""`orthrus summary`: the numbers of README.md and docs/, written from a run's tables.
+"""`orthrus summary`: a run's results section, and the pages that quote results, written from tables.
 
-    orthrus summary --tables results/tables [--readme FILE.md ... [--check]]
+    orthrus summary --tables results/tables      # print a run's results section (Markdown)
+    orthrus summary --docs docs [--check]        # render README.md and docs/*.md from docs/src/
 
-Prints Markdown made only of numbers read from the tables (`orthrus analyze`, `orthrus
-lm-eval table`), so the text and the results cannot drift apart. With `--readme` (once per file)
-it rewrites what a file marks:
+A page that quotes results (README.md, docs/NAME.md) is its template `docs/src/NAME.md` (Jinja2) rendered
+from the committed tables under docs/; `--check` exits 1 where a page differs from its rendering. In it:
 
-- the whole results section between `<!-- results:begin -->` and `<!-- results:end -->`;
-- the claims table alone between `<!-- claims:begin -->` and `<!-- claims:end -->`;
-- one number in the prose, `<!-- v TABLE COLUMN [AGG] [CONDITION ...] [:FORMAT] -->0.52<!-- /v -->`:
-  the column of the one row the conditions (KEY=VALUE, KEY!=VALUE, KEY~REGEX) select, or AGG (min,
-  max, sum, mean, count) of the rows they select, in Python's FORMAT (default: a float to 3 decimals). TABLE is the run's
-  (`--tables`) when a bare name, a committed run's path relative to the document when it has a `/`
-  (`engines/decoders.csv` in docs/ENGINES.md); a value with spaces is quoted.
-
-With `--check` it only says whether every one is up to date (exit 1 if not).
+- `{{ name }}`: a named value of `docs/src/values.yaml`, `TABLE COLUMN [AGG] [CONDITION ...] [:FORMAT]`:
+  the column of the one row the conditions (KEY=VALUE, KEY!=VALUE, KEY~REGEX) select, or AGG (min, max,
+  sum, mean, count) of the rows they select, in Python's FORMAT; TABLE is a path under docs/.
+- `{{ table(TABLE, {HEADER: CELL, ...}, CONDITION, ...) }}`: a Markdown table, a row per row selected,
+  each CELL a `str.format` string over the row (`{match_rate:.3f}`; no number: an empty cell).
+- `{{ results(RUN) }}`, `{{ claims(RUN) }}`: a run's results section or claims table; `{{ zoo(RECORD) }}`.
 """
 
 from __future__ import annotations
@@ -23,24 +20,22 @@ import argparse
 import math
 import re
 import shlex
+import string
 import sys
+import textwrap
 from pathlib import Path
 
+import jinja2
+import jinja2.meta
 import pandas as pd
+import yaml
 
 from orthrus import decoders
 from orthrus.io import atomic_path
+from orthrus.zoo import record
 
-# the blocks a document may hold: the whole results section (docs/RESULTS.md), or the claims
-# table alone (the README's front page)
-BLOCKS = {
-    "results": ("<!-- results:begin -->", "<!-- results:end -->"),
-    "claims": ("<!-- claims:begin -->", "<!-- claims:end -->"),
-}
-BEGIN, END = BLOCKS["results"]
-VALUE = re.compile(r"<!-- v (?P<spec>[^>]*?) -->(?P<text>.*?)<!-- /v -->", re.S)
 AGGREGATES = ("min", "max", "sum", "mean", "count")
-CONDITION = re.compile(r"([^=!~]+)(!=|=|~)(.*)", re.S)  # KEY=VALUE, KEY!=VALUE, KEY~REGEX
+VALUES = "values.yaml"  # the named values, beside the templates
 REDUCED = ("bf16", "fp16")
 # the decoder whose tables these are (the diffusion view's lossless speculative loop) and the
 # trajectory every decoder is compared with
@@ -89,14 +84,22 @@ def render(tables: Path) -> str:
     out = _claims(tables)
     out += _match_grid(orth, models)
     out += _decoders(tables)
-    out += _by_domain(
-        _read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv"), orth, models, prec, att
-    )
+    out += _by_domain(tables, orth, models, prec, att)
     out += _divergence_and_ppl(ppl, logit, models, prec, att)
-    out += _forensics(_read(tables, "forensics.csv"), _read(tables, "pairwise_match.csv"), prec, att)
+    out += _forensics(tables, prec, att)
     out += _tpf(tpf, models)
     out += _benchmarks(tables)
-    return "\n".join(out) + "\n"
+    return _wrap(out)
+
+
+def _wrap(lines: list[str]) -> str:
+    """The section's prose wrapped to 110 columns, a list item's lines indented under it; tables whole."""
+    return "".join(
+        f"{line}\n"
+        if line.startswith("|")
+        else textwrap.fill(line, 110, subsequent_indent="  " * line.startswith("- "), break_on_hyphens=False) + "\n"
+        for line in "\n".join(lines).split("\n")
+    )
 
 
 def _claims(tables: Path) -> list[str]:
@@ -156,30 +159,24 @@ def _match_grid(orth: pd.DataFrame, models: list) -> list[str]:
 
 def _decoders(tables: Path) -> list[str]:
     """How lossless is each speculative decoder, beside the controls, with the audit's verdicts."""
-    dec_path = tables / "decoders.csv"
-    dec = pd.read_csv(dec_path) if dec_path.exists() else pd.DataFrame()
-    if not len(dec) or dec["decoder"].nunique() < 2:
+    if not (tables / "decoders.csv").exists() or _read(tables, "decoders.csv")["decoder"].nunique() < 2:
         return []
-    out = [
+    cells = {"precision": "{precision}", "attention": "{attention}", "decoder": "{decoder} ({model})",
+             "match": "{match_rate:.2f} [{ci_low:.2f}, {ci_high:.2f}]", "TPF": "{tpf_verify:.2f}",
+             "oracle": "{oracle_match_rate:.2f}", "batched": "{batch_match_rate:.2f}",
+             "verdicts": "{n_tie:d} / {n_rounding:d} / {n_structural:d} / {n_no_verdict:d}", "audit": "{audit}"}  # fmt: skip
+    return [
         "\nHow lossless is each speculative decoder (`decoders.csv`): match rate with the AR reference "
         "[Wilson 95% CI], tokens per forward of the verified model, the controls' match rates in the same "
         "cell (the oracle: the verify shape alone; batched: the reference's noise floor in batches), and "
         "the verdicts of the first divergences (tie / rounding / structural / none):\n",
-        "| precision | attention | decoder | match | TPF | oracle | batched | verdicts | audit |",
-        "|---|---|---|---|---|---|---|---|---|",
+        table(tables, "decoders.csv", cells),
     ]
-    for r in dec.itertuples():
-        verdicts = f"{r.n_tie} / {r.n_rounding} / {r.n_structural} / {r.n_no_verdict}"
-        out.append(
-            f"| {r.precision} | {r.attention} | {r.decoder} ({r.model}) | {_f(r.match_rate)} "
-            f"[{_f(r.ci_low)}, {_f(r.ci_high)}] | {_f(r.tpf_verify)} | {_f(r.oracle_match_rate)} | "
-            f"{_f(r.batch_match_rate)} | {verdicts} | {r.audit} |"
-        )
-    return out
 
 
-def _by_domain(by_domain, unc, orth, models, prec, att) -> list[str]:
+def _by_domain(tables, orth, models, prec, att) -> list[str]:
     """Table 4 beside the teacher's uncertainty."""
+    by_domain, unc = _read(tables, "match_by_domain.csv"), _read(tables, "uncertainty_by_domain.csv")
     sel = by_domain[
         by_domain["decoder"].isin(ORTHRUS) & (by_domain["precision"] == prec) & (by_domain["attention"] == att)
     ]
@@ -229,31 +226,22 @@ def _divergence_and_ppl(ppl, logit, models, prec, att) -> list[str]:
     return out
 
 
-def _forensics(fx, pw, prec, att) -> list[str]:
+def _forensics(tables: Path, prec: str, att: str) -> list[str]:
     """Where the bits part (forensics) and how far plain AR moves with precision (pairwise)."""
-    fx = fx[fx["decoder"].isin(ORTHRUS) & (fx["precision"] == prec) & (fx["attention"] == att)]
-    ar = pw[
-        pw["a_decoder"].isin(REFERENCE)
-        & pw["b_decoder"].isin(REFERENCE)
-        & (pw["a_precision"] == prec)
-        & (pw["b_precision"] == "fp32")
-        & (pw["a_attention"] == att)
-        & (pw["b_attention"] == att)
-    ]
+    pw = _read(tables, "pairwise_match.csv")
+    ar = pw[pw["a_decoder"].isin(REFERENCE) & pw["b_decoder"].isin(REFERENCE) & (pw["b_precision"] == "fp32")]
+    ar = ar[(ar["a_precision"] == prec) & (ar["a_attention"] == att) & (ar["b_attention"] == att)]
+    cells = {"model": "{model}", "divergences": "{n_divergences:d}", "median margin (own precision)":
+             "{median_margin_native:.3f}", "median margin (fp32)": "{median_margin_fp32:.3f}", "near-tie share":
+             "{frac_near_tie:.2f}", "exact-tie share": "{frac_exact_tie:.2f}", "first differing layer (mode)":
+             "{mode_first_layer}"}  # fmt: skip
+    where = ["decoder~" + "|".join(map(re.escape, ORTHRUS)), f"precision={prec}", f"attention={att}"]
     out = []
-    if len(fx):
+    if len(_rows(tables, "forensics.csv", where)):
         out += [
             f"\nAt the first divergence, {prec} with {att} (`forensics.csv`):\n",
-            "| model | divergences | median margin (own precision) | median margin (fp32) | "
-            "near-tie share | exact-tie share | first differing layer (mode) |",
-            "|---|---|---|---|---|---|---|",
+            table(tables, "forensics.csv", cells, *where),
         ]
-        for r in fx.sort_values("model").itertuples():
-            out.append(
-                f"| {r.model} | {r.n_divergences} | {_f(r.median_margin_native, 3)} | "
-                f"{_f(r.median_margin_fp32, 3)} | {_f(r.frac_near_tie)} | {_f(r.frac_exact_tie)} | "
-                f"{r.mode_first_layer} |"
-            )
     if len(ar):
         out.append(
             f"\nPlain AR decoding in {prec} ({att}) matches AR in fp32 on "
@@ -264,122 +252,134 @@ def _forensics(fx, pw, prec, att) -> list[str]:
 
 def _tpf(tpf, models) -> list[str]:
     """Table 2 (fp32: the trajectories are the reference's)."""
-    out = []
     t = tpf[(tpf["precision"] == "fp32")]
-    if len(t):
-        # the first attention every model ran (one narrowed by decode.grids may lack some)
-        every = [a for a in sorted(t["attention"].unique()) if set(models) <= set(t.loc[t["attention"] == a, "model"])]
-        a0 = (every or sorted(t["attention"].unique()))[0]
-        t = t[t["attention"] == a0]
-        cols = [c for c in ("tpf_verify", "tpf_authors") if c in t.columns]
-        out.append(f"\nTokens per forward, fp32, {a0} (Table 2; `tpf_verify` counts prefill and verify forwards):\n")
-        out.append("| domain | " + " | ".join(f"{m} {c}" for m in models for c in cols) + " |")
-        out.append("|---|" + "---|" * (len(models) * len(cols)))
-        for dom in sorted(t["domain"].unique(), key=lambda d: (d == "all", d)):
-            r = t[t["domain"] == dom].set_index("model")
-            name = f"**{dom}**" if dom == "all" else dom
-            out.append(f"| {name} | " + " | ".join(_f(r[c].get(m, math.nan)) for m in models for c in cols) + " |")
+    if not len(t):
+        return []
+    # the first attention every model ran (one narrowed by decode.grids may lack some)
+    every = [a for a in sorted(t["attention"].unique()) if set(models) <= set(t.loc[t["attention"] == a, "model"])]
+    a0 = (every or sorted(t["attention"].unique()))[0]
+    t = t[t["attention"] == a0]
+    cols = [c for c in ("tpf_verify", "tpf_authors") if c in t.columns]
+    out = [f"\nTokens per forward, fp32, {a0} (Table 2; `tpf_verify` counts prefill and verify forwards):\n"]
+    out += ["| domain | " + " | ".join(f"{m} {c}" for m in models for c in cols) + " |"]
+    out += ["|---|" + "---|" * (len(models) * len(cols))]
+    for dom in sorted(t["domain"].unique(), key=lambda d: (d == "all", d)):
+        r = t[t["domain"] == dom].set_index("model")
+        name = f"**{dom}**" if dom == "all" else dom
+        out.append(f"| {name} | " + " | ".join(_f(r[c].get(m, math.nan)) for m in models for c in cols) + " |")
     return out
 
 
 def _benchmarks(tables: Path) -> list[str]:
     """Table 7."""
-    out = []
-    bpath = tables / "benchmarks.csv"
-    if bpath.exists():
-        b = pd.read_csv(bpath)
-        b = b[b["primary"].astype(bool)] if "primary" in b.columns else b
-        if len(b):
-            b = b.assign(run=b["model"] + " " + b["decoder"] + " " + b["precision"])
-            runs = list(dict.fromkeys(b.sort_values(["model", "decoder", "precision"])["run"]))
-            out.append("\nTiny benchmarks (Table 7; primary metric per task, lm-evaluation-harness):\n")
-            out.append("| task | metric | " + " | ".join(runs) + " |")
-            out.append("|---|---|" + "---|" * len(runs))
-            for (task, metric), g in b.groupby(["task", "metric"], sort=True):
-                v = g.set_index("run")["value"]
-                out.append(f"| {task} | {metric} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
+    b = _read(tables, "benchmarks.csv") if (tables / "benchmarks.csv").exists() else pd.DataFrame()
+    b = b[b["primary"].astype(bool)] if "primary" in b.columns else b
+    if not len(b):
+        return []
+    b = b.assign(run=b["model"] + " " + b["decoder"] + " " + b["precision"])
+    runs = list(dict.fromkeys(b.sort_values(["model", "decoder", "precision"])["run"]))
+    out = ["\nTiny benchmarks (Table 7; primary metric per task, lm-evaluation-harness):\n"]
+    out += ["| task | metric | " + " | ".join(runs) + " |", "|---|---|" + "---|" * len(runs)]
+    for (task, metric), g in b.groupby(["task", "metric"], sort=True):
+        v = g.set_index("run")["value"]
+        out.append(f"| {task} | {metric} | " + " | ".join(_f(v.get(r, math.nan)) for r in runs) + " |")
     return out
 
 
-def render_claims(tables: Path) -> str:
-    """The claims table alone, as the results section begins."""
-    return "\n".join(_claims(tables)).rstrip("\n") + "\n"
+def target(source: Path) -> Path:
+    """Where a template renders: docs/src/README.md to the repository's README.md, docs/src/X.md to docs/X.md."""
+    return source.parents[2 if source.name == "README.md" else 1] / source.name
 
 
-def replace_block(text: str, block: str, name: str = "results") -> str:
-    begin, end = BLOCKS[name]
-    if begin not in text or end not in text:
-        raise ValueError(f"the document has no {begin} ... {end} block")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{block}{end}{tail}"
-
-
-def value(spec: str, tables: Path, base: Path) -> str:
-    """One number of the prose: `spec` is a value marker's `TABLE COLUMN [AGG] [KEY=VALUE ...] [:FORMAT]`."""
-    table, column, *rest = shlex.split(spec)
-    path = base / table if "/" in table else tables / table
-    t = _read(path.parent, path.name)
-    fmt = next((r[1:] for r in rest if r.startswith(":")), None)
-    agg = [r for r in rest if r in AGGREGATES]
-    for cond in (r for r in rest if not r.startswith(":") and CONDITION.fullmatch(r)):
-        key, op, want = CONDITION.fullmatch(cond).groups()
+def _rows(docs: Path, name: str, conditions) -> pd.DataFrame:
+    t = _read(docs, name)
+    for cond in conditions:
+        match = re.fullmatch(r"([^=!~]+)(!=|=|~)(.*)", cond, re.S)  # KEY=VALUE, KEY!=VALUE, KEY~REGEX
+        if not match or match[1] not in t.columns:
+            raise ValueError(f"{name}: {cond!r} is no KEY=VALUE, KEY!=VALUE or KEY~REGEX over its columns")
+        key, op, want = match.groups()
         col = t[key].astype(str)
         keep = col.str.fullmatch(want) if op == "~" else col == want
         t = t[~keep if op == "!=" else keep]
+    return t
+
+
+def value(spec: str, docs: Path) -> str:
+    """One named value: `spec` is `TABLE COLUMN [AGG] [CONDITION ...] [:FORMAT]`, TABLE under `docs`."""
+    name, column, *rest = shlex.split(spec)
+    fmt = next((r[1:] for r in rest if r.startswith(":")), None)
+    agg = [r for r in rest if r in AGGREGATES]
+    t = _rows(docs, name, [r for r in rest if not r.startswith(":") and r not in AGGREGATES])
     if agg and (len(t) or agg[0] == "count"):
         x = len(t) if agg[0] == "count" else getattr(t[column], agg[0])()
     elif len(t) != 1 or agg:
-        raise ValueError(f"<!-- v {spec} --> selects {len(t)} rows of {path}, not one")
+        raise ValueError(f"{spec!r} selects {len(t)} rows of {docs / name}, not one")
     else:
         x = t[column].iloc[0]
-    if fmt is None and isinstance(x, float):
-        fmt = ".3f"
-    elif fmt and fmt.endswith("d") and float(x).is_integer():  # a count in a column pandas read as float
+    if fmt and fmt.endswith("d") and float(x).is_integer():  # a count in a column pandas read as float
         x = int(x)
     return format(x, fmt) if fmt else str(x)
 
 
-def update(text: str, tables: Path, base: Path = Path(".")) -> str:
-    """`text` with each block and value it holds rendered from `tables` (and, for a value naming a
-    path, from that table relative to `base`, the document's folder); an error when it holds none."""
-    renderers = {"results": render, "claims": render_claims}
-    present = [name for name, (begin, end) in BLOCKS.items() if begin in text and end in text]
-    if not present and not VALUE.search(text):
-        raise ValueError(
-            "the document has none of the blocks " + ", ".join(b for b, _ in BLOCKS.values()) + " nor a value"
-        )
-    for name in present:
-        text = replace_block(text, renderers[name](tables), name)
-    return VALUE.sub(lambda m: f"<!-- v {m['spec']} -->{value(m['spec'], tables, base)}<!-- /v -->", text)
+class _Cells(string.Formatter):  # a table's cells: no number is an empty cell, a count read as float an int
+    def format_field(self, x, spec):
+        if isinstance(x, float) and math.isnan(x):
+            return ""
+        return super().format_field(int(x) if spec.endswith("d") and isinstance(x, float) else x, spec)
+
+
+def table(docs: Path, name: str, columns: dict, *conditions: str) -> str:
+    """A whole Markdown table of `docs/name`: the rows `conditions` select, a column per `columns` item."""
+    t = _rows(docs, name, conditions)
+    if not len(t):
+        raise ValueError(f"table({name!r}, ..., {', '.join(map(repr, conditions))}) selects no rows")
+    cells = _Cells()
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(cells.format(c, **r) for c in columns.values()) + " |" for r in t.to_dict("records")]
+    return "\n".join(out)
+
+
+def render_page(source: Path) -> str:
+    """The page `source` (docs/src/NAME.md) renders to, from the committed tables under docs/."""
+    docs = source.parent.parent
+    specs = yaml.safe_load((source.parent / VALUES).read_text()) or {}
+    functions = {
+        "table": lambda name, columns, *conditions: table(docs, name, columns, *conditions),
+        "results": lambda run: render(docs / run).rstrip("\n"),
+        "claims": lambda run: _wrap(_claims(docs / run)).rstrip("\n"),
+        "zoo": lambda path: record.markdown(pd.read_csv(docs / path)),
+    }
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    text = source.read_text()
+    names = jinja2.meta.find_undeclared_variables(env.parse(text)) - functions.keys()
+    if names - specs.keys():
+        raise ValueError(f"{source}: no value named {', '.join(sorted(names - specs.keys()))} in {VALUES}")
+    head = f"<!-- rendered from docs/src/{source.name} by `orthrus summary --docs docs`: edit that -->\n"
+    return head + env.from_string(text).render(**{n: value(specs[n], docs) for n in names}, **functions)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus summary", description=__doc__.split("\n")[0])
-    ap.add_argument("--tables", required=True, type=Path)
-    ap.add_argument("--readme", type=Path, action="append", help="rewrite this file's blocks (repeatable)")
-    ap.add_argument("--check", action="store_true", help="with --readme: exit 1 if a block is stale")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--tables", type=Path, help="print this run's results section")
+    what.add_argument("--docs", type=Path, help="render DOCS/src/*.md into DOCS/*.md and README.md")
+    ap.add_argument("--check", action="store_true", help="with --docs: exit 1 if a page differs, writing none")
     args = ap.parse_args(argv)
-    if not args.readme:
+    if args.tables:
         sys.stdout.write(render(args.tables))
         return 0
-    stale = []
-    for path in args.readme:
-        text = path.read_text()
-        new = update(text, args.tables, path.parent)
-        if new == text:
-            continue
+    sources = sorted((args.docs / "src").glob("*.md"))
+    if not sources:
+        raise FileNotFoundError(f"no templates {args.docs / 'src'}/*.md")
+    stale = [(target(s), render_page(s)) for s in sources]
+    stale = [(page, new) for page, new in stale if not page.exists() or page.read_text() != new]
+    for page, new in stale:
         if args.check:
-            stale.append(path)
+            sys.stderr.write(f"{page}: not its template rendered (edit docs/src/{page.name}, run orthrus summary)\n")
         else:
-            with atomic_path(path) as tmp:
+            with atomic_path(page) as tmp:
                 tmp.write_text(new)
-    for path in stale:
-        sys.stderr.write(
-            f"{path}: a rendered block or value differs from {args.tables} "
-            f"(run `orthrus summary --tables {args.tables} --readme {path}`)\n"
-        )
-    return 1 if stale else 0
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":
