@@ -14,6 +14,7 @@ import torch
 
 from orthrus.contracts import ATTENTIONS, PRECISIONS
 from orthrus.errors import InputError
+from orthrus.machine import what_ran
 
 DTYPES = dict(zip(PRECISIONS, (torch.bfloat16, torch.float16, torch.float32, torch.float32)))
 # the precisions whose matrix products may use TF32 (CUDA's 10-bit-mantissa inputs, fp32 sums)
@@ -178,4 +179,8 @@ def numerical_env(model=None, dtype: torch.dtype | None = None, attention: str |
         "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
         "num_threads": torch.get_num_threads(),
     }
+    if device == "cpu":
+        # the CPU kind asked for and what ATen, oneDNN and oneMKL say they ran (orthrus/machine.py);
+        # beside, never instead of, the fields above, so records from before stay comparable
+        env |= what_ran()
     return env

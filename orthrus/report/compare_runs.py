@@ -26,7 +26,7 @@ import sys
 import pandas as pd
 
 from orthrus.report.claims import DEFAULT_ALPHA, DEFAULT_MARGIN, Settings, load_or_compute
-from orthrus.report.claims.base import UNDERPOWERED
+from orthrus.report.claims.base import ABSENT, UNDERPOWERED, verdicts_agree
 
 KEY = ["claim", "subject"]
 
@@ -59,14 +59,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, common: bool = False) -> pd.DataFr
         overlap((_num(r.ci_low_a), _num(r.ci_high_a)), (_num(r.ci_low_b), _num(r.ci_high_b))) for r in m.itertuples()
     ]
     for side in ("a", "b"):
-        m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
-    # a claim one run does not state and the other cannot test (e.g. a stage that ran in neither,
-    # such as the sampling audit when it is off) says nothing either way; nor does one whose config
-    # planned too little power for it (orthrus/report/claims/power.py): a verdict of the plan, not the data
-    silent = {frozenset({"absent", "untestable"})}
-    m["agree"] = [
-        a == b or frozenset({a, b}) in silent or UNDERPOWERED in (a, b) for a, b in zip(m["verdict_a"], m["verdict_b"])
-    ]
+        m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna(ABSENT)
+    m["agree"] = [verdicts_agree(a, b) for a, b in zip(m["verdict_a"], m["verdict_b"])]
     return m.drop(columns="_merge").reset_index(drop=True)
 
 

@@ -48,6 +48,11 @@ claim and the table it rests on cannot disagree.
   sampling.two_sample.n_samples_max), and 100 times the honest TV. Untestable when the audit is off.
 - `planted-bug-caught` (decoders.csv), per cell of the planted `orthrus-lossy` control: the audit
   says `not lossless` (untestable where it did not run or did not diverge).
+- `verdicts-machine-invariant`, `planted-machine-caught` (verdicts_by_env.csv, machine_probes.csv;
+  `orthrus compare-envs`, docs/MACHINES.md): no claim's verdict differs between the numerical
+  environments (CPU kind, thread count) a study ran; and the comparison fails, naming the claim,
+  when one verdict is flipped in every environment whose bf16 product bytes differ from the first's.
+  Untestable on one environment.
 - `load-invariant`, `planted-load-caught` (load.csv; docs/ENGINES.md "Under load"), per server run at
   concurrency > 1: its greedy output equals the same server's at concurrency 1 up to ties and rounding
   (every first divergence a tie or rounding by the server's own log-probabilities); the planted proxy,
@@ -77,6 +82,7 @@ from orthrus.report.claims.base import DEFAULT_ALPHA, DEFAULT_MARGIN, DEFAULT_SE
 from orthrus.report.claims.benchmarks import benchmarks_equivalent
 from orthrus.report.claims.exactness import bf16_inexact, fp32_exact, tf32_exact
 from orthrus.report.claims.load_invariance import load_invariant, planted_load_caught
+from orthrus.report.claims.machine import INVARIANT, PLANTED, VERDICTS_BY_ENV, machine_invariant, planted_machine_caught
 from orthrus.report.claims.perplexity import beta1_negative, ppl_higher
 from orthrus.report.claims.sampling import (
     SAMPLING_TEST,
@@ -177,6 +183,18 @@ CLAIMS: dict[str, Claim] = {
         "another is in flight (negative control)",
         "load.csv",
         planted_load_caught,
+    ),
+    INVARIANT: Claim(
+        "every claim's verdict is the same under every numerical environment run (CPU kind and thread "
+        "count, docs/MACHINES.md)",
+        VERDICTS_BY_ENV,
+        machine_invariant,
+    ),
+    PLANTED: Claim(
+        "the machine comparison fails when one verdict follows the machine's arithmetic: flipped in every "
+        "environment whose bf16 product bytes differ from the first's (negative control)",
+        VERDICTS_BY_ENV,
+        planted_machine_caught,
     ),
 }
 

@@ -37,6 +37,19 @@ class Settings:
     sampled_power: float = 0.95
 
 
+# a claim one run does not state and the other cannot test (e.g. a stage that ran in neither, such as
+# the sampling audit when it is off) says nothing either way
+ABSENT = "absent"
+SILENT = frozenset({ABSENT, UNTESTABLE})
+
+
+def verdicts_agree(a: str, b: str) -> bool:
+    """Whether two runs' verdicts on one claim and subject agree: the same, both silent (absent and
+    untestable), or either `underpowered` (a verdict of the config's power plan, not of the data:
+    orthrus/report/claims/power.py)."""
+    return a == b or frozenset({a, b}) == SILENT or UNDERPOWERED in (a, b)
+
+
 def read_table(tables: Path, name: str) -> pd.DataFrame | None:
     path = tables / name
     return pd.read_csv(path) if path.exists() else None
