@@ -445,3 +445,31 @@ def test_the_ids_an_answer_may_hold_are_the_study_tokenizers(tmp_path):
     assert vocabulary(teacher, str(greedy)) == n
     assert vocabulary(teacher, str(sampled)) == max(n, AutoConfig.from_pretrained(teacher).vocab_size)
     assert vocabulary("", str(greedy)) is None
+
+
+def test_a_launched_vllm_server_carries_the_entrys_patches_into_its_engine_core(monkeypatch):
+    """vLLM samples in an engine core it spawns, which re-imports the parent's __main__ and nothing else
+    of it: the server starts from vllm_serve.py, which applies ORTHRUS_VLLM_PATCHES as it is imported,
+    with the entry's patches in that variable and in its records' env; an entry without patches runs
+    none, whatever the job inherited (docs/notes/vllm-ngram-seed.md)."""
+    import importlib
+
+    from orthrus.engines import openai_launch, vllm_patches
+    from orthrus.engines.launchers import LAUNCHERS
+
+    monkeypatch.setattr(openai_launch, "vllm_version", lambda python, env: "0.32.0 2.13.0+cpu")
+    monkeypatch.setenv(vllm_patches.ENV, "cpu-expand-float")  # inherited from the job's environment
+    cfg = {"engines": {"vllm_python": "/venv/bin/python"}, "teacher": {"name": "teacher"}}
+    entry = {"engine": "openai", "launch": "vllm", "precision": "fp32", "speculative": "ngram", "concurrency": 4}
+    for patches in ([], ["cpu-expand-float"]):
+        run = OpenAI().run("x", entry | {"patches": patches}, "x.jsonl", "fp32", 0, cfg, results="r", teacher="t")
+        run["server"]["model_dir"] = "/teacher"
+        launch = openai_launch.launch_for(run, 1, _prompts(1), LAUNCHERS)
+        assert launch.binary == "/venv/bin/python" and launch.args(8000)[0] == str(openai_launch.VLLM_SERVE)
+        assert launch.env[vllm_patches.ENV] == ",".join(patches) and launch.known["patches"] == patches
+    # the file applies what the variable names when it is imported (as the engine core imports it)
+    applied = []
+    monkeypatch.setattr(vllm_patches, "apply", applied.append)
+    monkeypatch.delitem(sys.modules, "orthrus.engines.vllm_serve", raising=False)
+    importlib.import_module("orthrus.engines.vllm_serve")
+    assert applied == [["cpu-expand-float"]]

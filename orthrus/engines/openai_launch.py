@@ -6,8 +6,9 @@ one of the functions here:
 
     llamacpp   llama.cpp's server (engines.llamacpp_server) on the entry's GGUF file, with `slots`
                requests decoded at once (-np), each slot the prompts' context
-    vllm       vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server` in
-               engines.vllm_python's environment) on the teacher's directory, `slots` as --max-num-seqs
+    vllm       vLLM's OpenAI server (vllm_serve.py: `python -m vllm.entrypoints.openai.api_server`
+               with the entry's `patches` applied in its engine core) in engines.vllm_python's
+               environment on the teacher's directory, `slots` as --max-num-seqs
     command    any program ([PROGRAM, ARG, ...]); {host}, {port}, {model} (the study's model directory),
                {slots} and {threads} in its arguments are filled in; it must serve /v1/models once ready
 
@@ -26,10 +27,13 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from orthrus.engines import vllm_patches
 from orthrus.engines.server import HOST
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's own server, started through a file that carries the run's patches into its engine core
+VLLM_SERVE = Path(__file__).with_name("vllm_serve.py")
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -92,7 +96,7 @@ def vllm_version(python: str, env: dict) -> str:
 def vllm(run: dict, threads: int, prompts: list[dict]) -> Launch:
     inner, slots = run["server"]["inner"], run["slots"]
     python, model = run["server"]["program"], run["server"]["model_dir"]
-    args = ["-m", VLLM_MODULE, "--model", model, "--served-model-name", run["model"] or "teacher"]
+    args = [str(VLLM_SERVE), "--model", model, "--served-model-name", run["model"] or "teacher"]
     args += ["--dtype", VLLM_DTYPES[run["dtype"]], "--seed", str(run.get("seed", 0)), "--max-num-seqs", str(slots)]
     args += ["--max-model-len", str(context(prompts)), "--max-logprobs", "2", "--no-enable-prefix-caching"]
     # eager and an explicit KV cache, as the offline recipe's (orthrus/engines/vllm_recipe.py): vLLM's CPU
@@ -109,8 +113,10 @@ def vllm(run: dict, threads: int, prompts: list[dict]) -> Launch:
     elif method == "draft_model":
         spec = {"method": "draft_model", "model": inner["draft"], "num_speculative_tokens": k}
         args += ["--speculative-config", json.dumps(spec)]
-    # the engine's environment imports its own transformers, never this package's
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # the engine's environment imports its own transformers, never this package's; the run's patches and
+    # no others (an inherited ORTHRUS_VLLM_PATCHES would patch a run that names none)
+    patches = sorted(inner.get("patches") or [])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {vllm_patches.ENV: ",".join(patches)}
     versions = vllm_version(python, env).split()
     known = {
         "engine": "vllm",
@@ -122,6 +128,7 @@ def vllm(run: dict, threads: int, prompts: list[dict]) -> Launch:
         "slots": slots,
         "threads": threads,
         "prefix_caching": False,
+        "patches": patches,
     }
     return Launch(
         "vllm serve",
