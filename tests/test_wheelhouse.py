@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = ROOT / "envs" / "wheelhouse.sh"
@@ -118,13 +119,14 @@ def sections(manifest: str) -> dict:
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["out", "--bogus"], "unknown option '--bogus'"),
-        (["--fast", "out"], "unknown option '--fast'"),
-        ([], "OUT_DIR is missing"),
-        (["out", "other"], "one OUT_DIR only, got 'out' and 'other'"),
-        (["out", "--python"], "option --python needs a value"),
+        (["out", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--fast", "out"], "unrecognized arguments: --fast"),
+        ([], "the following arguments are required: OUT_DIR"),
+        (["out", "other"], "unrecognized arguments: other"),
+        (["out", "--python"], "argument --python: expected one argument"),
         (["out", "--python", "three"], "--python 'three' is not a Python version"),
         (["out", "--platform", "many linux"], "--platform 'many linux' is not a platform tag"),
+        (["out", "--platform", "macosx_11_0_arm64"], "--platform 'macosx_11_0_arm64' is not a platform tag"),
         (["out", "--exclude", "torch;rm"], "--exclude 'torch;rm'"),
         (["out", "--max-mb", "lots"], "--max-mb 'lots' is not a number"),
         (["out", "--extras", "nope"], "unknown extra nope"),
@@ -140,11 +142,11 @@ def test_wheelhouse_refuses_bad_arguments(tmp_path, args, says):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--bogus"], "unknown option '--bogus'"),
-        ([], "WHEELHOUSE is missing"),
+        (["empty", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: WHEELHOUSE"),
         (["nowhere"], "no wheelhouse folder 'nowhere'"),
         (["empty"], "has no MANIFEST.txt"),
-        (["empty", "site", "more"], "too many arguments: more"),
+        (["empty", "site", "more"], "unrecognized arguments: more"),
     ],
 )
 def test_install_offline_refuses_bad_arguments(tmp_path, args, says):
@@ -152,6 +154,39 @@ def test_install_offline_refuses_bad_arguments(tmp_path, args, says):
     r = run(["bash", INSTALL, *args], cwd=tmp_path, env=offline_env([Path(sys.executable).parent]))
     assert r.returncode != 0 and says in r.stderr, r.stderr
     assert not (tmp_path / "site").exists()
+
+
+def test_the_node_rows_read_markers_for_the_target_not_this_python(tmp_path):
+    """MANIFEST.txt's [node] rows come from the kept wheels' metadata with the markers evaluated for the
+    target (CPython 3.12 on Linux/aarch64 here, whatever runs the test) and the extras the resolution
+    asked of each wheel; specifiers of one package intersect, and its requirers are listed."""
+    sys.path.insert(0, str(ROOT / "envs"))
+    try:
+        import wheelhouse
+    finally:
+        sys.path.remove(str(ROOT / "envs"))
+    requires = [
+        'numpy>=1.24; python_version >= "3.12"',
+        'scipy; python_version < "3.12"',
+        'torch>=2.4; extra == "hf"',
+        'triton; extra == "unused"',
+        'pyarrow; platform_machine == "aarch64"',
+        'matplotlib; sys_platform == "win32"',
+        "requests",
+    ]
+    a = write_wheel(tmp_path, "a-pkg", "1.0", {}, requires)
+    b = write_wheel(tmp_path, "b-pkg", "1.0", {}, ["numpy<3"])
+    pins = {"a-pkg": ("1.0", {"hf"}), "b-pkg": ("1.0", set())}
+    env = wheelhouse.target_env("3.12", "aarch64")
+    needs = wheelhouse.node_needs([a, b], pins, NODE, env)
+    assert {n: (str(spec), sorted(by)) for n, (spec, by) in needs.items()} == {
+        "numpy": (str(SpecifierSet("<3,>=1.24")), ["a-pkg", "b-pkg"]),
+        "pyarrow": ("", ["a-pkg"]),
+        "torch": (">=2.4", ["a-pkg"]),
+    }
+    assert wheelhouse.platform_tags("manylinux_2_28_x86_64")[0] == "x86_64-manylinux_2_28"
+    tags = wheelhouse.platform_tags("manylinux_2_28_x86_64")[1]
+    assert tags[0] == "manylinux_2_28_x86_64" and {"manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
 
 
 def install(house: Path, site: Path, python=sys.executable, timeout=300) -> subprocess.CompletedProcess:
@@ -200,9 +235,23 @@ def test_install_offline_names_a_requirement_nothing_meets(tmp_path):
     write_manifest(house, [wheel])
     r = install(house, site)
     assert r.returncode != 0
-    assert "tinypkg needs no-such-dep-xyz>=1: neither the wheelhouse nor the node has it" in r.stderr, r.stderr
+    assert "tinypkg 1.0 requires no-such-dep-xyz, which is not installed" in r.stderr, r.stderr
     assert [p.name for p in site.iterdir()] == [".orthrus-offline-site"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("site.")] == []
+
+
+def test_install_offline_names_a_node_package_the_site_would_break(tmp_path):
+    """The wheelhouse carries a PyYAML older than the node's transformers accepts (>=5.1): the site would
+    hide the node's PyYAML from it, so the install stops naming who needs what, and TARGET_DIR stays as it was."""
+    house = tmp_path / "house"
+    house.mkdir()
+    write_manifest(house, [write_wheel(house, "PyYAML", "0.1", {"yaml_stand_in/__init__.py": ""})])
+    r = install(house, tmp_path / "site")
+    assert r.returncode != 0
+    assert re.search(r"the node's transformers \S+ has requirement pyyaml\S*, but you have pyyaml 0.1", r.stderr), (
+        r.stderr
+    )
+    assert not (tmp_path / "site").exists()
 
 
 def project_wheel(folder: Path) -> Path:
@@ -405,5 +454,5 @@ def test_offline_install_names_a_wheel_the_wheelhouse_lost(wheelhouse, node, tmp
     )
     r = install(house, tmp_path / "site", python=node, timeout=900)
     assert r.returncode != 0
-    assert re.search(r"\S+ needs pyyaml\S*: neither the wheelhouse nor the node has it", r.stderr), r.stderr
+    assert re.search(r"\S+ \S+ requires pyyaml, which is not installed", r.stderr), r.stderr
     assert not (tmp_path / "site").exists()
