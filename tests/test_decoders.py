@@ -6,7 +6,9 @@ import pytest
 from orthrus import contracts
 from orthrus.decoders import DECODER, DIFFUSION_DECODER, MODELS, PLANTED, ROLES, RUNNERS, TABLE, names
 from orthrus.options import DecodeOptions, OptionsError
-from orthrus.plan.settings.decode import DECODE
+from orthrus.plan.config.generate import schema
+
+DECODE = schema()["$defs"]["Decode"]
 
 
 def test_every_row_is_one_decoder_with_known_attributes():

@@ -12,7 +12,6 @@ from orthrus.cli import main as cli
 from orthrus.engines.engine_samples import engine_table, read_export
 from orthrus.engines.ingest import ExternalFileError
 from orthrus.options import DecodeOptions
-from orthrus.plan.sampling_checks import problems
 
 TWO_SAMPLE = {
     "enabled": True,
@@ -133,6 +132,18 @@ def test_a_missing_prompt_and_a_shared_seed_are_refused(tmp_path):
         engine_table({"a": {"path": plain}, "b": {"path": twin, "reference": "a"}}, export, VOCAB, 0.05)
 
 
+def problems(cfg: dict) -> list[str]:
+    """The config's problems with `cfg` laid on a minimal study (the tiny teacher's defaults)."""
+    from orthrus.errors import ConfigError
+    from orthrus.plan.study_config import load
+
+    try:
+        load(values={"teacher": {}, "prompts": {}, "corpus": {}, "decode": {}} | cfg)
+    except ConfigError as e:
+        return e.problems
+    return []
+
+
 def test_the_config_refuses_engines_that_would_test_nothing():
     def config(engines, enabled=True):
         return {"sampling": {"enabled": False, "two_sample": {"enabled": enabled}, "engines": engines}}
@@ -225,7 +236,8 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
         "t": {"path": "t.jsonl", "engine": "vllm", "stand_in": "ar-ref", "reference": "p"},
         "u": {"path": "u.jsonl", "engine": "vllm", "speculative": "draft_model", "reference": "p"},
     }
-    found = problems(config({"p": plain, **bad}))
+    # the section's own rules first; what the engine says of an entry once the section holds
+    found = problems(config({"p": plain, **bad})) + problems(config({"p": plain, "u": bad["u"]}))
     for line in (
         "sampling.engines.s.speculative: set without engine",
         "sampling.engines.s.patches: set without engine",
@@ -258,7 +270,11 @@ def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
     }
     sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
     # the sampled side runs' plan, given the config and the one model name it reads
-    s = SamplingPlan({"seed": 0, "engines": {}, "sampling": sampling}, SimpleNamespace(teacher="teacher"))
+    from orthrus.plan.config.side_runs import Sampling
+
+    data = {"seed": 0, "engines": {}, "sampling": sampling}  # what the engines read
+    config = SimpleNamespace(sampling=Sampling.model_validate(sampling), model_dump=lambda: data)
+    s = SamplingPlan(config, SimpleNamespace(teacher="teacher"))
     runs = {r["name"]: r for r in s.engine_runs(None, "vllm")}
     [standin] = s.engine_runs(None, "transformers")  # the stand_in entry is the transformers engine's
     assert list(runs) == ["p", "s", "f"] and (standin["name"], standin["seed"]) == ("t", 1005)

@@ -163,18 +163,15 @@ baseline = "ar-ref" if bench["ar_baseline"] == "hf" else "ar"
 
 def test_the_engines_rows_carry_what_the_rules_and_settings_ask():
     from orthrus.engines.runner import ENGINE_CHOICES, STAND_IN_DECODERS, serves_gguf
-    from orthrus.plan.settings.decode import DECODE
-    from orthrus.plan.settings.side_runs import SAMPLING
+    from orthrus.plan.config.generate import schema
 
     assert ENGINE_CHOICES == ("vllm", "llamacpp", "openai") and [e.name for e in ENGINES.values() if e.stand_in] == [
         "transformers"
     ]
     assert set(STAND_IN_DECODERS) <= set(DECODER)
-    for section, entries in ((DECODE, "engines"), (SAMPLING, "engines")):
-        entry = section["properties"][entries]["additionalProperties"]["properties"]
-        assert entry["engine"]["enum"] == list(ENGINE_CHOICES), section
-    assert DECODE["properties"]["external"]["additionalProperties"]["properties"]["stand_in"]["enum"] == list(
-        STAND_IN_DECODERS
-    )
+    defs = schema()["$defs"]  # decode.engines, sampling.engines and decode.external entries
+    for entry in ("EngineRun", "SampledEngine"):
+        assert defs[entry]["properties"]["engine"]["enum"] == list(ENGINE_CHOICES), entry
+    assert defs["External"]["properties"]["stand_in"]["enum"] == list(STAND_IN_DECODERS)
     # the gguf_export rule exists where an entry's engine serves GGUF files (llama.cpp), whichever section
     assert serves_gguf([{"engine": "vllm"}, {"engine": "llamacpp"}]) and not serves_gguf([{"engine": "vllm"}, {}])

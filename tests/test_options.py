@@ -116,7 +116,7 @@ def test_from_config_gives_each_decoder_the_options_that_apply_to_it():
 
 
 def test_the_schema_defaults_are_the_options_defaults():
-    decode = SCHEMA["properties"]["decode"]["properties"]
+    decode = SCHEMA["$defs"]["Decode"]["properties"]
     fields = {f.name: f.default for f in dataclasses.fields(DecodeOptions)}
     shared = [k for k in decode if k in fields]
     assert set(shared) >= {

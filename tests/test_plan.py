@@ -4,7 +4,6 @@ tests/test_workflow.py checks that the workflow runs what the plan says."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -20,6 +19,7 @@ from orthrus.errors import ConfigError
 from orthrus.plan import Study
 from orthrus.plan.analysis_plan import AnalysisPlan
 from orthrus.plan.benchmarks_plan import BenchmarksPlan
+from orthrus.plan.config import StudyConfig
 from orthrus.plan.data_plan import DataPlan
 from orthrus.plan.decode_plan import DecodePlan
 from orthrus.plan.engines_plan import EnginesPlan
@@ -28,7 +28,7 @@ from orthrus.plan.models_plan import ModelsPlan
 from orthrus.plan.report_plan import ReportPlan
 from orthrus.plan.rule_args import cell_options, rule_name, scatter_index
 from orthrus.plan.sampling_plan import SamplingPlan
-from orthrus.plan.study_config import study_config
+from orthrus.plan.study_config import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -45,29 +45,29 @@ def generated_defaults() -> dict[tuple[str, ...], object]:
 
     out: dict[tuple[str, ...], object] = {}
     for k, v in TRAIN.items():
-        out[("properties", "models", "additionalProperties", "properties", k)] = v
+        out[("$defs", "Settings", "properties", k)] = v
     for k, v in TINY.items():
-        out[("properties", "teacher", "properties", "tiny", "properties", k)] = v
-    decode = ("properties", "decode", "properties")
+        out[("$defs", "TinyTeacher", "properties", k)] = v
+    decode = ("$defs", "Decode", "properties")
     fields = {f.name: f.default for f in dataclasses.fields(options.DecodeOptions)}
     for k in options.CONFIG_KEYS:
         out[decode + (k,)] = fields[k]
     out[decode + ("noise_batch_size",)] = options.NOISE_BATCH_SIZE
     out[decode + ("oracle_block_size",)] = options.ORACLE_BLOCK_SIZE
-    out[("properties", "analysis", "properties", "rounding_ulps")] = dict(ROUNDING_ULPS)
+    out[("$defs", "Analysis", "properties", "rounding_ulps")] = dict(ROUNDING_ULPS)
     for k, v in frontier.DEFAULTS.items():
-        out[("properties", "frontier", "properties", k)] = v
+        out[("$defs", "Frontier", "properties", k)] = v
     for k, v in frontier.BASE.items():
-        out[("properties", "frontier", "properties", "base", "properties", k)] = v
+        out[("$defs", "Base", "properties", k)] = v
     return out
 
 
-def checked(path="tests/smoke/config.yaml", mutate=None) -> dict:
+def checked(path="tests/smoke/config.yaml", mutate=None) -> StudyConfig:
     """The config at `path`, changed by `mutate`, then checked and defaulted."""
     cfg = yaml.safe_load((ROOT / path).read_text())
     if mutate:
         mutate(cfg)
-    return study_config(values=cfg)
+    return load(values=cfg)
 
 
 def study(path="tests/smoke/config.yaml", mutate=None) -> Study:
@@ -170,14 +170,14 @@ def test_each_decoder_gets_its_model_draft_and_reference():
     assert s.decode.draft_args(assisted) == ["--draft-path", "results/draft"] and s.decode.draft_args(loop) == []
     assert s.decode.reference_input(oracle) == ["results/decode/teacher/ar-ref-fp32-eager.parquet"]
     assert s.decode.reference_input(loop) == [] and s.decode.model_arg(loop) == "results/models/smoke-ce"
-    opts = json.loads(cell_options(s.config["decode"], "orthrus", "bf16", "sdpa"))
+    opts = json.loads(cell_options(s.config.decode.model_dump(), "orthrus", "bf16", "sdpa"))
     assert (opts["decoder"], opts["precision"], opts["attention"]) == ("orthrus", "bf16", "sdpa")
-    assert opts["max_new_tokens"] == s.config["decode"]["max_new_tokens"]
+    assert opts["max_new_tokens"] == s.config.decode.max_new_tokens
 
 
 def test_the_global_seed_is_added_to_each_variants_own():
     s = study(mutate=lambda c: c.update(seed=7))
-    assert s.models.variant_settings("smoke-ce")["seed"] == 7 + int(s.config["models"]["smoke-ce"].get("seed") or 0)
+    assert s.models.variant_settings("smoke-ce")["seed"] == 7 + s.config.models["smoke-ce"].seed
 
 
 def test_the_shipped_subject_is_checked_before_any_job(monkeypatch):
@@ -209,8 +209,8 @@ def test_outputs_and_benchmarks_follow_the_config():
     assert "results/tables/exactness_cost.csv" in out and s.decode.frontier_files() == [
         "results/frontier/ce-k8.parquet"
     ]
-    assert s.benchmarks.tasks() == ",".join(s.config["benchmarks"]["tiny_tasks"])
-    assert s.benchmarks.files()[0] == f"results/benchmarks/teacher/ar-bf16-{s.config['benchmarks']['attention']}.json"
+    assert s.benchmarks.tasks() == ",".join(s.config.benchmarks.tiny_tasks)
+    assert s.benchmarks.files()[0] == f"results/benchmarks/teacher/ar-bf16-{s.config.benchmarks.attention}.json"
     bare = study(
         "config.yaml",
         lambda c: (
@@ -254,9 +254,9 @@ def test_a_local_dataset_and_eval_file_are_fingerprinted(tmp_path):
     data.mkdir()
     (data / "train.jsonl").write_text("{}\n")
     evalf = tmp_path / "prompts.json"
-    evalf.write_text('{"qa": ["x"]}')
+    evalf.write_text('{"qa": ["x"], "code": ["y"], "math": ["z"]}')  # the domains the smoke's engines sample
     s = study()
-    cfg = copy.deepcopy(s.config)
+    cfg = s.config.model_dump()
     cfg["corpus"].update(source="hf", dataset=str(data))
     cfg["prompts"]["eval_file"] = str(evalf)
     s2 = Study(cfg)
@@ -265,12 +265,12 @@ def test_a_local_dataset_and_eval_file_are_fingerprinted(tmp_path):
     assert s2.data.corpus_source_args(None, None)[:2] == ["--dataset", str(data)]
 
 
-def test_the_schema_is_generated_from_the_typed_settings():
-    """The committed schema is what orthrus/plan/settings generates (python -m orthrus.plan.schema)
-    and carries every default a settings object of the package holds."""
-    from orthrus.plan import schema
+def test_the_schema_is_generated_from_the_config_model():
+    """The committed schema and docs/CONFIG.md are what the config model generates (python -m
+    orthrus.plan.config.generate), and the schema carries every default a settings object of the package holds."""
+    from orthrus.plan.config import generate
 
-    assert schema.main(["--check"]) == 0, "run: python -m orthrus.plan.schema"
+    assert generate.main(["--check"]) == 0, "run: python -m orthrus.plan.config.generate"
     loaded = yaml.safe_load(SCHEMA.read_text())
     for path, v in generated_defaults().items():
         node = loaded
@@ -282,47 +282,49 @@ def test_the_schema_is_generated_from_the_typed_settings():
 def test_a_changed_setting_makes_the_committed_schema_stale(tmp_path):
     """A default changed in the code (a variant's lr, the decoding options' message) changes the
     generated schema, and --check then fails on the committed file: the check can fail."""
-    from orthrus.plan import schema
+    from orthrus.plan.config import generate
 
     code = (
-        "import sys; from orthrus.distill.settings import DEFAULTS; DEFAULTS['lr'] = 0.125\n"
+        "import sys; from orthrus.distill.settings import Settings\n"
+        "Settings.model_fields['lr'].default = 0.125; Settings.model_rebuild(force=True)\n"
         "from orthrus.options import DecodeOptions\n"
-        "DecodeOptions.__dataclass_fields__['message'].default = 'none'\n"
-        "from orthrus.plan import schema; sys.stdout.write(schema.render())"
+        "DecodeOptions.message = 'none'\n"
+        "from orthrus.plan.config import generate; sys.stdout.write(generate.schema_text())"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     text = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
-    new = yaml.safe_load(text)["properties"]
-    assert new["models"]["additionalProperties"]["properties"]["lr"]["default"] == 0.125
-    assert new["decode"]["properties"]["message"]["default"] == "none"
+    new = yaml.safe_load(text)["$defs"]
+    assert new["Settings"]["properties"]["lr"]["default"] == 0.125
+    assert new["Decode"]["properties"]["message"]["default"] == "none"
     changed = tmp_path / "config.schema.yaml"
     changed.write_text(text)
-    assert schema.main(["--check", "--schema", str(changed)]) == 1
-    changed.write_text(schema.render())
-    assert schema.main(["--check", "--schema", str(changed)]) == 0
+    assert generate.main(["--check", "--schema", str(changed)]) == 1
+    changed.write_text(generate.schema_text())
+    assert generate.main(["--check", "--schema", str(changed)]) == 0
 
 
-def test_a_setting_the_config_leaves_out_is_refused():
-    """Settings whose defaults a settings object holds name the same keys as that object, so a
-    setting added to the code and not to the config (or the reverse) fails the generation."""
-    from orthrus.plan.settings.keys import key, with_defaults
+def test_each_setting_of_the_code_is_a_key_of_the_config():
+    """A variant's settings are the config's `models.<name>` section itself, and the tiny teacher's keys
+    are orthrus/world/teacher.py's, so a setting added to the code and not to the config (or the reverse)
+    fails here."""
+    from typing import get_args
 
-    spec = with_defaults({"a": 1}, {"a": key(int, description="A.", minimum=0)})
-    assert spec == {"a": {"type": "integer", "minimum": 0, "default": 1, "description": "A."}}
-    with pytest.raises(KeyError, match=r"only in the config \[\], only in the settings \['new'\]"):
-        with_defaults({"a": 1, "new": 2}, {"a": key(int)})
-    with pytest.raises(KeyError, match=r"only in the config \['b'\]"):
-        with_defaults({"a": 1}, {"a": key(int), "b": key(int)})
+    from orthrus.distill.settings import Settings
+    from orthrus.plan.config.teacher import TinyTeacher
+    from orthrus.world.teacher import DEFAULTS as TINY
+
+    assert Settings in get_args(get_args(StudyConfig.model_fields["models"].annotation)[1])
+    assert list(TinyTeacher.model_fields) == list(TINY)
 
 
-# the modules that state the generated defaults (orthrus/plan/schema.py)
+# the modules that state the defaults (the config model's sections and the settings objects they take them from)
 SETTINGS_MODULES = {
     "orthrus/distill/settings.py",
     "orthrus/world/teacher.py",
     "orthrus/options.py",
     "orthrus/audit/verdict.py",
     "orthrus/decode/frontier.py",
-    "orthrus/plan/schema.py",
+    *(f"orthrus/plan/config/{p.name}" for p in (ROOT / "orthrus/plan/config").glob("*.py")),
 }
 ALIASES = {"max_gen_toks": "max_new_tokens", "rounding_ulps": "rounding_ulps"}
 
@@ -347,7 +349,7 @@ def _literal(node) -> bool:
 
 def test_no_generated_default_is_stated_again_outside_its_settings():
     """No `.get("key", literal)`, `add_argument("--key", default=literal)` or `def f(key=literal)`
-    in the package for a key whose default the settings state (orthrus/plan/schema.py): a second
+    in the package for a key whose default the settings state (orthrus/plan/config/): a second
     statement drifts (export-prompts' --max-new-tokens 128 beside the study's 224 did)."""
     import ast
 
@@ -483,16 +485,16 @@ def test_the_analysis_plan_explains_the_decoders_under_audit():
     ]
     assert a.ppl_decoded() == [f"results/decode/teacher/ar-ref-{p}-sdpa.parquet" for p in ("bf16", "fp32")]
     ulps = dict(kv.split("=") for kv in a.rounding_ulps().split(","))
-    assert {p: float(v) for p, v in ulps.items()} == cfg["analysis"]["rounding_ulps"]
+    assert {p: float(v) for p, v in ulps.items()} == cfg.analysis.rounding_ulps.model_dump()
 
 
 def test_the_benchmarks_plan_runs_the_teachers_baseline_and_each_models_loop():
     cfg = checked(DEFAULT)
     b = BenchmarksPlan(cfg, SimpleNamespace(teacher="t", orthrus=["m"]))
-    att = cfg["benchmarks"]["attention"]
+    att = cfg.benchmarks.attention
     assert b.enabled and b.tasks() == "tiny_code,tiny_qa" and b.code_tasks_left_out() == []
     assert b.files() == [f"results/benchmarks/t/ar-bf16-{att}.json", f"results/benchmarks/m/orthrus-bf16-{att}.json"]
-    cfg["benchmarks"].update(ar_baseline="hf", tiny_tasks=[], tasks=["humaneval", "gsm8k"])
+    b.bench = b.bench.model_copy(update=dict(ar_baseline="hf", tiny_tasks=[], tasks=["humaneval", "gsm8k"]))
     assert b.files()[0] == f"results/benchmarks/t/ar-ref-bf16-{att}.json"  # lm-eval's own generate: the reference
     assert b.code_tasks_left_out() == ["humaneval"] and b.tasks() == "gsm8k"  # model-written code left out
 

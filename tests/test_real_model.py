@@ -161,14 +161,27 @@ def test_the_real_model_config_is_valid_and_names_its_sources():
     cfg = yaml.safe_load(REAL.read_text())
     assert cfg["teacher"]["source"] == "gguf" and cfg["teacher"]["gguf"]["package"] == PACKAGE
     assert cfg["prompts"]["eval_file_split"] >= 1 and cfg["prompts"]["distill_n"] >= 1
-    from orthrus.plan.model_checks import gguf_problems
+    from pydantic import ValidationError
 
-    assert gguf_problems(cfg) == []
-    assert gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": {"package": PACKAGE}}}) == [
-        "teacher.gguf.file: required with teacher.gguf.package (the file's path inside the package)"
+    from orthrus.config import problems
+    from orthrus.plan.config.teacher import Teacher
+
+    def gguf_problems(teacher: dict) -> list[str]:  # the teacher section's own rules
+        try:
+            Teacher.model_validate(teacher)
+        except ValidationError as e:
+            return problems(e, teacher, Teacher)
+        return []
+
+    from orthrus.plan.overlay import merge
+
+    teacher = merge(yaml.safe_load((ROOT / "config.yaml").read_text()), cfg)["teacher"]  # the file is an overlay
+    assert gguf_problems(teacher) == []
+    assert gguf_problems({**teacher, "gguf": {"package": PACKAGE}}) == [
+        "gguf.file: required with teacher.gguf.package (the file's path inside the package)"
     ]
     both = {"package": PACKAGE, "file": FILE, "path": "/x.gguf"}
-    assert "one of the two" in gguf_problems({**cfg, "teacher": {**cfg["teacher"], "gguf": both}})[0]
+    assert "one of the two" in gguf_problems({**teacher, "gguf": both})[0]
 
 
 def _installed(dist: str) -> bool:
@@ -230,18 +243,26 @@ def test_a_domain_the_prompt_file_lacks_is_refused_by_name(tmp_path):
     """sampling.two_sample.domains names a domain the authors' file does not have (their key is
     `wmt ru-en`, not `translate`): the config check says so before any job, and the sampling stage
     refuses a prompt set without it instead of testing nothing."""
+    from types import SimpleNamespace
+
     from orthrus.audit.two_sample import two_sample_prompts
     from orthrus.errors import InputError
-    from orthrus.plan.checks import _eval_file_domain_problems
+    from orthrus.plan.config.data import Corpus, Prompts
+    from orthrus.plan.config.rules import source_problems
+    from orthrus.plan.config.side_runs import Sampling
 
     file = tmp_path / "prompts.json"
     file.write_text(json.dumps({"code": ["def f(): pass"], "wmt ru-en": ["Привет"]}))
-    cfg = {"sampling": {"enabled": True, "two_sample": {"domains": ["code", "translate"]}}}
-    assert _eval_file_domain_problems(cfg, str(file)) == [
+    prompts = Prompts(eval_file=str(file))
+
+    def cfg(domains):  # the sections the rule reads
+        sampling = Sampling(enabled=True, two_sample={"domains": domains})
+        return SimpleNamespace(prompts=prompts, corpus=Corpus(), sampling=sampling)
+
+    assert source_problems(cfg(["code", "translate"])) == [
         "sampling.two_sample.domains: ['translate'] not in prompts.eval_file's domains ['code', 'wmt ru-en']"
     ]
-    cfg["sampling"]["two_sample"]["domains"] = ["code", "wmt ru-en"]
-    assert _eval_file_domain_problems(cfg, str(file)) == []
+    assert source_problems(cfg(["code", "wmt ru-en"])) == []
     prompts = pd.DataFrame({"prompt_id": ["c", "w"], "domain": ["code", "wmt ru-en"], "prompt": ["x", "y"]})
     with pytest.raises(InputError, match=r"\['translate'\] not among the evaluation prompts' domains"):
         two_sample_prompts(prompts, {"prompts_per_domain": 1, "domains": ["code", "translate"]})

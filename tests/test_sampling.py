@@ -214,21 +214,24 @@ def test_teacher_forced_tv_is_rounding_in_fp32_and_large_for_the_planted_ratio()
 
 
 def test_sampling_config_problems_name_the_key():
-    from orthrus.plan.sampling_checks import problems
+    from orthrus.errors import ConfigError
+    from orthrus.plan.study_config import load
 
-    cfg = {
-        "models": {"m": {}},
-        "sampling": {
-            "enabled": True,
-            "model": "x",
-            "temperatures": [0, 0.7],
-            "two_sample": {"enabled": True, "temperature": 1.0},
-        },
-    }
-    out = problems(cfg)
-    assert any(p.startswith("sampling.model:") for p in out)
-    assert any(p.startswith("sampling.temperatures:") for p in out)
-    assert any(p.startswith("sampling.two_sample.temperature:") for p in out)
+    def problems(cfg):  # the sampling section on a minimal study (the tiny teacher's defaults)
+        try:
+            load(
+                values={"teacher": {}, "prompts": {}, "corpus": {}, "decode": {}, "models": {"m": {"max_steps": 200}}}
+                | cfg
+            )
+        except ConfigError as e:
+            return e.problems
+        return []
+
+    sampling = {"enabled": True, "model": "x"}
+    assert any(p.startswith("sampling.model:") for p in problems({"sampling": sampling}))
+    sampling |= {"model": "m", "two_sample": {"enabled": True, "temperature": 1.0}}
+    assert any(p.startswith("sampling.two_sample.temperature:") for p in problems({"sampling": sampling}))
+    assert any(p.startswith("sampling.temperatures[0]:") for p in problems({"sampling": {"temperatures": [0, 0.7]}}))
     assert problems({"sampling": {"enabled": False, "model": "x"}}) == []
 
 

@@ -57,7 +57,7 @@ def test_schema_vocabularies_are_the_contracts():
     assert all(set(e) <= set(contracts.PRECISIONS) for e in precision) and contracts.PRECISIONS in precision
     assert all(set(e) <= set(contracts.ATTENTIONS) for e in attention) and contracts.ATTENTIONS in attention
     assert all(set(e) <= set(contracts.DECODERS) for e in decoders)
-    assert set(schema["properties"]["decode"]["properties"]["decoders"]["items"]["enum"]) <= set(contracts.SPECULATIVE)
+    assert set(schema["$defs"]["Decode"]["properties"]["decoders"]["items"]["enum"]) <= set(contracts.SPECULATIVE)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ class AnalysisPlan:
 
     Methods that take `wildcards` are Snakemake input functions (anything with a `model` attribute)."""
 
-    def __init__(self, config: dict, decode, engines):
+    def __init__(self, config, decode, engines):
         self.config, self.decode, self.engines = config, decode, engines
         self.teacher = decode.models.teacher
 
@@ -51,4 +51,4 @@ class AnalysisPlan:
 
     def rounding_ulps(self) -> str:
         """The verdicts' bound per precision, as the forensics and analyze commands take it."""
-        return ",".join(f"{p}={v:g}" for p, v in self.config["analysis"]["rounding_ulps"].items())
+        return ",".join(f"{p}={v:g}" for p, v in self.config.analysis.rounding_ulps.model_dump().items())

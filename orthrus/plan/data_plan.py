@@ -14,14 +14,14 @@ from orthrus.plan.paths import R
 class DataPlan:
     """The prompts' and corpus's inputs; `models` answers `pinned` (a hub id at its revision)."""
 
-    def __init__(self, config: dict, models):
+    def __init__(self, config, models):
         self.config = config
         self.models = models
 
     def eval_file_fingerprint(self) -> str:
         """The local prompts.eval_file's SHA-256 (the prompts job refuses one over its size cap); a
         URL is read again only when the config changes (pin it with prompts.eval_file_sha256)."""
-        src = self.config["prompts"].get("eval_file")
+        src = self.config.prompts.eval_file
         if not src or "://" in src or not os.path.isfile(os.path.expanduser(src)):
             return ""
         path = os.path.expanduser(src)
@@ -33,12 +33,12 @@ class DataPlan:
     def dataset_fingerprint(self) -> str:
         """corpus.source hf: the files of a local dataset directory and the corpus.data_files (their
         patterns expanded as `datasets` does, relative to the working directory)."""
-        c = self.config["corpus"]
-        if c["source"] != "hf":
+        c = self.config.corpus
+        if c.source != "hf":
             return ""
-        files = [glob.glob(os.path.expanduser(f), recursive=True) for f in c["data_files"] or []]
+        files = [glob.glob(os.path.expanduser(f), recursive=True) for f in c.data_files or []]
         files = [f for group in files for f in group if os.path.isfile(f)]
-        d = os.path.expanduser(c["dataset"] or "")
+        d = os.path.expanduser(c.dataset or "")
         if os.path.isdir(d):
             files += [
                 os.path.join(r, f)
@@ -52,14 +52,14 @@ class DataPlan:
         """The corpus's source as command-line arguments (a list, each quoted by `:q`): the
         distillation prompts the teacher answers, or a ready prompt-response dataset (corpus.source
         hf: hub id, directory or builder name)."""
-        c = self.config["corpus"]
-        if c["source"] == "generate":
+        c = self.config.corpus
+        if c.source == "generate":
             return ["--prompts", input.prompts]
-        files = [str(f) for f in c["data_files"] or []]
+        files = [str(f) for f in c.data_files or []]
         return (
-            ["--dataset", self.models.pinned(c["dataset"]), "--dataset-split", c["split"]]
+            ["--dataset", self.models.pinned(c.dataset), "--dataset-split", c.split]
             + (["--data-files", *files] if files else [])
-            + (["--expected-rows", c["expected_rows"]] if c["expected_rows"] else [])
+            + (["--expected-rows", c.expected_rows] if c.expected_rows else [])
             + ["--datasets-cache", f"{R}/cache/datasets"]
         )  # under results/, not the user's home cache
 

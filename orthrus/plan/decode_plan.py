@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from orthrus import contracts
 from orthrus.decoders import DECODER, DIFFUSION_DECODER, names
+from orthrus.plan.config.decode import Grid
 from orthrus.plan.fingerprints import weights_fingerprint
 from orthrus.plan.paths import R
 
@@ -25,25 +26,25 @@ class DecodePlan:
     Methods named like Snakemake input functions take its `wildcards` object (anything with the
     attributes `model`, `decoder`, `precision`, `attention`)."""
 
-    def __init__(self, config: dict, models, engines):
+    def __init__(self, config, models, engines):
         self.config, self.models, self.engines = config, models, engines
-        d = config["decode"]
-        self.controls = d["controls"]
-        self.precisions, self.attentions = d["precisions"], d["attentions"]
+        d = config.decode
+        self.controls = d.controls
+        self.precisions, self.attentions = d.precisions, d.attentions
         # transformers' speculative decoders (decode.decoders) run on the teacher, and so do the
         # teacher's controls (decode.controls); an Orthrus model's control runs on each Orthrus model
-        self.teacher_decoders = d["decoders"] + [x for x in self.controls if x in contracts.TEACHER_CONTROLS]
+        self.teacher_decoders = d.decoders + [x for x in self.controls if x in contracts.TEACHER_CONTROLS]
         # every decoder that runs on the teacher, the reference first
         self.teacher_runs = [contracts.REFERENCE_DECODER] + self.teacher_decoders
         # decoders that run on an Orthrus model: its loop, (own_ar_view) its AR view, its controls
         self.model_decoders = (
             [DIFFUSION_DECODER]
-            + ([VIEW] if d["own_ar_view"] else [])
+            + ([VIEW] if d.own_ar_view else [])
             + [x for x in self.controls if x in contracts.MODEL_DECODERS]
         )
         # decode.grids: a narrower grid for a decoder on the teacher or for an Orthrus model's loops;
         # the reference keeps the full grid, on the prompts its cells there decode (reference_prompts)
-        grids = d["grids"]
+        grids = d.grids
         self.grids = {
             k: g
             for k, g in grids.items()
@@ -58,16 +59,14 @@ class DecodePlan:
         decoders), in the grid's order: a narrowed decoder's or control's grid, a narrowed model's
         grid for its Orthrus loop, AR view and lossy control, otherwise the full decode grid."""
         grid = self._grid_of(decoder, model)
-        return [
-            (p, a) for p in grid.get("precisions", self.precisions) for a in grid.get("attentions", self.attentions)
-        ]
+        return [(p, a) for p in grid.precisions or self.precisions for a in grid.attentions or self.attentions]
 
-    def _grid_of(self, decoder: str, model: str | None) -> dict:
+    def _grid_of(self, decoder: str, model: str | None) -> Grid:
         if decoder in self.grids:
             return self.grids[decoder]
         if decoder in contracts.MODEL_DECODERS and model in self.model_grids:
             return self.model_grids[model]
-        return {}
+        return Grid()
 
     def cell_prompts(self, decoder: str, model: str | None = None, precision: str | None = None) -> list:
         """`--prompts-per-domain` for `decoder`'s cells (on `model`, at `precision`), from the same
@@ -80,10 +79,7 @@ class DecodePlan:
         return ["--prompts-per-domain", n] if n else []
 
     def per_domain(self, decoder: str, model: str | None, precision: str | None):
-        grid = self.grids.get(decoder) or (
-            self.model_grids.get(model, {}) if decoder in contracts.MODEL_DECODERS else {}
-        )
-        n = grid.get("prompts_per_domain")
+        n = self._grid_of(decoder, model).prompts_per_domain
         return n.get(precision) if isinstance(n, dict) else n
 
     def reference_prompts(self, precision: str):
@@ -116,22 +112,22 @@ class DecodePlan:
 
     def tpf_files(self) -> list[str]:
         """The separate Table 2 run (tpf.enabled): every Orthrus model at the TPF settings."""
-        tpf = self.config["tpf"]
-        if not tpf["enabled"]:
+        tpf = self.config.tpf
+        if not tpf.enabled:
             return []
         return [
             f"{R}/tpf/{m}/{DIFFUSION_DECODER}-{p}-{a}.parquet"
             for m in self.models.orthrus
-            for p in tpf["precisions"]
-            for a in tpf["attentions"]
+            for p in tpf.precisions
+            for a in tpf.attentions
         ]
 
     def frontier_files(self) -> list[str]:
         """The price-of-exactness measurement (frontier.enabled): its model, or the first Orthrus model."""
-        frontier = self.config["frontier"]
-        if not frontier["enabled"] or not self.models.orthrus:
+        frontier = self.config.frontier
+        if not frontier.enabled or not self.models.orthrus:
             return []
-        return [f"{R}/frontier/{frontier['model'] or self.models.orthrus[0]}.parquet"]
+        return [f"{R}/frontier/{frontier.model or self.models.orthrus[0]}.parquet"]
 
     # ------------------------------------------------------------------ a decoding job's inputs
 

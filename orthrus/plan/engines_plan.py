@@ -14,12 +14,13 @@ class EnginesPlan:
     """`entries`: name -> decode.external entry (decode.engines' runs among them); `cells`: name ->
     its (precision, attention), read when the plan is built (while the workflow is parsed)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config):
         from orthrus.engines.runner import external_entries
 
-        self.teacher = config["teacher"]["name"]
-        self.entries = config["decode"]["external"] | external_entries(config, R)
-        self.cells = _cells(self.entries, config["decode"]["precisions"], config["decode"]["attentions"])
+        d, data = config.decode, config.model_dump()  # the engines read entries and the config as data
+        self.teacher = config.teacher.name
+        self.entries = data["decode"]["external"] | external_entries(data, R)
+        self.cells = _cells(self.entries, d.precisions, d.attentions)
 
     def file(self, name: str) -> str:
         """The decoding result `orthrus ingest` writes for the entry `name`."""

@@ -19,13 +19,13 @@ class ModelsPlan:
 
     Methods that take `wildcards` are Snakemake input functions (anything with a `model` attribute)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config):
         self.config = config
-        self.teacher = config["teacher"]["name"]
-        self.revisions = config["revisions"]
-        self.draft = config["teacher"].get("draft")  # optional: only the assisted decoder needs one
-        self.trained = list(config["models"])
-        self.external = config["external_models"]
+        self.teacher = config.teacher.name
+        self.revisions = config.revisions
+        self.draft = config.teacher.draft  # optional: only the assisted decoder needs one
+        self.trained = list(config.models)
+        self.external = config.external_models
         self.orthrus = self.trained + list(self.external)
 
     def pinned(self, path: str) -> str:
@@ -43,31 +43,27 @@ class ModelsPlan:
         return self.pinned(path)
 
     def teacher_path(self) -> str:
-        t = self.config["teacher"]
-        return self._source_path("teacher", t["source"], t["path"])
+        t = self.config.teacher
+        return self._source_path("teacher", t.source, t.path)
 
     def teacher_input(self, wildcards=None):
-        built = self.config["teacher"]["source"] in ("tiny", "gguf")
+        built = self.config.teacher.source in ("tiny", "gguf")
         return self.teacher_path() if built else model_files(self.teacher_path())
 
     def gguf_args(self, wildcards=None) -> list[str]:
         """`orthrus convert-gguf`'s source arguments for teacher.gguf (an argument list, each quoted by `:q`)."""
-        g = self.config["teacher"].get("gguf") or {}
-        args = (
-            ["--gguf", os.path.expanduser(g["path"])]
-            if g.get("path")
-            else ["--package", g["package"], "--file", g["file"]]
-        )
-        return args + (["--sha256", g["sha256"]] if g.get("sha256") else [])
+        g = self.config.teacher.gguf
+        args = ["--gguf", os.path.expanduser(g.path)] if g.path else ["--package", g.package, "--file", g.file]
+        return args + (["--sha256", g.sha256] if g.sha256 else [])
 
     def draft_path(self) -> str:
-        return self._source_path("draft", self.draft["source"], self.draft["path"])
+        return self._source_path("draft", self.draft.source, self.draft.path)
 
     def draft_files(self) -> list[str]:
         """What a job using the draft reads: the tiny draft's directory, or a local hf draft's files."""
         if not self.draft:
             return []
-        return [self.draft_path()] if self.draft["source"] == "tiny" else model_files(self.draft_path())
+        return [self.draft_path()] if self.draft.source == "tiny" else model_files(self.draft_path())
 
     def path(self, name: str) -> str:
         """The teacher's path, a trained variant's directory under results/models, or an external
@@ -89,8 +85,8 @@ class ModelsPlan:
         reaches every stage that draws anything (the tiny teacher, its tokenizer and data, the draft,
         the prompts, the distillation, the tiny benchmark documents), so `--config seed=N` is another
         realisation of the whole tiny world; decoding and the teacher's corpus are greedy."""
-        s = dict(self.config["models"][name] or {})
-        return s | {"seed": int(s.get("seed") or 0) + int(self.config["seed"])}
+        s = self.config.models[name]
+        return (s.model_dump() if s else {}) | {"seed": (s.seed if s else 0) + self.config.seed}
 
 
 @functools.cache

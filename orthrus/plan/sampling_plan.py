@@ -10,14 +10,14 @@ from orthrus.plan.paths import R
 class SamplingPlan:
     """`models` answers the teacher's name and the Orthrus models (`teacher`, `orthrus`)."""
 
-    def __init__(self, config: dict, models):
-        self.config, self.sampling, self.models = config, config["sampling"], models
+    def __init__(self, config, models):
+        self.config, self.sampling, self.models = config, config.sampling, models
 
     def model(self) -> str | None:
         """The model the sampling audit measures (sampling.enabled): its own, or the first Orthrus model."""
-        if not self.sampling["enabled"] or not self.models.orthrus:
+        if not self.sampling.enabled or not self.models.orthrus:
             return None
-        return self.sampling["model"] or self.models.orthrus[0]
+        return self.sampling.model or self.models.orthrus[0]
 
     def tables(self) -> list[str]:
         """The sampling audit's tables (none when it is off): the claims read them."""
@@ -29,16 +29,17 @@ class SamplingPlan:
         return self.tables() + (figures if self.model() else []) + engines
 
     def engines(self) -> dict:
-        """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`."""
-        return self.sampling["engines"]
+        """sampling.engines: engines' sampled files, each pair tested by `orthrus engine-samples`, as the
+        engines read them (data: the keys given)."""
+        return {n: e.model_dump() for n, e in self.sampling.engines.items()}
 
     def _seeds(self) -> dict[str, int]:
         """The first seed of each sampling.engines entry the workflow samples (a stand-in or an engine):
         its own, else its rank x 1000 + sampling.seed, so no two share one."""
         return {
-            n: e["seed"] if e.get("seed") is not None else rank * 1000 + int(self.sampling["seed"])
-            for rank, (n, e) in enumerate(self.engines().items())
-            if e.get("stand_in") or e.get("engine")
+            n: e.seed if e.seed is not None else rank * 1000 + self.sampling.seed
+            for rank, (n, e) in enumerate(self.sampling.engines.items())
+            if e.stand_in or e.engine
         }
 
     def engine_runs(self, draft: str | None, engine: str) -> list[dict]:
@@ -47,11 +48,11 @@ class SamplingPlan:
         `stand_in` is the transformers engine's."""
         from orthrus.engines.runner import ENGINES, as_engine_entry
 
-        seeds, precision = self._seeds(), self.sampling["two_sample"]["precision"]
+        seeds, precision, data = self._seeds(), self.sampling.two_sample.precision, self.config.model_dump()
         found = {n: as_engine_entry(e) for n, e in self.engines().items()}
         return [
             ENGINES[engine].run(
-                n, e, e["path"], precision, seeds[n], self.config, results=R, teacher=self.models.teacher, draft=draft
+                n, e, e["path"], precision, seeds[n], data, results=R, teacher=self.models.teacher, draft=draft
             )
             for n, e in found.items()
             if e.get("engine") == engine

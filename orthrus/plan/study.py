@@ -21,11 +21,14 @@ from orthrus.plan.sampling_plan import SamplingPlan
 
 
 class Study:
-    """The plans of one validated config (schema defaults filled in, cross-key checks passed); a plan
-    is given the config and the plans it reads."""
+    """The plans of one checked config (a StudyConfig, or the data Snakemake holds, checked again); a
+    plan is given the config and the plans it reads."""
 
-    def __init__(self, config: dict):
-        self.config = config
+    def __init__(self, config):
+        from orthrus.plan.config import StudyConfig
+        from orthrus.plan.study_config import checked
+
+        self.config = config = config if isinstance(config, StudyConfig) else checked(config)
         self.models = ModelsPlan(config)
         self.data = DataPlan(config, self.models)
         self.engines = EnginesPlan(config)

@@ -27,8 +27,8 @@ wildcard_constraints:
 
 
 ENV = "../../envs/orthrus.yaml"
-# Per-stage job resources (mem_mb, runtime, gpus, slurm_extra): the config check filled every
-# schema default in, so the rules index the config directly
+# Per-stage job resources (mem_mb, runtime, gpus, slurm_extra): the config model filled every
+# default in, so the rules index the config directly
 RES = config["resources"]
 DEVICE = config["decode"]["device"]
 TEACHER = S.models.teacher

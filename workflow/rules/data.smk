@@ -57,7 +57,7 @@ rule train_draft:
     output:
         directory(f"{R}/draft"),
     params:
-        cfg=lambda w: settings(DRAFT["tiny"]),  # the rule runs only for a tiny draft
+        cfg=lambda w: settings(DRAFT.tiny.model_dump()),  # the rule runs only for a tiny draft (its keys as given)
         seed=config["seed"],
         device=DEVICE,
         tokenizer=S.models.teacher_path(),
@@ -66,7 +66,7 @@ rule train_draft:
         f"{R}/logs/train_draft.log",
     benchmark:
         f"{R}/timing/train_draft.tsv"
-    threads: DRAFT["threads"] if DRAFT else 1
+    threads: DRAFT.threads if DRAFT else 1
     resources:
         mem_mb=RES["teacher"]["mem_mb"],
         runtime=RES["teacher"]["runtime"],

@@ -1,0 +1,213 @@
+"""`tpf`, `frontier`, `sampling`: the runs beside the trajectory study; the frontier's defaults are
+orthrus/decode/frontier.py DEFAULTS and BASE."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from orthrus.config import OMIT, Int, Message, Name, Num, Section, check, opt, unique
+from orthrus.decode.frontier import BASE
+from orthrus.decode.frontier import DEFAULTS as FRONTIER
+from orthrus.options import EOS_POLICIES, LAST_BLOCKS, PREFILL_LOGITS
+from orthrus.plan.config.decode import Attention, Precision
+from orthrus.plan.config.engines import SampledEngine
+
+Temperature = Annotated[Num, Field(gt=0, le=100)]
+TopP = Annotated[Num, Field(gt=0, le=1)]
+
+
+class Tpf(Section):
+    """A separate tokens-per-forward run for Table 2 at its own settings (the authors': 256 new tokens, a
+    user-only message, bf16); `tpf_by_domain.csv` reports it beside the study's rows. The decoding options
+    not set here come from `decode`."""
+
+    enabled: bool = Field(False, description="Run it (for every Orthrus model).")
+    max_new_tokens: Int = Field(256, ge=1, le=32768, description="Tokens per prompt.")
+    message: Message = Field("none", description="Message format (see decode.message).")
+    precisions: unique(Precision, min_length=1) = Field(["bf16"], description="Precisions of the run.")
+    attentions: unique(Attention, min_length=1) = Field(
+        ["eager"],
+        description="Attention implementations of the run (the authors' speed script used flash_attention_2).",
+    )
+    eos: Annotated[Literal[EOS_POLICIES], OMIT] = Field(None, description="As decode.eos (default there).")
+    last_block: Annotated[Literal[LAST_BLOCKS], OMIT] = Field(None, description="As decode.last_block.")
+    prefill_logits: Annotated[Literal[PREFILL_LOGITS], OMIT] = Field(None, description="As decode.prefill_logits.")
+    deterministic: Annotated[bool, OMIT] = Field(None, description="As decode.deterministic.")
+
+
+class Base(Section):
+    """The cell the guards run on and the times are relative to (the one where bf16 diverges on CPU)."""
+
+    precision: Precision = Field(BASE["precision"], description="Its precision.")
+    attention: Attention = Field(BASE["attention"], description="Its attention kernel.")
+
+
+class Frontier(Section):
+    """The price of exactness (`orthrus frontier`, results/tables/exactness_cost.csv and its figure): one Orthrus
+    model's loop on a few prompts per domain in every setting that could restore the AR trajectory (each precision
+    and attention kernel, and the base cell with the guarded verify at each TAU), each compared with the model's own
+    AR view in the same cell and timed side by side in one job. The other decoding options come from `decode`."""
+
+    enabled: bool = Field(True, description="Run it (needs an Orthrus model).")
+    model: str | None = Field(
+        None,
+        description="The Orthrus model it measures (a key of models or external_models); null is the first "
+        "trained one.",
+    )
+    prompts_per_domain: Int = Field(
+        FRONTIER["prompts_per_domain"],
+        ge=1,
+        le=1000,
+        description="Prompts per domain (the first of each domain in the evaluation set), the same in every setting.",
+    )
+    precisions: unique(Precision, min_length=1) = Field(
+        FRONTIER["precisions"], description="Precisions measured (each with every attention kernel)."
+    )
+    attentions: unique(Attention, min_length=1) = Field(
+        FRONTIER["attentions"], description="Attention kernels measured."
+    )
+    guards: unique(Annotated[Num, Field(gt=0, le=1000)]) = Field(
+        FRONTIER["guards"],
+        description="TAU values of the guarded verify (decode.verify_guard) measured on the base cell.",
+    )
+    base: Base = Field(Base(), description=Base.__doc__)
+
+
+class TwoSample(Section):
+    """The empirical two-sample test, in one precision and the first attention kernel."""
+
+    enabled: bool = Field(True, description="Run it.")
+    precision: Precision = Field("fp32", description="Its precision.")
+    temperature: Temperature = Field(0.5, description="Its temperature (not 1, where the planted bug is none).")
+    top_p: TopP | None = Field(None, description="Its top-p (null is none).")
+    top_k: opt(Int, ge=1) = Field(None, description="Its top-k (null is none).")
+    n_samples: Int = Field(
+        300,
+        ge=10,
+        le=1000000,
+        description="Samples per arm and prompt; the least, where n_samples_max lets the plan raise it.",
+    )
+    n_samples_max: opt(Int, ge=10, le=1000000) = Field(
+        None,
+        description="The most samples per arm and prompt the plan may take (null: n_samples, fixed). Each "
+        "prompt's N is the one at which the known-probability test rejects the planted control with probability "
+        "`power` at Holm's strictest level, from the planted loop's exact distributions (orthrus/audit/known_p.py);"
+        " where this cap binds, the prompt's planned power is short and the planted claim says so.",
+    )
+    power: Num = Field(
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="Probability of rejecting the planted control on each prompt that N is planned for.",
+    )
+    plan_trajectories: Int = Field(
+        8, ge=1, le=1000, description="Reference trajectories the planted control's shift is averaged over, per prompt."
+    )
+    m: Int = Field(6, ge=2, le=1000, description="Tokens per sample (the prefix tested).")
+    prompts_per_domain: Int = Field(1, ge=1, le=1000, description="Prompts per domain.")
+    domains: unique(str) | None = Field(None, description="The domains tested (null is every domain).")
+    alpha: Num = Field(
+        0.05, gt=0, lt=0.5, description="Family-wise level of Holm's correction over each arm's prompts."
+    )
+
+
+class Sampling(Section):
+    """Lossless in distribution (`orthrus sampling`, docs/SAMPLING.md; results/tables/sampling_tv.csv,
+    sampling_two_sample.csv and the sampling_tv figure): one Orthrus model's sampled loop. Numerics, analytic:
+    along reference trajectories sampled from its AR view, the total variation between each speculative row's
+    exact output distribution and single-step sampling, per precision and kernel, temperature and top-p. Bugs,
+    empirical: a two-sample test of N sampled m-token prefixes against plain AR sampling, beside a planted biased
+    sampler (`orthrus-lossy` sampled: q at temperature 1 in the acceptance ratio). The other decoding options come
+    from `decode`."""
+
+    enabled: bool = Field(False, description="Run it (needs an Orthrus model).")
+    model: str | None = Field(
+        None, description="The Orthrus model it measures (a key of models or external_models); null is the first one."
+    )
+    seed: Int = Field(
+        0,
+        ge=0,
+        description="Seed of the reference trajectories and of the samples (each prompt and arm its own stream).",
+    )
+    temperatures: unique(Temperature, min_length=1) = Field([0.7, 1.0], description="Temperatures of the analytic TV.")
+    top_p: unique(TopP | None, min_length=1) = Field(
+        [None, 0.9], description="Top-p settings of the analytic TV (null is none), each at every temperature."
+    )
+    precisions: unique(Precision) | None = Field(
+        None, description="Precisions of the analytic TV; null is decode.precisions."
+    )
+    attentions: unique(Attention) | None = Field(
+        None, description="Attention kernels of the analytic TV; null is decode.attentions."
+    )
+    prompts_per_domain: Int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="Prompts per domain of the analytic TV (the first of each domain), one "
+        "reference trajectory each per setting.",
+    )
+    max_new_tokens: Int = Field(
+        128,
+        ge=2,
+        le=100000,
+        description="Length of each reference trajectory; the tables' bound_at_length scales "
+        "the mean TV to decode.max_new_tokens.",
+    )
+    two_sample: TwoSample = Field(TwoSample(), description=TwoSample.__doc__)
+    engines: dict[Name, SampledEngine] = Field(
+        {},
+        description="Engines' sampled files, tested like the in-process loop (`orthrus engine-samples`, "
+        "docs/SAMPLING.md; results/tables/sampling_engines.csv): {name: {path, reference, stand_in, seed}}. Export "
+        "the two-sample test's prompts sampled (`snakemake results/export/sampled.jsonl`), sample them with the "
+        "engine plain and speculative (docs/SAMPLING.md), name both files here, the speculative one with `reference` "
+        "the plain one: each such pair gets the two-sample test per prompt at sampling.two_sample's settings, with "
+        "Holm's correction over its prompts. Runs whether or not `enabled` is (that is the in-process audit).",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self):
+        """The planted bug needs a temperature other than 1; the engines' pairs: a reference that is another entry and only a reference, the two-sample test on, a
+        seed only where the workflow samples, an engine's settings only with `engine`."""
+        lines = []
+        if self.enabled and self.two_sample.enabled and float(self.two_sample.temperature) == 1.0:
+            lines.append(
+                (
+                    "two_sample.temperature",
+                    "the planted control's bug (q at temperature 1) is no bug at temperature 1; choose another",
+                )
+            )
+        engines = self.engines
+        if engines and not self.two_sample.enabled:
+            lines.append(("engines", "the engines' test takes sampling.two_sample's settings, and it is disabled"))
+        if engines and not any(e.reference for e in engines.values()):
+            lines.append(
+                (
+                    "engines",
+                    "no entry has a reference, so nothing is tested: give the speculative run "
+                    "`reference: NAME`, its plain run's entry",
+                )
+            )
+        for n, e in engines.items():
+            ref, key = e.reference, f"engines.{n}"
+            if ref is not None and ref not in engines:
+                lines.append((f"{key}.reference", f"{ref!r} is not an entry of sampling.engines {list(engines)}"))
+            elif ref is not None and (ref == n or engines[ref].reference):
+                lines.append(
+                    (f"{key}.reference", f"{ref!r} must be a plain run, an entry with no reference of its own")
+                )
+            if e.seed is not None and not (e.stand_in or e.engine):
+                lines.append(
+                    (f"{key}.seed", "only a stand_in or an engine samples with it; a given file states its own")
+                )
+            if e.stand_in and e.engine:
+                lines.append((key, "stand_in and engine both write its file; give one"))
+            if not e.engine:
+                lines += [
+                    (f"{key}.{k}", "set without engine (only the workflow's engine run takes it)")
+                    for k in ("speculative", "k", "patches", "gguf", "draft")
+                    if k in e.model_fields_set and getattr(e, k) not in (None, [], "none")
+                ]
+        check(lines)
+        return self
