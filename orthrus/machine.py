@@ -19,6 +19,7 @@ module loads torch. `what_ran()` (torch loaded) is the record `numerical_env` ca
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import os
@@ -160,7 +161,6 @@ def product_digests() -> dict[str, str]:
 
 def _captured(fn) -> str:
     """What `fn` writes to file descriptor 1 (the C libraries' verbose lines), flushed."""
-    import ctypes
     import tempfile
 
     libc = ctypes.CDLL(None)
@@ -178,14 +178,42 @@ def _captured(fn) -> str:
         return f.read().decode(errors="replace")
 
 
+class _MKLVersion(ctypes.Structure):
+    """oneMKL's MKLVersion record (mkl_types.h): `Processor` names the code path it dispatches to."""
+
+    _fields_ = [
+        ("major", ctypes.c_int),
+        ("minor", ctypes.c_int),
+        ("update", ctypes.c_int),
+        ("status", ctypes.c_char_p),
+        ("build", ctypes.c_char_p),
+        ("processor", ctypes.c_char_p),
+        ("platform", ctypes.c_char_p),
+    ]
+
+
+def _mkl_code_path(torch) -> str | None:
+    """oneMKL's own `MKL_Get_Version` record's processor, the line its verbose banner prints, in
+    microseconds (the banner costs most of a second: it measures the clock). PyTorch's Linux wheels
+    link oneMKL into libtorch_cpu and export the function under its internal name only."""
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    for name in ("MKL_Get_Version", "mkl_serv_get_version"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            v = _MKLVersion()
+            fn(ctypes.byref(v))
+            return v.processor.decode(errors="replace").strip() if v.processor else None
+    return None
+
+
 @cache
 def library_paths() -> dict[str, str | None]:
-    """What oneDNN and oneMKL say they run on, from their own verbose lines for one small product
-    each (read once per process: both choose their code path once, when they start). oneDNN: the
-    ISA it detects under its cap, and the kernel it ran a bf16 product with, or `aten` where torch
-    kept the product (torch gives oneDNN bf16 products only where oneDNN's ISA has AVX-512);
-    oneMKL: the processor line of its version banner, its code path (on a non-Intel CPU a generic
-    name: oneMKL honours its switch on Intel CPUs only). None where a library says nothing."""
+    """What oneDNN and oneMKL say they run on (read once per process: both choose their code path
+    once, when they start). oneDNN, from its verbose lines for one small bf16 product and one copy
+    into its layout: the ISA it detects under its cap, and the kernel it ran the product with, or
+    `aten` where torch kept the product (torch gives oneDNN bf16 products only where oneDNN's ISA
+    has AVX-512). oneMKL: its version record's processor, its code path (on a non-Intel CPU a
+    generic name: oneMKL honours its switch on Intel CPUs only). None where a library says nothing."""
     import torch
 
     out = {"onednn_isa": None, "onednn_bf16_matmul": None, "mkl_code_path": None}
@@ -193,34 +221,18 @@ def library_paths() -> dict[str, str | None]:
     try:
         if torch.backends.mkldnn.is_available():
             with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
-                # the product, then a copy into oneDNN's own layout: a primitive of oneDNN's
-                # whatever torch did with the product, so its banner (the ISA) prints either way
+                # the copy is a oneDNN primitive whatever torch did with the product, so oneDNN's
+                # banner (the ISA) prints either way
                 text = _captured(lambda: (a.bfloat16() @ a.bfloat16(), a.to_mkldnn()))
             isa = re.search(r"onednn_verbose,.*?,info,cpu,isa:(.*)", text)
             ran = re.search(r"onednn_verbose,.*?,exec,cpu,(?:matmul|inner_product),([^,]+)", text)
             out["onednn_isa"] = isa.group(1).strip() if isa else None
             out["onednn_bf16_matmul"] = ran.group(1) if ran else "aten"
         if torch.backends.mkl.is_available():
-            import ctypes
-
-            lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-            text = _captured(lambda: _mkl_verbose_product(lib, a))
-            banner = re.search(r"MKL_VERBOSE .*? architecture (.+?)(?:, (?:Lnx|Win|Mac)|$)", text, re.MULTILINE)
-            out["mkl_code_path"] = banner.group(1).strip() if banner else None
+            out["mkl_code_path"] = _mkl_code_path(torch)
     except (OSError, AttributeError, RuntimeError):
         pass  # a platform without these libraries or without fd 1: recorded as unknown
     return out
-
-
-def _mkl_verbose_product(lib, a) -> None:
-    """One fp32 product with oneMKL's verbose mode on, then the mode its environment asked for (the
-    call returns the mode it sets, not the one it replaces)."""
-    asked = os.environ.get("MKL_VERBOSE", "0")
-    lib.MKL_Verbose(1)
-    try:
-        a @ a
-    finally:
-        lib.MKL_Verbose(int(asked) if asked.isdigit() else 0)
 
 
 def what_ran() -> dict:
