@@ -135,15 +135,6 @@ def test_the_shipped_teacher_on_a_gpu_is_refused_naming_the_gpu_world():
     assert "snakemake --configfile configs/gpu.yaml" in r.stderr + r.stdout
 
 
-def test_an_overlay_alone_is_told_that_it_replaces_the_default(tmp_path):
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("decode: {max_new_tokens: 8}\n")
-    r = _dry(str(overlay))
-    out = r.stderr + r.stdout
-    assert r.returncode != 0 and "required key missing" in out
-    assert "replaces the embedded config.yaml" in out and "--configfile config.yaml my-overlay.yaml" in out
-
-
 def test_the_default_keeps_every_stage_on_the_cpu():
     """On a GPU machine too: every job that runs a model is told `--device cpu`, the distillation
     included (it used to take any GPU it found)."""
