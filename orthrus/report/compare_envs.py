@@ -93,7 +93,7 @@ def fig_match_by_env(df: pd.DataFrame):
     cells = df[CELL].astype(str).agg("/".join, axis=1)
     labels = list(dict.fromkeys(cells))
     envs = list(dict.fromkeys(df["env"]))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(labels) * max(1, len(envs)) ** 0.5 + 3), 4.8))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.4 * len(labels) * max(1, len(envs)) ** 0.5 + 4), 5.2))
     width = 0.8 / max(1, len(envs))
     for i, env in enumerate(envs):
         s = df[df["env"] == env]
@@ -101,9 +101,9 @@ def fig_match_by_env(df: pd.DataFrame):
         err = _errbar(s["match_rate"], s["ci_low"], s["ci_high"])
         ax.errorbar(x, s["match_rate"], yerr=err, fmt="o", capsize=2, markersize=4, label=env)
     ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("match rate with the AR reference (Wilson 95% CI)")
+    ax.set_ylabel("match rate with the AR reference\n(Wilson 95% CI)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title("Each decoding cell under every numerical environment (CPU kind, threads)")
+    ax.set_title("Each decoding cell under every environment (CPU kind, threads)", fontsize=10)
     _legend(ax, len(envs))
     fig.tight_layout()
     return fig
