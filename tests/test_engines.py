@@ -294,7 +294,10 @@ def test_the_workflow_samples_vllm_shipped_and_corrected_and_the_verdict_follows
     memory holds, so which prompts it moves varies by machine: math-0000, p below 1e-100 here, was not
     moved on CI's machine (p = 1.0); gec-en and qa-ru were rejected in all three runs here."""
     python = engine_python()
-    cfg = yaml.safe_load((ROOT / "configs/vllm-sampling.yaml").read_text())
+    from orthrus.plan.overlay import merge
+
+    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg = merge(base, yaml.safe_load((ROOT / "configs/vllm-sampling.yaml").read_text()))  # the file is an overlay
     cfg["decode"]["engines"] = {}
     cfg["engines"] = {"vllm_python": python}
     # alpha 0.01: the corrected arm's false rejection stays rare; the shipped arm's p is far below it

@@ -146,7 +146,11 @@ def test_the_default_keeps_every_stage_on_the_cpu():
 
 
 def test_the_gpu_world_has_qwen3_1_7b_shapes_and_trains_everything_on_the_gpu():
-    cfg = yaml.safe_load((ROOT / "configs/gpu.yaml").read_text())
+    from orthrus.plan.overlay import merge
+
+    cfg = merge(
+        yaml.safe_load((ROOT / "config.yaml").read_text()), yaml.safe_load((ROOT / "configs/gpu.yaml").read_text())
+    )
     tiny, draft = cfg["teacher"]["tiny"], cfg["teacher"]["draft"]["tiny"]
     shapes = {k: tiny[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")}
     assert shapes == {"hidden_size": 2048, "num_layers": 28, "num_heads": 16, "num_kv_heads": 8, "head_dim": 128}

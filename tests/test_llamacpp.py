@@ -155,7 +155,10 @@ def test_the_workflow_runs_llamacpp_greedy_and_sampled(tmp_path):
     import pandas as pd
     import yaml
 
-    cfg = yaml.safe_load((ROOT / "configs/llamacpp.yaml").read_text())
+    from orthrus.plan.overlay import merge
+
+    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg = merge(base, yaml.safe_load((ROOT / "configs/llamacpp.yaml").read_text()))  # the file is an overlay
     cfg["engines"] = {"llamacpp_server": llamacpp_server()}
     cfg["prompts"]["eval_per_domain"] = 2
     cfg["decode"]["max_new_tokens"] = 32

@@ -205,7 +205,9 @@ def test_real_model_smoke_through_the_workflow(tmp_path):
         pytest.skip(why)
     if not AUTHORS.is_file():
         pytest.skip(f"the authors' prompt file is not beside this checkout: {AUTHORS}")
-    cfg = yaml.safe_load(REAL.read_text())
+    from orthrus.plan.overlay import merge
+
+    cfg = merge(yaml.safe_load((ROOT / "config.yaml").read_text()), yaml.safe_load(REAL.read_text()))  # an overlay
     cfg["prompts"].update(eval_file=str(AUTHORS), eval_file_split=1, distill_n=12)
     cfg["corpus"].update(shards=1, max_new_tokens=8)
     cfg["models"]["ce-k8"].update(max_steps=1, warmup_steps=0, batch_size=4, eval_per_domain=0)
