@@ -189,5 +189,11 @@ def test_compare_envs_writes_the_tables_and_the_claims_catch_the_planted_control
     if machine.cpu_flags() and AVX512_BF16_CPU <= machine.cpu_flags():
         # where oneDNN has AVX-512 BF16, native's bf16 product is oneDNN's and avx2's is torch's own
         assert differ and list(probes_df["onednn_bf16_matmul"]) == ["brg_matmul:avx512_core_bf16", "aten"]
+    # --claims stands in for a run's own claims.csv: --out-dir may then be that run's tables directory
+    other = _run(tmp_path / "c", BASE | {("bf16-inexact", "m/orthrus/bf16"): "fails"}, 0.6) / "claims.csv"
+    assert (
+        compare_envs([f"--run=native:1={a}", f"--run=avx2:1={b}", f"--claims=avx2:1={other}", "--out-dir", str(a)]) == 0
+    )
+    assert claims.claims_table(a).set_index("claim").loc[mc.INVARIANT, "verdict"] == "fails"
     with pytest.raises(InputError, match="expected KIND:THREADS=PATH"):
         compare_envs(["--run", f"avx2={a}", "--run", f"native:1={b}", "--out-dir", str(out)])

@@ -1,11 +1,14 @@
 """`orthrus compare-envs`: one study's runs under several numerical environments, side by side.
 
-    orthrus compare-envs --run KIND:THREADS=TABLES_DIR [--run ...] [--probe KIND:THREADS=PROBE.json ...]
-                         [--common] --out-dir results/tables [--figure results/figures/match_by_env]
+    orthrus compare-envs --run KIND:THREADS=TABLES_DIR [--run ...] [--claims KIND:THREADS=CLAIMS.csv ...]
+                         [--probe KIND:THREADS=PROBE.json ...] [--common]
+                         --out-dir results/tables [--figure results/figures/match_by_env]
 
 Each `--run` is the tables directory of the same study run under one environment (`orthrus --cpu-kind
-KIND`, THREADS torch threads; docs/MACHINES.md); its claims are its `claims.csv`, or computed from its
-tables. Each `--probe` is `orthrus --cpu-kind KIND machine-probe --threads THREADS`'s record there.
+KIND`, THREADS torch threads; docs/MACHINES.md); its claims are the `--claims` file given for it, else
+its `claims.csv`, else computed from its tables (--claims lets --out-dir be one environment's own
+tables directory without reading back the claims.csv that this command's tables feed). Each `--probe`
+is `orthrus --cpu-kind KIND machine-probe --threads THREADS`'s record there.
 Writes to --out-dir:
 
 - `verdicts_by_env.csv`: per claim and subject, its verdict under every environment (a column each,
@@ -32,7 +35,7 @@ import pandas as pd
 from orthrus.errors import InputError
 from orthrus.io import save_figure, write_table
 from orthrus.plotting import pyplot
-from orthrus.report.claims import load_or_compute
+from orthrus.report.claims import load_or_compute, read_claims
 from orthrus.report.claims.machine import (
     MACHINE_PROBES,
     VERDICTS_BY_ENV,
@@ -123,13 +126,14 @@ def _envs(specs: list[str], flag: str) -> dict[str, tuple[str, int, Path]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="orthrus compare-envs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="append", required=True, help="KIND:THREADS=TABLES_DIR, one per environment")
+    ap.add_argument("--claims", action="append", default=[], help="KIND:THREADS=CLAIMS.csv (orthrus claims --out)")
     ap.add_argument("--probe", action="append", default=[], help="KIND:THREADS=PROBE.json (orthrus machine-probe)")
     ap.add_argument("--common", action="store_true", help="only the claims and subjects every environment states")
     ap.add_argument("--out-dir", required=True, help="where the tables go (the study's tables directory)")
     ap.add_argument("--figure", help="the figure's path without suffix (PNG and PDF)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a verdict differs between environments")
     args = ap.parse_args(argv)
-    runs, probes = _envs(args.run, "--run"), _envs(args.probe, "--probe")
+    runs, probes, given = _envs(args.run, "--run"), _envs(args.probe, "--probe"), _envs(args.claims, "--claims")
     if len(runs) < 2:
         raise InputError(f"--run: {len(runs)} environment given; a comparison needs two or more")
     for env, (_, _, tables) in runs.items():
@@ -137,7 +141,10 @@ def main(argv=None) -> int:
             raise InputError(f"--run {env}: {tables} is not a tables directory")
     if probes and set(probes) != set(runs):
         raise InputError(f"--probe: environments {sorted(probes)} are not --run's {sorted(runs)}")
-    table = verdict_table({env: load_or_compute(t)[0] for env, (_, _, t) in runs.items()}, args.common)
+    if set(given) - set(runs):
+        raise InputError(f"--claims: environment(s) {sorted(set(given) - set(runs))} have no --run")
+    claims = {e: read_claims(given[e][2]) if e in given else load_or_compute(t)[0] for e, (_, _, t) in runs.items()}
+    table = verdict_table(claims, args.common)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_table(table, out / VERDICTS_BY_ENV)

@@ -223,14 +223,19 @@ def load_or_compute(tables, settings: Settings = DEFAULT_SETTINGS) -> tuple[pd.D
     none (one that predates the table), the claims computed from its tables with `settings`."""
     path = Path(tables) / "claims.csv"
     if path.exists():
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        missing = [c for c in CLAIMS_COLUMNS if c not in df.columns]
-        if missing:
-            raise InputError(f"{path} lacks column(s) {', '.join(missing)}")
-        for c in ("description", "statistic_name", "test", "threshold", "reason", "subject"):
-            df[c] = df[c].fillna("").astype(str)
-        return df, False
+        return read_claims(path), False
     return claims_table(tables, settings), True
+
+
+def read_claims(path) -> pd.DataFrame:
+    """A claims.csv as `orthrus claims` wrote it (InputError where it lacks a column)."""
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    missing = [c for c in CLAIMS_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"{path} lacks column(s) {', '.join(missing)}")
+    for c in ("description", "statistic_name", "test", "threshold", "reason", "subject"):
+        df[c] = df[c].fillna("").astype(str)
+    return df
 
 
 def main(argv=None) -> int:
