@@ -33,8 +33,8 @@ LOOP_ONLY = ("block_size", "eos", "last_block", "prefill_logits", "verify_guard"
 # follow-up paper's trajectory study), "none" (the user turn alone: the authors' TPF script and
 # training data) or "system:<text>".
 MESSAGE_FORMATS = ("empty", "none")
-# the fields that are also keys of the config's `decode` section (their defaults there are generated
-# from these: orthrus/plan/schema.py), and the controls' own sizes
+# the fields that are also keys of the config's `decode` section (whose fields take their defaults from
+# these: orthrus/plan/config/decode.py), and the controls' own sizes
 CONFIG_KEYS = (
     "max_new_tokens",
     "verify_guard",

@@ -120,7 +120,7 @@ def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
 
 def problems(config: dict) -> list[str]:
     """decode.engines and engines.* rules a schema cannot state, one line per problem naming the key
-    (called from orthrus/plan/checks.py's cross_key_problems)."""
+    (called from the config model's whole-study rules, orthrus/plan/config/rules.py)."""
     found = declared(config)
     out = []
     external = (config.get("decode") or {}).get("external") or {}
