@@ -29,7 +29,7 @@ LIMIT_MB = 60
 # wheelhouse.sh's default --exclude: what any GPU node brings with its own torch (the fixture's node; its
 # default --node list, this workplace's GPU image, leaves much more to the node)
 NODE = ["torch", "nvidia-*", "triton", "numpy", "scipy", "pyarrow", "matplotlib"]
-# what the wheelhouse carries whatever the node has (wheelhouse.sh's CARRY)
+# what the wheelhouse carries whatever the node has (envs/wheelhouse.py's CARRY)
 CARRY = {"transformers", "tokenizers", "safetensors", "huggingface-hub", "accelerate"}
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing answers
 
