@@ -89,6 +89,12 @@ class Served(Section):
         description="openai: the base URL of a server the user already runs (http://HOST:PORT): nothing starts,"
         " and the URL alone names it. One of launch, command, url.",
     )
+    api: Literal["llamacpp", "openai"] = Field(
+        None,
+        description="openai: the API the server is read through: llamacpp (llama.cpp's own /completion, which "
+        "returns every token id) or openai (/v1/completions); left out, llamacpp for launch: llamacpp and for a "
+        "server whose /v1/models says it is llama.cpp's (owned_by: llamacpp), else openai.",
+    )
     model: Annotated[str, Field(min_length=1)] = Field(
         None, description="openai: the model name requests give (left out, the server's first in /v1/models)."
     )
