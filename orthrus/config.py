@@ -66,13 +66,23 @@ def apply_sets(cfg: dict, items) -> dict:
 # ----------------------------------------------------------------------------- typed settings
 
 OMIT = "omit"  # Annotated marker: a key with no default, left out of the checked config until given
+SAYS: dict[str, str] = {}  # each pattern's rule in words, which its error line gives instead of the regex
+
+
+def matching(regex: str, says: str):
+    """A string matching `regex`; a value that does not is refused as "not `says`"."""
+    SAYS[regex] = says
+    return Annotated[str, StringConstraints(pattern=regex)]
+
+
 # a name that becomes a path segment or a table label: no leading `.` or `-`, no `/`, no newline
 # (`(?![\s\S])` rather than `$`, which would also match before a final newline)
-NAME = "^[A-Za-z0-9_][A-Za-z0-9_.-]*(?![\\s\\S])"
-Name = Annotated[str, StringConstraints(pattern=NAME)]
-MESSAGE = "^(none|empty|system:.*)$"  # a prompt's chat message format (orthrus/options.py check_message)
-Message = Annotated[str, StringConstraints(pattern=MESSAGE)]
-Sha256 = Annotated[str, StringConstraints(pattern="^[0-9a-f]{64}$")]
+Name = matching(
+    "^[A-Za-z0-9_][A-Za-z0-9_.-]*(?![\\s\\S])", "a name of letters, digits, _ . and - that starts with neither . nor -"
+)
+# a prompt's chat message format (orthrus/options.py check_message)
+Message = matching("^(none|empty|system:.*)$", "empty, none or system:<text>")
+Sha256 = matching("^[0-9a-f]{64}$", "a SHA-256 (64 lowercase hex digits)")
 
 
 def _integral(v):
@@ -207,7 +217,7 @@ def problems(error: ValidationError, data, model) -> list[str]:
         loc = tuple(e["loc"])
         if loc[-1:] == ("[key]",):
             path, _ = _path(loc[:-2], data, model)
-            lines.setdefault(_where(path), []).append(f"bad name {_short(loc[-2])}: {e['msg']}")
+            lines.setdefault(_where(path), []).append(f"bad name {_short(loc[-2])}: {_said(e)}")
             continue
         path, t = _path(loc, data, model, missing=e["type"] == "missing")
         where, kind, given = _where(path), e["type"], e.get("input")
@@ -227,9 +237,16 @@ def problems(error: ValidationError, data, model) -> list[str]:
             lines.setdefault(where, []).append(("type", TYPES[kind], given))
         elif kind == "value_error":
             lines.setdefault(where, []).append(str(error_ or e["msg"]))
+        elif kind == "string_pattern_mismatch" and e["ctx"]["pattern"] in SAYS:
+            lines.setdefault(where, []).append(f"{_short(given)} is {_said(e)}")
         else:
             lines.setdefault(where, []).append(f"{e['msg']}, got {_short(given)}")
     return [f"{where}: {_message(found)}" for where, found in sorted(lines.items())]
+
+
+def _said(e: dict) -> str:
+    pattern = (e.get("ctx") or {}).get("pattern")
+    return f"not {SAYS[pattern]}" if e["type"] == "string_pattern_mismatch" and pattern in SAYS else e["msg"]
 
 
 def _message(found: list) -> str:

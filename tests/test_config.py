@@ -521,6 +521,24 @@ def test_malformed_config_is_rejected_naming_the_key(tmp_path, name, case, key):
     assert any(key + ":" in p for p in problems), problems
 
 
+def test_a_pattern_error_says_its_rule_in_words():
+    """A name, a hub id, a device that does not match its pattern is refused with the rule in words, not
+    the regex (orthrus/config.py `matching`)."""
+    cfg = copy.deepcopy(SMOKE)
+    cfg["models"]["-bad"] = {}
+    cfg["revisions"] = {"nohub": "main"}
+    cfg["decode"]["device"] = "tpu"
+    with pytest.raises(ConfigError) as e:
+        study_config(values=cfg)
+    lines = str(e.value).splitlines()
+    assert (
+        "  models: bad name '-bad': not a name of letters, digits, _ . and - that starts with neither . nor -" in lines
+    )
+    assert "  revisions: bad name 'nohub': not a hub id owner/name" in lines
+    assert "  decode.device: 'tpu' is not cpu, cuda, cuda:N or mps" in lines
+    assert "^" not in str(e.value), str(e.value)
+
+
 @pytest.mark.slow
 def test_malformed_configs_stop_a_real_dry_run(tmp_path):
     """The first case of each schema section through `snakemake -n` (the real parse), four processes

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from orthrus.config import Int, Message, Name, Num, Section, check, unique
+from orthrus.config import Int, Message, Name, Num, Section, check, matching, unique
 from orthrus.contracts import ATTENTIONS, CONTROLS, PRECISIONS
 from orthrus.decoders import names as decoder_names
 from orthrus.options import EOS_POLICIES, LAST_BLOCKS, NOISE_BATCH_SIZE, ORACLE_BLOCK_SIZE, PREFILL_LOGITS
@@ -19,6 +19,7 @@ from orthrus.plan.config.engines import EngineRun, External
 
 Precision, Attention = Literal[PRECISIONS], Literal[ATTENTIONS]
 Count = Annotated[Int, Field(ge=1)]
+Device = matching("^(cpu|cuda(:[0-9]+)?|mps)$", "cpu, cuda, cuda:N or mps")
 
 
 class Grid(Section):
@@ -128,7 +129,7 @@ class Decode(Section):
         ge=1,
         description="prompt_lookup_num_tokens of the prompt-lookup decoder (tokens proposed per step).",
     )
-    device: Annotated[str, Field(pattern="^(cpu|cuda(:[0-9]+)?|mps)$")] = Field(
+    device: Device = Field(
         "cpu",
         description="torch device of every stage that runs a model: a tiny teacher's and draft's training, the"
         " corpus, the distillation, decoding, perplexity, forensics, the frontier, sampling and benchmarks (cpu, cuda,"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, ValidationInfo, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
-from orthrus.config import Int, Name, Section, check
+from orthrus.config import Int, Name, Section, check, matching
 from orthrus.distill.settings import SEED_MAX, Settings
 from orthrus.plan.config.analysis import Analysis, Benchmarks, Resources
 from orthrus.plan.config.data import Corpus, Prompts
@@ -19,8 +19,8 @@ from orthrus.plan.config.side_runs import Frontier, Sampling, Tpf
 from orthrus.plan.config.teacher import Teacher
 from orthrus.plan.config.training import scatter_problems, variant_problems
 
-HubId = Annotated[str, StringConstraints(pattern="^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*(?![\\s\\S])")]
-Revision = Annotated[str, StringConstraints(pattern="^[A-Za-z0-9][A-Za-z0-9_./-]*(?![\\s\\S])")]
+HubId = matching("^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*(?![\\s\\S])", "a hub id owner/name")
+Revision = matching("^[A-Za-z0-9][A-Za-z0-9_./-]*(?![\\s\\S])", "a commit, tag or branch name")
 
 
 class StudyConfig(Section):
