@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_shipped_subject_is_intact_and_the_world_generator_reproduces_it():
     """Fails when a change to orthrus/world alters the text the shipped teacher or draft learned
-    from: the subject must then be rebuilt (docs/CONFIG.md, "The shipped subject")."""
+    from: the subject must then be rebuilt (docs/USAGE.md, "The shipped subject")."""
     assert subject.check(world=True) == []
     m = subject.manifest()
     assert set(m["models"]) == {"teacher", "draft"} and "orthrus subject ship" in m["rebuild"]

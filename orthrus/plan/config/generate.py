@@ -137,68 +137,20 @@ PAGE = """# Configuration reference
 DESCRIPTION
 
 A key left out takes the default shown. `config.yaml` is the tiny CPU study; a file under `configs/`
-is an overlay on it (`--configfile configs/paper.yaml`: the paper scale); any key can also be set on
-the command line, e.g. `--config threads=4`.
+is an overlay on it (`--configfile configs/paper.yaml`: the paper scale; the merge rule, what is
+checked where and the shipped subject are in docs/USAGE.md); any key can also be set on the command
+line, e.g. `--config threads=4`.
 
 | key | type | default | description |
 |---|---|---|---|
 TABLE
-
-## The shipped subject
-
-The default studies one fixed teacher and draft (`teacher.source: shipped`,
-`teacher.draft.source: shipped`), as the paper studies one Qwen3-1.7B: a teacher trained in
-floating point differs from CPU to CPU, and every verdict with it. They live in
-`orthrus/world/subject/` with `subject.json` (each file's SHA-256, the settings, and a
-fingerprint of the world text each model learned from); the workflow refuses a damaged file
-before any job, and `orthrus subject check --world` (run by the tests) fails once the world
-generator no longer produces that text. Then rebuild the subject, with the pipeline's own
-teacher rules at `teacher.tiny`'s settings and seed 0, by the one command:
-
-```bash
-REBUILD
-```
-
-`teacher.source: tiny` trains a teacher from scratch on every run (the smoke study does).
-
-## What is checked where
-
-Every refusal is one line naming the key (or the file, line and field) and what to do.
-
-| where | when | what |
-|---|---|---|
-| config files as data (`orthrus/plan/yaml_data.py`) | `orthrus check-config`; `snakemake -n`, before any job | more than data: `__use_yte__`, a YAML tag, an alias bomb, nesting over 64 levels, over 1 MiB; duplicate YAML keys; a `--config` value read as YAML likewise |
-| the config model (`orthrus/plan/config/`, this page) | `orthrus check-config`; `snakemake -n`, before any job | one key: unknown, missing, type, range (e.g. `lr` ≤ 1, `analysis.near_tie` ≤ 2 logits, seeds 0 to 2^64 - 1, at most 4096 shards), names that would be path segments or options (models, grids, engines, benchmark tasks, eval domains); NaN and infinities. Integer-valued floats (`2.0`) are taken as integers |
-| its sections' rules (the validators of `orthrus/plan/config/*.py`) | `orthrus check-config`; `snakemake -n`, before any job | rules over a section's keys: `block_size` below `max_len`; `offset_weights` of K-1 or K values, not all 0; `warmup_steps` below `max_steps` and below `teacher.tiny.steps`; grids inside the decode grid; a local or `file://` `prompts.eval_file` a regular file, not a device, FIFO, directory or file under /dev, /proc or /sys (an http(s) URL is read by the prompts job within its size cap and timeout) |
-| the whole study's rules (`study.py`, `rules.py`, `training.py` there) | `orthrus check-config`; `snakemake -n`, before any job | unique names, existing paths, the assisted decoder's draft, grids naming a decoder or a model; `warmup_steps` below epochs x (distillation prompts // global batch) where the prompt count is known (`prompts.distill_n`, the hf specs' `n`, `corpus.expected_rows`); a global batch no larger than the distillation prompts; `mask_token_id` inside a tiny, shipped or local teacher's vocabulary; a variant's seed plus the global seed at most 2^64 - 1; no more corpus shards (or `--set-scatter corpus=N`) than distillation prompts, and `--set-scatter` counts 1 to 4096; the engines' entries and programs |
-| `orthrus train` (`orthrus/distill/settings.py`, `loop.py`) | the training job, before any step | the same section, so the same rules for a direct call; a warm-up that outlasts the run's steps computed from the corpus it reads; fewer sequences than one global batch |
-| model loading (`orthrus/models/modeling.py`) | every job that loads a model (`orthrus decode`, `from_pretrained`) | missing, unexpected or misshaped tensors; integer-dtype or non-finite weights (file and tensor named); an Orthrus `config.json` whose `block_size` is below 2 or whose `mask_token_id` is outside the vocabulary; pickles unless opted in; never remote code |
-| `orthrus ingest` (`orthrus/engines/ingest.py`) | the ingest job of each `decode.external` file | each record against the prompt set, the tokenizer and the study's settings; a file decoded with another token budget (`finish_reason: length` before `max_new_tokens`, early ends without a stop id in bulk, echoed `settings` other than the study's) |
-
-The config is read, defaulted and checked in one place, `study_config` (`orthrus/plan/study_config.py`),
-which the Snakefile calls before any rule, however the workflow is started (plain, `--profile
-profiles/slurm`, `--workflow-profile none`, `-n`); `orthrus check-config FILE...` runs the same check
-on files without running the workflow.
-
-**A config file is data, but Snakemake renders a `__use_yte__` file first.** Snakemake reads every
-`--configfile` while it parses its command line, and renders one that sets `__use_yte__` as a YTE
-template (its `?` expressions run as Python) then, before any code of this workflow runs; no setting
-turns that off, and the profiles hold no code. The Snakefile then refuses the file, naming it, so the
-run stops before any job, but after the expressions ran. The embedded `config.yaml` is read by the
-Snakefile alone and never rendered. So check a config file you did not write with
-`orthrus check-config FILE` before you pass it to `snakemake`."""
+"""
 
 
 def docs_text() -> str:
-    from orthrus.world.subject import REBUILD
-
     s = schema()
     table = "\n".join(rows(s, s["$defs"]))
-    return (
-        PAGE.replace("DESCRIPTION", _cell(s["description"]), 1)
-        .replace("TABLE", table, 1)
-        .replace("REBUILD", REBUILD, 1)
-    )
+    return PAGE.replace("DESCRIPTION", _cell(s["description"]), 1).replace("TABLE", table, 1)
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,7 @@ on it; a shipped one is the same bits everywhere. `subject.json` records, per mo
 settings it was trained with, the SHA-256 of each file, and the fingerprint of the world text it
 learned from (`orthrus.world.teacher.world_fingerprint`): `check` refuses a damaged file, and
 `check --world` (a test runs it) says when the world generator no longer produces that text, in
-which case the subject must be rebuilt (docs/CONFIG.md, "The shipped subject").
+which case the subject must be rebuilt (docs/USAGE.md, "The shipped subject").
 """
 
 from __future__ import annotations
