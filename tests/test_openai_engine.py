@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +43,9 @@ FAKE = textwrap.dedent(
             self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):
-            self.reply({"data": [{"id": "fake-model"}]})
+        def do_GET(self):  # --owned-by llamacpp: llama-server's /v1/models says whose it is
+            owner = args[args.index("--owned-by") + 1] if "--owned-by" in args else "fake"
+            self.reply({"object": "list", "data": [{"id": "fake-model", "object": "model", "owned_by": owner}]})
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -178,7 +180,8 @@ def test_both_dialects_give_the_ids_and_the_top_two(served, dialect):
 
 def test_a_server_that_returns_text_alone_is_refused_naming_the_token_ids(served):
     url, _ = served("--dialect", "text")
-    with pytest.raises(api.Missing, match="returns no token ids"):
+    # the way out named where the server is llama.cpp's (its own endpoint returns every id)
+    with pytest.raises(api.Missing, match=r"returns no token ids: .*/completion returns every id .*api: llamacpp"):
         _probe(url, "fake-model", _prompts()[0], sampled=False)
 
 
@@ -342,6 +345,7 @@ def test_an_entry_becomes_one_run_per_concurrency_each_compared_with_its_run_at_
         ({"url": "localhost:8000"}, "is not an http"),
         ({"url": "http://127.0.0.1:1", "concurrency": [4, 16]}, "lacks 1"),
         ({"url": "http://127.0.0.1:1", "kv_cache": "f32"}, "a setting of a launched server"),
+        ({"launch": "vllm", "api": "llamacpp"}, "launch: vllm does not serve"),
     ],
 )
 def test_an_entry_that_cannot_run_is_refused_naming_the_key(entry, message):
@@ -426,6 +430,77 @@ def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(
     assert sent["last"]["cache_prompt"] is False
     planted = json.loads((tmp_path / "n4.jsonl").read_text().splitlines()[0])
     assert planted["extra"]["perturbed_requests"] > 0  # the planted proxy changes /completion requests too
+
+
+@pytest.mark.parametrize("kind", ["url", "command"])
+def test_a_llamacpp_server_the_audit_did_not_start_is_read_through_its_own_endpoint(
+    served, fake, tmp_path, kind, capsys
+):
+    """A server given by `url` or `command` whose /v1/models says it is llama.cpp's (owned_by: llamacpp,
+    as llama-server writes) is read through its /completion: where its /v1/completions drops the id of
+    a token that ends inside a UTF-8 character (issue 62), every prompt is whole. The entry's `api:
+    openai` reads the OpenAI endpoint: those prompts are error rows, said on stderr with the way out."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(4)))
+    flags, log = ["--drop-utf8", "--owned-by", "llamacpp"], tmp_path / "sent.json"
+    if kind == "url":
+        url, log = served(*flags)
+        server = {"kind": "url", "url": url}
+    else:
+        command = [sys.executable, fake, "--port", "{port}", "--log", str(log), *flags]
+        server = {"kind": "command", "command": command, "model_dir": ""}
+    openai_run.run_all(str(prompts), [_run(tmp_path, "native", server=server)], 1)
+    whole = [json.loads(x) for x in (tmp_path / "native.jsonl").read_text().splitlines()]
+    assert [r["token_ids"] for r in whole] == [[(10 + i + j) % 50 for j in range(1, 6)] for i in range(4)]
+    assert all(r["finish_reason"] == "length" and r["env"]["api"] == "llamacpp-completion" for r in whole)
+    assert whole[0]["env"]["server"] == kind and json.loads(log.read_text())["path"] == "/completion"
+    assert "lack a token's id" not in capsys.readouterr().err
+
+    openai_run.run_all(str(prompts), [_run(tmp_path, "v1", api="openai", server=server)], 1)
+    lost = [json.loads(x) for x in (tmp_path / "v1.jsonl").read_text().splitlines()]
+    assert all(r["finish_reason"] == "token-ids-missing" and r["env"]["api"] == api.API for r in lost)
+    assert "4 of 4 answers lack a token's id (/v1/completions)" in capsys.readouterr().err
+    assert kind == "url" or not _fakes(fake)  # a command's server stopped (a url's is the fixture's)
+
+
+@pytest.mark.slow
+def test_a_real_llama_server_given_by_url_is_read_through_its_own_endpoint(tmp_path):
+    """llama.cpp's own server on the shipped teacher (converted by its converter), started as a user
+    would and given by `url`: its /v1/models says it is llama.cpp's, so the audit reads its /completion,
+    every prompt whole; the same greedy ids its /v1/completions gives (`api: openai`) where that gives
+    them all."""
+    from test_llamacpp import ROOT, llamacpp_server
+    from transformers import AutoTokenizer
+
+    from orthrus.engines import llamacpp
+    from orthrus.engines.server import Server
+
+    binary, teacher, gguf = llamacpp_server(), ROOT / "orthrus/world/subject/teacher", tmp_path / "t.gguf"
+    convert = str(Path(binary).resolve().parent.parent / "convert")  # envs/build-llamacpp.sh's, beside it
+    export = [sys.executable, "-m", "orthrus", "gguf-export", "--model-path", str(teacher), "--outtype", "f32"]
+    subprocess.run([*export, "--converter", convert, "--out", str(gguf)], check=True, capture_output=True)
+    tok = AutoTokenizer.from_pretrained(teacher)
+    texts = ["Once upon a time", "Привет, как дела?", "The fox and the"]
+    common = {"max_new_tokens": 16, "stop_token_ids": [tok.eos_token_id], "message": "", "temperature": 0.0}
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt_id": f"p{i}", "prompt_token_ids": tok(t)["input_ids"]} | common) + "\n"
+            for i, t in enumerate(texts)
+        )
+    )
+    args = lambda port: llamacpp.server_args({}, str(gguf), port, 1, 256)  # noqa: E731
+    with Server(binary, args, str(tmp_path / "server.log")) as url:
+        for name, entry in (("native", {}), ("v1", {"api": "openai"})):
+            run = _run(tmp_path, name, repeats=1, vocab=len(tok), server={"kind": "url", "url": url})
+            openai_run.run_all(str(prompts), [run | entry], 1)
+    native, v1 = ([json.loads(x) for x in (tmp_path / f"{n}.jsonl").read_text().splitlines()] for n in ("native", "v1"))
+    assert all(r["env"]["api"] == "llamacpp-completion" and r["finish_reason"] != "token-ids-missing" for r in native)
+    assert all(r["env"]["api"] == api.API for r in v1)
+    assert all(len(r["token_ids"]) > 0 and len(r["logprobs"]) == len(r["token_ids"]) for r in native)
+    assert [a["token_ids"] for a, b in zip(native, v1) if b["finish_reason"] != "token-ids-missing"] == [
+        b["token_ids"] for b in v1 if b["finish_reason"] != "token-ids-missing"
+    ]
 
 
 def test_the_ids_an_answer_may_hold_are_the_study_tokenizers(tmp_path):

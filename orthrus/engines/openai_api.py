@@ -7,8 +7,11 @@ requests carrying a seed each, and `concurrency` requests in flight at once. Two
     (`logprobs.tokens[i]` = "token_id:ID"), which every request asks for;
   - `llamacpp`: llama.cpp's own `POST /completion`, which returns every generated id (`tokens`), where
     its `/v1/completions` leaves out the id of a token that ends inside a UTF-8 character (issue 62: 15 of
-    36 SmolLM2 prompts lost). A `launch: llamacpp` entry speaks it; the request is the llama.cpp
-    engine's own (orthrus/engines/llamacpp.py).
+    36 SmolLM2 prompts lost). The request is the llama.cpp engine's own (orthrus/engines/llamacpp.py).
+
+An entry's `api` names its dialect; left out, a `launch: llamacpp` server speaks llamacpp, and any
+other (a `command` or `url` one) the dialect its `GET /v1/models` says (`detected`): llamacpp where
+it says it is llama.cpp's, else openai.
 
 Every answer is read and checked by orthrus/engines/openai_answers.py as it arrives, every exchange
 bounded by the run's deadline and retried where transient by orthrus/engines/openai_http.py.
@@ -34,6 +37,8 @@ from orthrus.engines.server import ServerError
 
 API = "openai-completions"
 TOP = answers.TOP
+# llama.cpp's server's `owned_by` in its /v1/models (in its tree in llama-cpp-python 0.3.1 and 0.3.36)
+LLAMACPP_OWNER = "llamacpp"
 GRACE_S = 3.0  # past the deadline, the wait for requests whose connections were cut
 
 
@@ -103,7 +108,8 @@ OPENAI = Dialect(
     greedy_body,
     sample_body,
     answers.read_openai,
-    "neither logprobs.content[].id (llama.cpp) nor vLLM's return_tokens_as_token_ids",
+    "neither logprobs.content[].id (llama.cpp) nor vLLM's return_tokens_as_token_ids; a llama.cpp server's own"
+    " /completion returns every id (the entry's `api: llamacpp`)",
 )
 NATIVE = Dialect(
     "llamacpp-completion", "/completion", native_greedy_body, native_sample_body, answers.read_native, "no `tokens`"
@@ -111,14 +117,26 @@ NATIVE = Dialect(
 DIALECTS = {"openai": OPENAI, "llamacpp": NATIVE}
 
 
-def served_model(session: Session) -> str:
-    """The first model the server lists (`GET /v1/models`): the one a request names where the entry
-    names none."""
+def listed(session: Session) -> list[dict]:
+    """The models the server lists (`GET /v1/models`), those that are objects."""
     data = session.call("GET", "/v1/models", None, "the model list").get("data")
-    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+def served_model(session: Session, models: list[dict]) -> str:
+    """The first model the server lists: the one a request names where the entry names none."""
+    first = models[0] if models else {}
     if not isinstance(first.get("id"), str) or not first["id"]:
         raise Missing(f"{session.name}/v1/models lists no model: give the entry's `model`")
     return first["id"]
+
+
+def detected(models: list[dict], model: str) -> str:
+    """The dialect of a server the audit did not start: llamacpp where the model it serves (else its
+    first) is `owned_by` LLAMACPP_OWNER, what llama.cpp's server writes in every entry of its list, else
+    openai."""
+    mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
+    return "llamacpp" if mine.get("owned_by") == LLAMACPP_OWNER else "openai"
 
 
 def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:

@@ -7,8 +7,9 @@ names its server in one of three ways:
     command: [PROGRAM, ARG...] the workflow starts this program ({host} {port} {model} {slots} filled in)
     url: http://HOST:PORT      a server the user already runs: nothing starts, the URL alone is enough
 
-and is audited through orthrus/engines/openai_api.py at each of its `concurrency` values (requests in
-flight at once), `repeats` times each. A decode entry NAME with concurrency [1, 4, 16] becomes the
+and is audited through orthrus/engines/openai_api.py (llama.cpp's server, launched or found by what its
+/v1/models says, through its own /completion; any other through /v1/completions; the entry's `api`
+names either) at each of its `concurrency` values (requests in flight at once), `repeats` times each. A decode entry NAME with concurrency [1, 4, 16] becomes the
 decode.external entries NAME-c1, NAME-c4 and NAME-c16 (`expand`): NAME-c1 is compared with the
 entry's own reference (another entry's -c1, or the in-process ar-ref), every other NAME-cC with
 NAME-c1, the same server and model unloaded. One job per entry, its runs sharing a server where its
@@ -133,6 +134,8 @@ class OpenAI(Engine):
                 for k in LAUNCH_ONLY
                 if entry.get(k)
             ]
+        if entry.get("api") == "llamacpp" and entry.get("launch") not in (None, "llamacpp"):
+            out.append(f"{key}.api: llamacpp is llama.cpp's own API, which launch: {entry['launch']} does not serve")
         url = entry.get("url")
         if url is not None and (urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc):
             out.append(f"{key}.url: {url!r} is not an http(s)://HOST:PORT address")
@@ -159,6 +162,7 @@ class OpenAI(Engine):
             "slots": int(entry.get("slots") or default_slots(entry, concurrency)),
             "planted": bool(entry.get("planted", False)),
             "model": entry.get("model") or "",
+            "api": entry.get("api") or "",  # left out: the launch's, else what the server says (openai_run.check)
             "extra_body": dict(entry.get("extra_body") or {}),
             "server_args": [str(a) for a in entry.get("server_args") or []],
             "timeout_s": int(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),

@@ -50,7 +50,8 @@ class Launch:
     body: dict = field(default_factory=dict)
     known: dict = field(default_factory=dict)
     version_path: str = ""  # where the running server says its version, where it does
-    dialect: str = "openai"  # the API it is read through (orthrus/engines/openai_api.py's DIALECTS)
+    # the API it is read through (orthrus/engines/openai_api.py's DIALECTS); "": what its /v1/models says
+    dialect: str = ""
 
 
 def context(prompts: list[dict]) -> int:

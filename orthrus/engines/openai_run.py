@@ -17,9 +17,9 @@ every request, answer and body read within it (orthrus/engines/openai_http.py), 
 checked as it comes (orthrus/engines/openai_answers.py). A run that fails either way stops with one
 line naming the server, the request and the field or what it waited for; its file is not written.
 A record whose token ids the server did not all return (llama.cpp's `/v1/completions` leaves out a
-token that ends inside a UTF-8 character; a `launch: llamacpp` entry reads its `/completion`, which does
-not) ends with finish_reason `token-ids-missing`: an error row of the study, counted, never guessed at
-by retokenizing.
+token that ends inside a UTF-8 character; a llama.cpp server, launched or found so by its /v1/models,
+is read through its `/completion`, which does not) ends with finish_reason `token-ids-missing`: an
+error row of the study, counted (and said on stderr), never guessed at by retokenizing.
 """
 
 from __future__ import annotations
@@ -163,10 +163,14 @@ def sampled_records(session: Session, dialect: api.Dialect, model: str, run: dic
     ]
 
 
-def check(session: Session, dialect: api.Dialect, first: dict, launch, prompts: list[dict]) -> tuple[str, dict]:
+def check(session: Session, first: dict, launch, prompts: list[dict]) -> tuple[str, dict, api.Dialect]:
     """Before any prompt, within the first run's bound: the model's name, the server's version where it
-    says it, and the probe of what the audit needs. (model, what is known of the server)."""
-    model = first.get("model") or api.served_model(session)
+    says it, its dialect (the entry's `api`, the launch's, else what its /v1/models says), and the
+    probe of what the audit needs. (model, what is known of the server, dialect)."""
+    named = first.get("api") or (launch.dialect if launch else "")
+    models = [] if first.get("model") and named else api.listed(session)
+    model = first.get("model") or api.served_model(session, models)
+    dialect = api.DIALECTS[named or api.detected(models, model)]
     known = dict(launch.known) if launch else {}
     if launch is not None and launch.version_path:
         found = session.call("GET", launch.version_path, None, "the version").get("version")
@@ -175,7 +179,7 @@ def check(session: Session, dialect: api.Dialect, first: dict, launch, prompts: 
     need_top = first.get("speculative", "none") == "none"
     sampled = "n_samples" in prompts[0]
     api.probe(session, dialect, model, prompts[0], sampled, body, need_top=need_top, vocab=first.get("vocab"))
-    return model, known
+    return model, known, dialect
 
 
 def _name(url: str, target: str) -> str:
@@ -187,7 +191,6 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
     within its `timeout_s` (the first's covering the checks); nothing is written for a run that fails."""
     first = group[0]
     launch = launch_for(first, threads, prompts, LAUNCHERS)
-    dialect = api.DIALECTS[launch.dialect if launch else "openai"]
     sampled = "n_samples" in prompts[0]
     t0 = time.perf_counter()
     if launch is None:
@@ -196,13 +199,13 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
         server = Server(launch.binary, launch.args, log, health=launch.health, env=launch.env, name=launch.name)
     with server as url:
         started = time.perf_counter()
-        body, model, known, checked = launch.body if launch else {}, None, {}, 0
+        body, model, known, dialect, checked = launch.body if launch else {}, None, {}, None, 0
         for run in group:
             timeout_s = float(run.get("timeout_s", 3600))
             deadline = time.monotonic() + timeout_s
             if model is None:
                 with Session(url, timeout_s, deadline) as session:
-                    model, known = check(session, dialect, first, launch, prompts)
+                    model, known, dialect = check(session, first, launch, prompts)
                 checked = session.retries
             proxy = PlantedProxy(url) if run.get("planted") else contextlib.nullcontext(url)
             t1 = time.perf_counter()
@@ -216,6 +219,13 @@ def run_group(group: list[dict], prompts: list[dict], threads: int, log: str) ->
             for r in records:
                 r["extra"] = r.get("extra", {}) | {"run": run["name"]} | timing
             write_jsonl(run["out"], records)
+            lost = sum(r.get("finish_reason") == "token-ids-missing" for r in records)
+            if lost:
+                print(
+                    f"[openai] {run['name']}: {lost} of {len(records)} answers lack a token's id ({dialect.path}), "
+                    "error rows of the study; a llama.cpp server's own /completion returns every id (`api: llamacpp`)",
+                    file=sys.stderr,
+                )
             print(
                 f"[openai] {run['name']}: {len(prompts)} prompts at concurrency {run['concurrency']}"
                 + ("" if sampled else f" x {run['repeats']}")
