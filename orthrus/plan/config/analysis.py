@@ -18,14 +18,10 @@ Ulps = Annotated[Num, Field(ge=0, le=1024)]
 
 
 class RoundingUlps(Section):
-    """The largest margin, in units in the last place of the decoding precision at the logits' magnitude, between
-    the reference's token and a decoder's at a first divergence that the verdict `rounding` accepts
-    (orthrus/audit/verdict.py), per precision; a larger one, or a token the decoder's own pass does not rank first,
-    is `structural`. bf16 and fp16 logits are rounded to their format at the end, so a verify block and single steps
-    part by a few ulps; fp32 logits keep every rounding of the network's sums, tens of ulps (`python
-    benchmarks/rounding_noise.py` measures them on the shipped teacher). Two logits that each move by d change rank
-    only within 2d: each default is twice the largest measured, rounded up to a power of two
-    (orthrus/audit/verdict.py). tf32 (fp32 with TF32 products) takes fp16's bound, not yet measured on a GPU."""
+    """The largest margin between the reference's token and a decoder's at a first divergence that the verdict
+    `rounding` accepts, in units in the last place of the precision at the logits' magnitude; each default is
+    twice the largest measured by benchmarks/rounding_noise.py, rounded up to a power of two
+    (orthrus/audit/verdict.py)."""
 
     bf16: Ulps = ROUNDING_ULPS["bf16"]
     fp16: Ulps = ROUNDING_ULPS["fp16"]
@@ -44,11 +40,8 @@ class Pilot(Section):
 
 
 class Power(Section):
-    """The power planned for the claims tested by an estimate and its standard error
-    (orthrus/report/claims/power.py; `orthrus power --configfile FILE` prints it before a run): per claim, a pilot
-    run's effect, its standard error and its n (`orthrus power --pilot CLAIMS.csv` reads them off a committed run).
-    A claim whose power at its cell's n is below `target` says `underpowered`, whatever its test gave. No pilot: no
-    plan, every verdict is the test's."""
+    """The power planned for the claims tested by an estimate and its standard error (`orthrus power`,
+    docs/USAGE.md): a claim whose power at its cell's n is below `target` says `underpowered`. No pilot: no plan."""
 
     target: Num = Field(0.9, gt=0.5, lt=1, description="The power each planned claim needs.")
     pilot: dict[Literal["ppl-higher-when-diverging", "beta1-negative"], Pilot] = Field(
@@ -71,18 +64,15 @@ class Analysis(Section):
         0.125,
         ge=0,
         le=2,
-        description="Top-1/top-2 logit margin below which a divergence counts as a near-tie, in "
-        "logits (not a percent), at most 2: four bf16 units in the last place at logits of magnitude 64 to 128, "
-        "beyond any rounding difference; 12.5 would make nearly every step a near-tie.",
+        description="Top-1/top-2 logit margin below which a divergence counts as a near-tie, in logits (not a "
+        "percent).",
     )
     rounding_ulps: RoundingUlps = Field(RoundingUlps(), description=RoundingUlps.__doc__)
     equivalence_margin: Num = Field(
         2.0,
         gt=0,
-        description="Margin of the benchmark claim in `claims.csv`, in points of the task's score (a 0-1 "
-        "score counts 100 points, chrF is already 0-100): the paired per-document score difference between a run and"
-        " its AR reference must be shown inside +-margin by two one-sided tests (TOST) at 5%. With few documents one "
-        "changed answer moves a score by more than 2 points, and equivalence is then not shown.",
+        description="Equivalence margin of the benchmark claim, in points of the task's score (0-100): the paired "
+        "score difference against the AR reference must lie inside +-margin by TOST at 5%.",
     )
     alpha: Num = Field(
         0.05,
@@ -107,9 +97,7 @@ class Benchmarks(Section):
     )
     n_docs: Annotated[Int, Field(ge=1)] | dict[Literal[TINY_TASKS], Annotated[Int, Field(ge=1)]] = Field(
         40,
-        description="Documents per tiny-world task: one count for every task, or {task: count} naming each task "
-        "that runs (a task whose answers rarely change needs fewer documents than one whose rare changes would "
-        "otherwise decide its equivalence verdict).",
+        description="Documents per tiny-world task: one count, or {task: count} naming each task that runs.",
     )
     limit: opt(Int, ge=1) = Field(None, description="lm-eval --limit (null = all documents).")
     precisions: unique(Precision, min_length=1) = Field(["bf16", "fp32"], description="Precisions to benchmark at.")
@@ -132,9 +120,8 @@ class Benchmarks(Section):
     )
     include_paths: list[Annotated[str, Field(min_length=1)]] = Field(
         [],
-        description="Extra lm-eval task directories (lm-eval's --include_path): a task file there replaces the "
-        "built-in task of its name, e.g. lm-eval's own gsm8k over local data files on an offline cluster "
-        "(configs/rehearsal.yaml does this with its stand-ins).",
+        description="Extra lm-eval task directories (--include_path): a task file there replaces the built-in task "
+        "of its name.",
     )
 
     @model_validator(mode="after")

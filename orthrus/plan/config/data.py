@@ -104,9 +104,8 @@ class Prompts(Section):
     )
     eval_file: Annotated[opt(str, min_length=1), OMIT] = Field(
         None,
-        description="The evaluation set as a file in the authors' format `{domain: [prompt, ...]}` (path, or "
-        "http(s)/file URL): its prompts as they stand, in order, ids `<domain>-<index>`, no filter; replaces the "
-        "source's evaluation set (orthrus/data/prompt_file.py).",
+        description="The evaluation set as a file in the authors' format {domain: [prompt, ...]} (a path or an "
+        "http(s)/file URL), its prompts as they stand; replaces the source's evaluation set.",
     )
     eval_file_sha256: Annotated[Sha256 | None, OMIT] = Field(
         None, description="Expected sha256 of `eval_file` (checked after reading or downloading it)."
@@ -118,9 +117,8 @@ class Prompts(Section):
     )
     eval_file_split: opt(Int, ge=1) = Field(
         None,
-        description="Split `eval_file` into both prompt sets: its first N prompts of each domain evaluate, the"
-        " rest (deduplicated against them) are the distillation prompts, taken a domain at a time in turn up to "
-        "`distill_n` (a real-model study on the authors' prompts alone); null: the whole file evaluates.",
+        description="Split `eval_file`: its first N prompts of each domain evaluate, the rest (deduplicated) are the "
+        "distillation prompts, up to `distill_n`; null: the whole file evaluates.",
     )
     eval_duplicates: Annotated[Literal["error", "first"], OMIT] = Field(
         None,
@@ -166,9 +164,8 @@ class Corpus(Section):
     precision: Literal[PRECISIONS] = Field("fp32", description="Teacher precision for the corpus.")
     source: Literal["generate", "hf"] = Field(
         "generate",
-        description="`generate`: the teacher answers the distillation prompts; `hf`: a ready "
-        "prompt-response dataset (`dataset`, fields prompt and response, as the authors' ZaryaOrthrusDataset), "
-        "sharded the same way, no generation (orthrus/data/hf_corpus.py).",
+        description="`generate`: the teacher answers the distillation prompts; `hf`: a ready prompt-response dataset "
+        "(`dataset`), sharded the same way.",
     )
     dataset: opt(str, min_length=1) = Field(
         None,

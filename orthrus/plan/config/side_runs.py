@@ -45,10 +45,9 @@ class Base(Section):
 
 
 class Frontier(Section):
-    """The price of exactness (`orthrus frontier`, results/tables/exactness_cost.csv and its figure): one Orthrus
-    model's loop on a few prompts per domain in every setting that could restore the AR trajectory (each precision
-    and attention kernel, and the base cell with the guarded verify at each TAU), each compared with the model's own
-    AR view in the same cell and timed side by side in one job. The other decoding options come from `decode`."""
+    """The price of exactness (`orthrus frontier`, results/tables/exactness_cost.csv): one Orthrus model's loop on a
+    few prompts per domain in every setting that could restore the AR trajectory, each compared with its own AR
+    view and timed. The other decoding options come from `decode`."""
 
     enabled: bool = Field(True, description="Run it (needs an Orthrus model).")
     model: str | None = Field(
@@ -91,10 +90,8 @@ class TwoSample(Section):
     )
     n_samples_max: opt(Int, ge=10, le=1000000) = Field(
         None,
-        description="The most samples per arm and prompt the plan may take (null: n_samples, fixed). Each "
-        "prompt's N is the one at which the known-probability test rejects the planted control with probability "
-        "`power` at Holm's strictest level, from the planted loop's exact distributions (orthrus/audit/known_p.py);"
-        " where this cap binds, the prompt's planned power is short and the planted claim says so.",
+        description="The most samples per arm and prompt the plan may take (null: n_samples, fixed); each prompt's N "
+        "is planned to reject the planted control with probability `power` (orthrus/audit/known_p.py).",
     )
     power: Num = Field(
         0.95,
@@ -114,13 +111,9 @@ class TwoSample(Section):
 
 
 class Sampling(Section):
-    """Lossless in distribution (`orthrus sampling`, docs/SAMPLING.md; results/tables/sampling_tv.csv,
-    sampling_two_sample.csv and the sampling_tv figure): one Orthrus model's sampled loop. Numerics, analytic:
-    along reference trajectories sampled from its AR view, the total variation between each speculative row's
-    exact output distribution and single-step sampling, per precision and kernel, temperature and top-p. Bugs,
-    empirical: a two-sample test of N sampled m-token prefixes against plain AR sampling, beside a planted biased
-    sampler (`orthrus-lossy` sampled: q at temperature 1 in the acceptance ratio). The other decoding options come
-    from `decode`."""
+    """Lossless in distribution (`orthrus sampling`, docs/SAMPLING.md): one Orthrus model's sampled loop, the
+    analytic total variation against single-step sampling and an empirical two-sample test beside a planted biased
+    sampler. The other decoding options come from `decode`."""
 
     enabled: bool = Field(False, description="Run it (needs an Orthrus model).")
     model: str | None = Field(
@@ -158,17 +151,14 @@ class Sampling(Section):
     two_sample: TwoSample = Field(TwoSample(), description=TwoSample.__doc__)
     engines: dict[Name, SampledEngine] = Field(
         {},
-        description="Engines' sampled files, tested like the in-process loop (`orthrus engine-samples`, "
-        "docs/SAMPLING.md; results/tables/sampling_engines.csv): {name: {path, reference, stand_in, seed}}. Export "
-        "the two-sample test's prompts sampled (`snakemake results/export/sampled.jsonl`), sample them with the "
-        "engine plain and speculative (docs/SAMPLING.md), name both files here, the speculative one with `reference` "
-        "the plain one: each such pair gets the two-sample test per prompt at sampling.two_sample's settings, with "
-        "Holm's correction over its prompts. Runs whether or not `enabled` is (that is the in-process audit).",
+        description="Engines' sampled files, a speculative one tested against the plain one its `reference` names "
+        "(docs/SAMPLING.md); runs whether or not `enabled` is.",
     )
 
     @model_validator(mode="after")
     def _rules(self):
-        """The planted bug needs a temperature other than 1; the engines' pairs: a reference that is another entry and only a reference, the two-sample test on, a
+        """The planted bug needs a temperature other than 1; the engines' pairs: a reference that is another entry
+        and only a reference, the two-sample test on, a
         seed only where the workflow samples, an engine's settings only with `engine`."""
         lines = []
         if self.enabled and self.two_sample.enabled and float(self.two_sample.temperature) == 1.0:

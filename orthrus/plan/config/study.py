@@ -31,13 +31,9 @@ class StudyConfig(Section):
         0,
         ge=0,
         le=SEED_MAX,
-        description="Global seed, 0 to 2^64 - 1 (the range torch's generators take; numpy's "
-        "take any size, and lm-eval's numpy seed is taken modulo 2^32); every stage that draws anything derives its "
-        "own seed from it: the prompts, each variant's distillation (its `seed` plus this one: initialisation of the"
-        " diffusion view, block positions, shuffles), the tiny benchmark documents and, with teacher.source tiny, the"
-        " teacher (initialisation, tokenizer, training data) and its draft (a shipped subject is fixed: built at seed"
-        " 0); decoding and the teacher's corpus are greedy. `snakemake --config seed=N` is another realisation of the"
-        " study on the same subject (`benchmarks/seed_spread.py` runs several).",
+        description="Global seed: every stage that draws anything derives its own from it (prompts, distillation, "
+        "benchmark documents, a tiny teacher and draft); decoding is greedy. `--config seed=N` is another "
+        "realisation of the study.",
     )
     threads: Int = Field(
         1, ge=1, description="torch threads per job (1 is fastest for the tiny models; jobs run in parallel instead)."
@@ -53,10 +49,8 @@ class StudyConfig(Section):
     )
     revisions: dict[HubId, Revision] = Field(
         {},
-        description="{hub id: commit, tag or branch}: pins each hub model (teacher.path, teacher.draft.path, "
-        "external_models) and the hub corpus (corpus.dataset) to a revision wherever it is loaded (the rules pass "
-        "`ID@REV`); every decoding row records the commit it read (env `model_commit`). A key that is not a hub id "
-        "this config loads is an error.",
+        description="{hub id: commit, tag or branch}: pins a hub model or corpus this config loads to a revision "
+        "wherever it is loaded; every decoding row records the commit it read.",
     )
     external_models: dict[Name, Annotated[str, Field(min_length=1)]] = Field(
         {},

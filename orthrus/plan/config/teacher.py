@@ -113,9 +113,8 @@ class Draft(Section):
 
     source: Literal[SOURCES[:3]] = Field(
         "tiny",
-        description="`shipped`: the draft shipped with the package beside the shipped teacher (teacher.source"
-        " shipped); `tiny`: the pipeline trains a smaller teacher on the same world with the teacher's tokenizer; "
-        "`hf`: load `path` (e.g. Qwen/Qwen3-0.6B beside Qwen3-1.7B).",
+        description="`shipped`: the draft shipped beside the shipped teacher; `tiny`: a smaller teacher trained with "
+        "the teacher's tokenizer; `hf`: load `path`.",
     )
     path: str | None = Field(
         None, description="Hub id or local directory of the draft causal LM; used when source is hf."
@@ -123,10 +122,8 @@ class Draft(Section):
     threads: Int = Field(1, ge=1, description="torch threads for training the tiny draft.")
     tiny: TinyTeacher = Field(
         TinyTeacher(),
-        description="Settings of `orthrus train-teacher` for the tiny draft (e.g. num_layers, "
-        "hidden_size, steps): the keys of teacher.tiny with the same defaults, except vocab_size, which is rejected "
-        "(the draft takes the teacher's tokenizer); the rule passes the global seed and teacher.draft.threads for "
-        "seed and threads.",
+        description="Settings of `orthrus train-teacher` for the tiny draft: the keys of teacher.tiny with its "
+        "defaults, less vocab_size (it takes the teacher's tokenizer).",
     )
 
 
@@ -136,11 +133,9 @@ class Teacher(Section):
     name: Name = Field("teacher", description="Name of the teacher in every table.")
     source: Literal[SOURCES] = Field(
         "tiny",
-        description="`shipped`: the fixed tiny-world teacher shipped with the package (orthrus/world/subject, "
-        "built by `tiny` with teacher.tiny's settings at seed 0; docs/CONFIG.md says how to rebuild it); `tiny`: the "
-        "pipeline trains a small Qwen3 on the tiny world; `hf`: load `path` with from_pretrained; `gguf`: the pipeline"
-        " converts the GGUF file of teacher.gguf once to a local Hugging Face directory (orthrus convert-gguf) and "
-        "studies that.",
+        description='`shipped`: the fixed tiny-world teacher shipped with the package (docs/USAGE.md, "The shipped '
+        "subject\"); `tiny`: trained on the tiny world each run; `hf`: load `path`; `gguf`: teacher.gguf's file "
+        "converted once to a local model directory.",
     )
     path: str | None = Field(
         None, description="Hub id (e.g. Qwen/Qwen3-1.7B) or local directory of a causal LM; used when source is hf."
