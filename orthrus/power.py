@@ -26,22 +26,23 @@ import pandas as pd
 
 from orthrus.decoders import names
 from orthrus.plan import Study
-from orthrus.plan.study_config import EMBEDDED, study_config
+from orthrus.plan.config import StudyConfig
+from orthrus.plan.study_config import EMBEDDED, load
 from orthrus.stats import Pilot, needed_n, power
 
 PLANNED = ("ppl-higher-when-diverging", "beta1-negative")  # the claims tested by an estimate and its error
 REDUCED = "bf16"  # the precision of Tables 5 and 6 (orthrus/report/claims/base.py)
 
 
-def eval_counts(config: dict, prompts: str | None) -> pd.Series:
+def eval_counts(config: StudyConfig, prompts: str | None) -> pd.Series:
     """The evaluation prompts per domain: read from `prompts`, else built by `orthrus prompts` with the
     config's prompts section, as the run's first job builds them."""
     if prompts is None:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = Path(tmp) / "prompts.json"
-            cfg.write_text(json.dumps(config["prompts"]))
+            cfg.write_text(json.dumps(config.model_dump()["prompts"]))
             out = [f"{tmp}/eval.parquet", f"{tmp}/distill.parquet"]
-            cmd = [sys.executable, "-m", "orthrus.cli", "prompts", "--config", str(cfg), "--seed", str(config["seed"])]
+            cmd = [sys.executable, "-m", "orthrus.cli", "prompts", "--config", str(cfg), "--seed", str(config.seed)]
             subprocess.run(cmd + ["--eval-out", out[0], "--distill-out", out[1]], check=True, capture_output=True)
             return pd.read_parquet(out[0])["domain"].value_counts()
     return pd.read_parquet(prompts)["domain"].value_counts()
@@ -66,13 +67,13 @@ def planned_cells(study: Study, counts: pd.Series) -> dict[str, int]:
     return out
 
 
-def plan_rows(config: dict, counts: pd.Series) -> pd.DataFrame:
-    section = config["analysis"]["power"]
-    target, alpha = section["target"], config["analysis"]["alpha"]
+def plan_rows(config: StudyConfig, counts: pd.Series) -> pd.DataFrame:
+    section = config.analysis.power
+    target, alpha = section.target, config.analysis.alpha
     cells = planned_cells(Study(config), counts)
     rows = []
-    for claim, p in section["pilot"].items():
-        pilot = Pilot(float(p["effect"]), float(p["se"]), int(p["n"]))
+    for claim, p in section.pilot.items():
+        pilot = Pilot(float(p.effect), float(p.se), p.n)
         need = needed_n(pilot, alpha, target)
         for subject, n in cells.items():
             pw = power(pilot, n, alpha)
@@ -99,19 +100,19 @@ def main(argv=None) -> int:
     ap.add_argument("--pilot", help="a run's claims.csv: print its pilots as the analysis.power section")
     ap.add_argument("--out", help="also write the plan as a CSV (a committed run's power.csv, docs/real-model)")
     args = ap.parse_args(argv)
-    config = study_config(args.configfile)
+    config = load(args.configfile)
     if args.pilot:
         import yaml
 
-        section = pilot_section(args.pilot, config["analysis"]["power"]["target"])
+        section = pilot_section(args.pilot, config.analysis.power.target)
         sys.stdout.write(yaml.safe_dump({"analysis": {"power": section}}, sort_keys=False))
         return 0
-    ts = config["sampling"]["two_sample"]
-    if config["sampling"]["enabled"] and ts["enabled"]:
-        cap = ts["n_samples_max"] or ts["n_samples"]
+    ts = config.sampling.two_sample
+    if config.sampling.enabled and ts.enabled:
+        cap = ts.n_samples_max or ts.n_samples
         print(
-            f"sampling: N per prompt planned in the run for power {ts['power']:g} against the planted sampler, "
-            f"between {ts['n_samples']} and {cap} (orthrus/audit/known_p.py)"
+            f"sampling: N per prompt planned in the run for power {ts.power:g} against the planted sampler, "
+            f"between {ts.n_samples} and {cap} (orthrus/audit/known_p.py)"
         )
     rows = plan_rows(config, eval_counts(config, args.prompts))
     if args.out:
@@ -119,8 +120,8 @@ def main(argv=None) -> int:
     if rows.empty:
         print("no claim planned (analysis.power.pilot is empty): every verdict is its test's")
         return 0
-    target = config["analysis"]["power"]["target"]
-    print(f"power planned at target {target:g}, level {config['analysis']['alpha']:g}:")
+    target = config.analysis.power.target
+    print(f"power planned at target {target:g}, level {config.analysis.alpha:g}:")
     print(rows.to_string(index=False, formatters={"power": "{:.3f}".format}))
     short = int((rows["verdict"] == "underpowered").sum())
     print(

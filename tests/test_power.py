@@ -114,12 +114,12 @@ def test_orthrus_power_plans_each_tested_cell_from_the_grid_and_the_prompts(caps
     """The default's bf16 speculative cells under a pilot that needs 61 prompts: prompt lookup decodes 6
     per domain (72 of 12 x 8), the others every prompt (96), all enough; a grid of 3 per domain for
     ce-k8 (36) leaves its loop underpowered."""
-    from orthrus.plan.study_config import study_config
+    from orthrus.plan.study_config import load
     from orthrus.power import main, plan_rows
 
     counts = pd.Series({f"d{i}": 8 for i in range(12)})
     pilot = {"analysis": {"power": {"pilot": {"ppl-higher-when-diverging": {"effect": 0.366, "se": 0.146, "n": 36}}}}}
-    rows = plan_rows(study_config(["config.yaml"], pilot), counts).set_index("subject")
+    rows = plan_rows(load(["config.yaml"], pilot), counts).set_index("subject")
     assert set(rows.index) == {
         "teacher/prompt-lookup/bf16/sdpa",
         "teacher/assisted/bf16/sdpa",
@@ -132,7 +132,7 @@ def test_orthrus_power_plans_each_tested_cell_from_the_grid_and_the_prompts(caps
     )
     assert (rows["verdict"] == "tested").all() and (rows["needs"] == 61).all()
     short = pilot | {"decode": {"grids": {"ce-k8": {"prompts_per_domain": {"bf16": 3}}}}}
-    rows = plan_rows(study_config(["config.yaml"], short), counts).set_index("subject")
+    rows = plan_rows(load(["config.yaml"], short), counts).set_index("subject")
     assert rows.loc["ce-k8/orthrus/bf16/sdpa", "verdict"] == "underpowered"
     assert rows.loc["ce-k8/orthrus/bf16/sdpa", "n"] == 36
     assert main([]) == 0 and "no claim planned" in capsys.readouterr().out  # the default plans none
