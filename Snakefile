@@ -50,6 +50,7 @@ else:
     include: "workflow/rules/analysis.smk"
     include: "workflow/rules/benchmarks.smk"
     include: "workflow/rules/frontier.smk"
+    include: "workflow/rules/machine.smk"
 
 
     report: "workflow/report/workflow.rst"

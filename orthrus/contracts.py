@@ -420,6 +420,10 @@ SAMPLING_TABLES = {
 }
 SAMPLING_ENGINE_TABLES = {"sampling_engines.csv": ENGINE_TWO_SAMPLE_COLUMNS + [ERRORS]}
 SAMPLING_FIGURE = "sampling_tv"
+# the machine as an axis (`orthrus compare-envs`, docs/MACHINES.md): each claim's verdict per environment (a
+# column per environment, so no fixed columns), each cell's match rate per environment, each one's probe
+MACHINE_TABLES = ("verdicts_by_env.csv", "match_by_env.csv", "machine_probes.csv")
+MACHINE_FIGURE = "match_by_env"
 
 # ---- figures (results/figures/{name}.{png,pdf}), each drawn from the tables it illustrates
 FIGURES = {

@@ -166,6 +166,8 @@ BAD = [
     ("analysis precision", _set("analysis.ppl_precision", "fp64"), "analysis.ppl_precision"),
     ("resources gpus", _set("resources.decode.gpus", -1), "resources.decode.gpus"),
     ("resources typo", _set("resources.decode.memory", 10), "resources.decode.memory"),
+    ("machine unknown kind", _set("machine.kinds", ["native", "sse4"]), "machine.kinds[1]"),
+    ("machine threads not the study's first", _set("machine.threads", [3, 1]), "machine.threads"),
     (
         "benchmarks no tasks",
         _set("benchmarks", {"enabled": True, "tiny_tasks": False, "tasks": []}),

@@ -27,9 +27,10 @@ def workflow_lists():
         + list(contracts.BENCHMARK_TABLES)
         + list(contracts.FRONTIER_TABLES)
         + list(contracts.SAMPLING_TABLES)
-        + list(contracts.SAMPLING_ENGINE_TABLES),
+        + list(contracts.SAMPLING_ENGINE_TABLES)
+        + list(contracts.MACHINE_TABLES),
         "FIGURES": list(contracts.FIGURES)
-        + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE, contracts.SAMPLING_FIGURE],
+        + [contracts.BENCHMARK_FIGURE, contracts.FRONTIER_FIGURE, contracts.SAMPLING_FIGURE, contracts.MACHINE_FIGURE],
     }
 
 
@@ -55,6 +56,7 @@ def test_report_gathers_every_table_and_figure_with_captions(tmp_path):
         "corpus": {"shards": 1, "max_new_tokens": 8},
         "decode": {"precisions": ["fp32"], "attentions": ["eager"], "max_new_tokens": 8},
         "models": {"m": {"warmup_steps": 10}},
+        "machine": {"threads": [1, 2]},  # two environments on any CPU: the comparison's tables and figure
         "sampling": {
             "enabled": True,
             "engines": {"plain": {"path": "plain.jsonl"}, "spec": {"path": "spec.jsonl", "reference": "plain"}},

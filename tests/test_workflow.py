@@ -31,6 +31,12 @@ def default_config():
     return yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
+def unkind(text: str) -> str:
+    """A dry run's text with the study's CPU kind taken out of its commands (`orthrus --cpu-kind native
+    decode`: machine.kinds), for the tests that find a command by its name."""
+    return re.sub(r"orthrus --cpu-kind \S+ ", "orthrus ", text)
+
+
 def test_schema_vocabularies_are_the_contracts():
     """Every precision, attention and decoder enum of the config schema is a subset of
     orthrus.contracts' vocabulary, and the full lists appear (the workflow's wildcards use them)."""
@@ -129,6 +135,11 @@ def test_default_and_paper_dry_runs(tmp_path):
     # the sampling audit on ce-k8 (the plan's sampling outputs are tested in tests/test_plan.py)
     assert re.search(r"^sampling\s+1$", res.stdout, re.M) and "results/tables/sampling_tv.csv" in res.stdout
     assert "results/forensics/teacher.parquet" in res.stdout and "results/tables/decoders.csv" in res.stdout
+    # the machine axis (machine.*, docs/MACHINES.md): the bf16 Orthrus cells and their reference decoded again
+    # under avx2, every environment's probe and claims, one comparison, which the study's claims read
+    assert re.search(r"^machine_decode\s+3$", res.stdout, re.M) and re.search(r"^machine_probe\s+2$", res.stdout, re.M)
+    claims = re.search(r"^(?:local)?rule claims:\n    input: (.*)$", res.stdout, re.M).group(1).split(", ")
+    assert {"results/tables/verdicts_by_env.csv", "results/tables/machine_probes.csv"} <= set(claims)
     # the schedule (docs/SPEED.md): a gather runs as soon as its shards end (it once waited minutes
     # behind them, holding the oracle and forensics), the long chain before the table-only jobs
     prio = _priorities(res.stdout)
@@ -187,7 +198,7 @@ def test_the_global_seed_reaches_every_stage_that_draws(tmp_path):
     work = workdir_with(tmp_path, cfg)
     shown = snakemake("-n", "-p", "--config", "seed=3", cwd=work)
     assert shown.returncode == 0, shown.stderr[-2000:]
-    cmds = [c[c.index("orthrus ") :] for c in shown.stdout.splitlines() if "Shell command: orthrus " in c]
+    cmds = [c[c.index("orthrus ") :] for c in unkind(shown.stdout).splitlines() if "Shell command: orthrus " in c]
     by = lambda prefix: [c for c in cmds if c.startswith(prefix)]
     assert not by("orthrus train-teacher")  # the shipped subject
     teacher = str(ROOT / "orthrus/world/subject/teacher")
@@ -222,7 +233,7 @@ def _cells(dry_run: str, model: str) -> set[tuple]:
     """(decoder, precision, attention) of the options every `orthrus decode` of `model` is given."""
     from orthrus.options import DecodeOptions
 
-    cmds = [c for c in dry_run.splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
+    cmds = [c for c in unkind(dry_run).splitlines() if "orthrus decode" in c and f"--model-name {model} " in c]
     return {
         (o.decoder, o.precision, o.attention)
         for c in cmds
@@ -269,7 +280,7 @@ def test_decode_grids_narrow_an_orthrus_model(tmp_path):
     res = snakemake("-n", "-p", cwd=work)
     assert res.returncode == 0, res.stderr[-2000:]
     # prompts_per_domain: prompt-lookup's jobs decode the first 2 prompts of each domain, no other's
-    commands = [c for c in res.stdout.splitlines() if "orthrus decode " in c]
+    commands = [c for c in unkind(res.stdout).splitlines() if "orthrus decode " in c]
     subset = [c for c in commands if "--prompts-per-domain 2" in c]
     assert subset and all('"decoder": "prompt-lookup"' in c for c in subset)
     assert len(subset) == len([c for c in commands if '"decoder": "prompt-lookup"' in c])
@@ -386,7 +397,7 @@ def test_engine_files_join_the_dag(tmp_path):
         ), name
     analyze = re.search(r"^    input: (.*)\n    output: results/tables/trajectories", res.stdout, re.M).group(1)
     assert ingested <= set(analyze.split(", "))
-    perplexity = [c for c in res.stdout.splitlines() if "orthrus perplexity" in c][0]
+    perplexity = [c for c in unkind(res.stdout).splitlines() if "orthrus perplexity" in c][0]
     assert "results/decode/vllm-ar/external-fp32-eager.parquet" in perplexity and "engine-ar/external" in perplexity
     assert "vllm-eagle" not in perplexity  # only the declared references are scored beside ar-ref
     # the prompts for an engine on their own

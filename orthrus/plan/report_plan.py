@@ -1,5 +1,5 @@
 """What `snakemake` builds (the `all` rule): the study's tables, figures and claims, and the side
-runs' tables where they are enabled."""
+runs' tables where they are enabled, the machine axis's comparison where it has two environments."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from orthrus.plan.paths import R
 
 class ReportPlan:
     """The final outputs, from the other stages' plans: `decode` (its models and decoders),
-    `engines` (their files), `benchmarks`, `sampling` (whether each runs)."""
+    `engines` (their files), `benchmarks`, `sampling` (whether each runs), `machine` (its comparison)."""
 
-    def __init__(self, decode, engines, benchmarks, sampling):
+    def __init__(self, decode, engines, benchmarks, sampling, machine=None):
         self.decode, self.engines, self.benchmarks, self.sampling = decode, engines, benchmarks, sampling
+        self.machine = machine
 
     @staticmethod
     def study_outputs() -> list[str]:
@@ -33,4 +34,5 @@ class ReportPlan:
             outputs += [f"{R}/tables/benchmarks.csv"]
         if d.frontier_files():
             outputs += [f"{R}/tables/exactness_cost.csv"]
-        return outputs + self.sampling.outputs()
+        outputs += self.sampling.outputs()
+        return outputs + (self.machine.outputs() if self.machine else [])

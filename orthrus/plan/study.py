@@ -1,5 +1,5 @@
 """The study a validated config asks for, as one plan per stage: its models, data, decoding cells,
-engines, analysis, benchmarks, sampled side runs and final outputs, each with its input and output
+engines, analysis, benchmarks, sampled side runs, machine axis and final outputs, each with its input and output
 paths, the content fingerprints that rerun what new weights or files change, and its jobs' arguments.
 
 The workflow (workflow/rules/*.smk) only runs it: each rule reads the plan of its stage
@@ -15,6 +15,7 @@ from orthrus.plan.benchmarks_plan import BenchmarksPlan
 from orthrus.plan.data_plan import DataPlan
 from orthrus.plan.decode_plan import DecodePlan
 from orthrus.plan.engines_plan import EnginesPlan
+from orthrus.plan.machine_plan import MachinePlan
 from orthrus.plan.models_plan import ModelsPlan
 from orthrus.plan.report_plan import ReportPlan
 from orthrus.plan.sampling_plan import SamplingPlan
@@ -36,4 +37,5 @@ class Study:
         self.analysis = AnalysisPlan(config, self.decode, self.engines)
         self.benchmarks = BenchmarksPlan(config, self.models)
         self.sampling = SamplingPlan(config, self.models)
-        self.report = ReportPlan(self.decode, self.engines, self.benchmarks, self.sampling)
+        self.machine = MachinePlan(config, self.decode, self.sampling)
+        self.report = ReportPlan(self.decode, self.engines, self.benchmarks, self.sampling, self.machine)

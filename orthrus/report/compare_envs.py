@@ -38,6 +38,7 @@ from orthrus.plotting import pyplot
 from orthrus.report.claims import load_or_compute, read_claims
 from orthrus.report.claims.machine import (
     MACHINE_PROBES,
+    MATCH_BY_ENV,
     VERDICTS_BY_ENV,
     control_row,
     differing,
@@ -47,7 +48,6 @@ from orthrus.report.claims.machine import (
 )
 from orthrus.report.figures.base import _errbar, _legend
 
-MATCH_BY_ENV = "match_by_env.csv"
 CELL = ["model", "decoder", "precision", "attention"]
 MATCH_COLUMNS = ["env", "kind", "threads", *CELL, "n", "match_rate", "ci_low", "ci_high"]
 PROBE_FIELDS = ["aten_cpu_capability", "onednn_isa", "onednn_bf16_matmul", "mkl_code_path", "num_threads"]

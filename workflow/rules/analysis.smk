@@ -12,6 +12,7 @@ rule perplexity:
         precision=config["analysis"]["ppl_precision"],
         attention=config["analysis"]["ppl_attention"],
         device=DEVICE,
+        launch=S.machine.launcher(),
     log:
         f"{R}/logs/perplexity.log",
     benchmark:
@@ -25,7 +26,7 @@ rule perplexity:
     conda:
         ENV
     shell:
-        "orthrus perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
+        "{params.launch} perplexity --teacher {params.teacher:q} --prompts {input.prompts:q} --decode {input.ref:q}"
         " --precision {params.precision:q} --attention {params.attention:q} --device {params.device:q} --threads {threads:q}"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -45,6 +46,7 @@ rule forensics:
         weights=lambda w: weights_fingerprint(S.models.path(w.model)),  # new weights inside the directory rerun this (common.smk)
         device=DEVICE,
         rounding_ulps=ROUNDING_ULPS,
+        launch=S.machine.launcher(),
     log:
         f"{R}/logs/forensics/{{model}}.log",
     benchmark:
@@ -61,7 +63,7 @@ rule forensics:
     conda:
         ENV
     shell:
-        "orthrus forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
+        "{params.launch} forensics --model-path {params.model:q} --prompts {input.prompts:q} --decoded {input.decoded:q}"
         " --reference {input.ref:q} --rounding-ulps {params.rounding_ulps:q} --device {params.device:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
@@ -144,6 +146,7 @@ rule claims:
         [f"{R}/tables/{t}" for t in TABLE_FILES if t.endswith(".csv")],
         [f"{R}/tables/{t}" for t in BENCHMARK_TABLE_FILES] if config["benchmarks"]["enabled"] else [],
         S.sampling.tables(),
+        S.machine.comparison(),  # every environment's verdicts, where the study runs in two or more
     output:
         report(f"{R}/tables/claims.csv", caption="../report/table_claims.rst", category="Claims"),
     params:

@@ -21,6 +21,7 @@ rule decode_shard:
         reference=lambda w, input: ["--reference", *input.reference] if input.reference else [],
         subset=lambda w: S.decode.cell_prompts(w.decoder, w.model, w.precision),
         weights=S.decode.weights,
+        launch=S.machine.launcher(),  # orthrus under the study's own CPU kind (machine.kinds)
     log:
         f"{R}/logs/decode/{{model}}/{{decoder}}-{{precision}}-{{attention}}/{{scatteritem}}.log",
     benchmark:
@@ -35,7 +36,7 @@ rule decode_shard:
     conda:
         ENV
     shell:
-        "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
+        "{params.launch} decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
         " --options {params.options:q} {params.draft:q} {params.reference:q} {params.subset:q}"
         " --shard {params.shard:q} --num-shards {params.n:q}"
         " --device {params.device:q} --max-error-share {params.max_error_share:q}"
@@ -77,6 +78,7 @@ rule tpf_decode:
         max_error_share=config["decode"]["max_error_share"],
         # the decode section's options with tpf's on top (its own max_new_tokens and message)
         options=lambda w: cell_options({**config["decode"], **TPF}, "orthrus", w.precision, w.attention),
+        launch=S.machine.launcher(),
     log:
         f"{R}/logs/tpf/{{model}}/orthrus-{{precision}}-{{attention}}.log",
     benchmark:
@@ -90,6 +92,6 @@ rule tpf_decode:
     conda:
         ENV
     shell:
-        "orthrus decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
+        "{params.launch} decode --model-path {params.model:q} --model-name {wildcards.model:q} --prompts {input.prompts:q}"
         " --options {params.options:q} --device {params.device:q} --max-error-share {params.max_error_share:q}"
         " --threads {threads:q} --out {output:q} > {log:q} 2>&1"

@@ -14,6 +14,7 @@ from orthrus.plan.config.analysis import Analysis, Benchmarks, Resources
 from orthrus.plan.config.data import Corpus, Prompts
 from orthrus.plan.config.decode import Decode
 from orthrus.plan.config.engines import Engines
+from orthrus.plan.config.machine import Machine, machine_problems
 from orthrus.plan.config.rules import name_problems, study_problems
 from orthrus.plan.config.side_runs import Frontier, Sampling, Tpf
 from orthrus.plan.config.teacher import Teacher
@@ -65,6 +66,7 @@ class StudyConfig(Section):
     sampling: Sampling = Field(Sampling(), description=Sampling.__doc__)
     benchmarks: Benchmarks = Field(Benchmarks(), description=Benchmarks.__doc__)
     resources: Resources = Field(Resources(), description=Resources.__doc__)
+    machine: Machine = Field(Machine(), description=Machine.__doc__)
 
     @property
     def orthrus_models(self) -> list[str]:
@@ -76,6 +78,6 @@ class StudyConfig(Section):
         """Names unique across the study's models and what names one; the models' sources against what runs
         on them, the prompts and corpus sources against each other, the engines, the training runs, the pinned
         revisions, kernels and device (orthrus/plan/config/rules.py, training.py), all named together."""
-        problems = name_problems(self) + study_problems(self) + variant_problems(self)
+        problems = name_problems(self) + study_problems(self) + variant_problems(self) + machine_problems(self)
         check([("", p) for p in problems + scatter_problems(self, (info.context or {}).get("scatter") or {})])
         return self

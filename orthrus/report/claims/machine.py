@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from orthrus.contracts import MACHINE_TABLES
 from orthrus.report.claims.base import ABSENT, FAILS, HOLDS, Settings, claim_row, missing_row, verdicts_agree
 
 INVARIANT, PLANTED = "verdicts-machine-invariant", "planted-machine-caught"
 MACHINE_CLAIMS = (INVARIANT, PLANTED)
-VERDICTS_BY_ENV, MACHINE_PROBES = "verdicts_by_env.csv", "machine_probes.csv"
+VERDICTS_BY_ENV, MATCH_BY_ENV, MACHINE_PROBES = MACHINE_TABLES
 KEY = ["claim", "subject"]
 # the probe whose bytes decide the planted flip: a bf16 product, oneDNN's or ATen's by kind
 PLANTED_PRODUCT = "bf16_matmul"

@@ -1,0 +1,192 @@
+"""The machine axis's plan (`machine.*`, workflow/rules/machine.smk, docs/MACHINES.md): the numerical
+environments the study runs in (a CPU kind and a thread count each, `KIND-tTHREADS`), the cells each
+extra environment decodes again, its tables and claims, every environment's probe, and the comparison
+that the study's claims read.
+
+The first environment is the study's own: its decoding jobs run under its kind (`launcher`), its
+tables are results/tables. Every other decodes machine.cells under its kind and threads into
+results/machine/ENV/decode/, analyses them into results/machine/ENV/tables/ and states its claims in
+results/machine/ENV/claims.csv; the study's own claims, without the comparison, go to the same place
+under its name, so that the comparison, written into results/tables/, is no input of what it reads.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from orthrus import contracts, machine
+from orthrus.decoders import DECODER
+from orthrus.plan.paths import R
+
+REF = contracts.REFERENCE_DECODER
+
+
+def env_name(kind: str, threads: int) -> str:
+    """An environment's name, as orthrus/report/claims/machine.py env_name gives it (no pandas here)."""
+    return f"{kind}-t{threads}"
+
+
+class MachinePlan:
+    """`decode` answers the study's cells, prompts and each decoder's model; `sampling` its tables."""
+
+    def __init__(self, config, decode, sampling):
+        self.config, self.machine, self.decode, self.sampling = config, config.machine, decode, sampling
+        self.kind = self.machine.kinds[0]
+        self.threads = (self.machine.threads or [config.threads])[0]
+        self.skipped: list[str] = []  # why an environment listed is not run, one line each (common.smk prints them)
+        self.envs = self._environments()
+
+    def _environments(self) -> dict[str, tuple[str, int]]:
+        """{name: (kind, threads)}, the study's own first: every listed kind this CPU can do, at every
+        thread count listed, on a CPU study that has a cell to decode again."""
+        m, device = self.machine, self.config.decode.device
+        threads = m.threads or [self.config.threads]
+        own = {env_name(self.kind, self.threads): (self.kind, self.threads)}
+        if len(m.kinds) == 1 and len(threads) == 1:
+            return own
+        if device != "cpu":
+            self.skipped.append(f"machine: one environment, decode.device {device!r}: the kinds cap CPU products")
+            return own
+        if not any(d != REF for _, d, _, _ in self.cells()):
+            self.skipped.append("machine: one environment: no decoder of machine.cells decodes in this study")
+            return own
+        kinds = [self.kind]
+        for kind in m.kinds[1:]:
+            why = machine.refusal(kind)
+            if why:
+                self.skipped.append(f"machine: {kind} skipped: {why}")
+            else:
+                kinds.append(kind)
+        return own | {env_name(k, t): (k, t) for k in kinds for t in threads}
+
+    @property
+    def extra(self) -> list[str]:
+        """The environments that decode again (all but the study's own)."""
+        return list(self.envs)[1:]
+
+    def launcher(self) -> str:
+        """The command of the study's own decoding, perplexity and forensics jobs: `orthrus --cpu-kind KIND`,
+        under the study's own kind (every row records it); `orthrus` on a GPU, whose products no kind caps."""
+        return f"orthrus --cpu-kind {shlex.quote(self.kind)}" if self.config.decode.device == "cpu" else "orthrus"
+
+    # ------------------------------------------------------------------ an extra environment's cells
+
+    def cells(self) -> list[tuple[str, str, str, str]]:
+        """(model, decoder, precision, attention) each extra environment decodes: the study's cells that
+        machine.cells keeps, and the reference in each (precision, attention) of theirs."""
+        c, d = self.machine.cells, self.decode
+
+        def keep(decoder, p, a):
+            return all(v is None or x in v for x, v in ((decoder, c.decoders), (p, c.precisions), (a, c.attentions)))
+
+        runs = [(d.models.teacher, dec) for dec in d.teacher_decoders]
+        runs += [(m, dec) for m in d.models.orthrus for dec in d.model_decoders]
+        out = [
+            (m, dec, p, a)
+            for m, dec in runs
+            for p, a in d.cells(dec, m if dec in contracts.MODEL_DECODERS else None)
+            if keep(dec, p, a)
+        ]
+        used = {(p, a) for _, _, p, a in out}
+        return [(d.models.teacher, REF, p, a) for p, a in d.cells(REF) if (p, a) in used] + out
+
+    def decode_file(self, env: str, model: str, decoder: str, precision: str, attention: str) -> str:
+        return f"{R}/machine/{env}/decode/{model}/{decoder}-{precision}-{attention}.parquet"
+
+    def files(self, env: str) -> list[str]:
+        return [self.decode_file(env, *cell) for cell in self.cells()]
+
+    def cell_prompts(self, wildcards) -> list:
+        """`--prompts-per-domain` of an extra environment's cell: the study's; the reference's, the most any
+        cell of the environment at its precision decodes."""
+        if wildcards.decoder != REF:
+            return self.decode.cell_prompts(wildcards.decoder, wildcards.model, wildcards.precision)
+        counts = [
+            self.decode.per_domain(dec, m, p)
+            for m, dec, p, _ in self.cells()
+            if dec != REF and p == wildcards.precision
+        ]
+        n = None if not counts or None in counts else max(counts)
+        return ["--prompts-per-domain", n] if n else []
+
+    def reference_input(self, wildcards) -> list[str]:
+        """The environment's own reference, for a decoder that drafts with its tokens (the oracle)."""
+        if not DECODER[wildcards.decoder].takes_reference:
+            return []
+        return [
+            self.decode_file(wildcards.env, self.decode.models.teacher, REF, wildcards.precision, wildcards.attention)
+        ]
+
+    def kind_of(self, wildcards) -> str:
+        return self.envs[wildcards.env][0]
+
+    def threads_of(self, wildcards) -> int:
+        return self.envs[wildcards.env][1]
+
+    # ------------------------------------------------------------------ tables, claims, probes, comparison
+
+    def tables_dir(self, env: str) -> str:
+        return f"{R}/tables" if env == list(self.envs)[0] else f"{R}/machine/{env}/tables"
+
+    def claims_file(self, env: str) -> str:
+        return f"{R}/machine/{env}/claims.csv"
+
+    def probe_file(self, env: str) -> str:
+        return f"{R}/machine/{env}/probe.json"
+
+    def study_tables(self) -> list[str]:
+        """The tables the study's claims read, but the comparison: the trajectory study's, the benchmarks'
+        where they run, the sampling audit's."""
+        benchmarks = list(contracts.BENCHMARK_TABLES) if self.config.benchmarks.enabled else []
+        tables = [t for t in contracts.TABLES if t.endswith(".csv")] + benchmarks
+        return [f"{R}/tables/{t}" for t in tables] + self.sampling.tables()
+
+    def claims_input(self, wildcards) -> list[str]:
+        """What an environment's claims read: the study's own tables, or the environment's."""
+        if wildcards.env == list(self.envs)[0]:
+            return self.study_tables()
+        return [f"{self.tables_dir(wildcards.env)}/{t}" for t in contracts.TABLES if t.endswith(".csv")]
+
+    def claims_args(self) -> list:
+        """The settings the study's claims are stated with (analysis.*, sampling.two_sample.power)."""
+        a = self.config.analysis
+        return [
+            "--equivalence-margin",
+            a.equivalence_margin,
+            "--alpha",
+            a.alpha,
+            "--power",
+            json.dumps(a.power.model_dump(), sort_keys=True),
+            "--sampled-power",
+            self.config.sampling.two_sample.power,
+        ]
+
+    def comparison(self) -> list[str]:
+        """The comparison's tables, which the study's claims read (none with one environment)."""
+        return [f"{R}/tables/{t}" for t in contracts.MACHINE_TABLES] if self.extra else []
+
+    def figure(self) -> list[str]:
+        if not self.extra:
+            return []
+        return [f"{R}/figures/{contracts.MACHINE_FIGURE}.{e}" for e in contracts.FIGURE_FORMATS]
+
+    def outputs(self) -> list[str]:
+        return self.comparison() + self.figure()
+
+    def compare_inputs(self) -> dict[str, list[str]]:
+        envs = list(self.envs)
+        return {
+            "runs": [f"{self.tables_dir(e)}/match_overall.csv" for e in envs],
+            "claims": [self.claims_file(e) for e in envs],
+            "probes": [self.probe_file(e) for e in envs],
+        }
+
+    def compare_args(self) -> list[str]:
+        """`orthrus compare-envs`'s environments, the study's own first (the planted control's baseline)."""
+        out = []
+        for env, (kind, threads) in self.envs.items():
+            spec = f"{kind}:{threads}="
+            out += ["--run", spec + self.tables_dir(env), "--claims", spec + self.claims_file(env)]
+            out += ["--probe", spec + self.probe_file(env)]
+        return out + (["--common"] if self.machine.common else [])
