@@ -63,18 +63,28 @@ def test_the_default_decodes_its_bf16_orthrus_cells_again_under_avx2(cpu):
     args = m.compare_args()
     assert args[:6] == [
         "--run",
-        "native:1=results/tables",
+        "native:1=results/machine/native-t1/tables",
         "--claims",
         "native:1=results/machine/native-t1/claims.csv",
         "--probe",
         "native:1=results/machine/native-t1/probe.json",
     ]
     assert "avx2:1=results/machine/avx2-t1/tables" in args and args[-1] == "--common"
-    # the study's own claims for the comparison read its tables, not the comparison; an extra environment's
-    # read its own tables; the study's claims read the comparison, and `snakemake` builds it
-    own = m.claims_input(w(env="native-t1"))
-    assert "results/tables/match_overall.csv" in own and "results/tables/verdicts_by_env.csv" not in own
-    assert m.claims_input(w(env="avx2-t1"))[0] == "results/machine/avx2-t1/tables/match_overall.csv"
+    # every environment analysed alike from the same cells: an extra one from its own decodings,
+    # perplexity and forensics (under its kind), the study's own from its files of those cells
+    extra, own = m.analyze_input(w(env="avx2-t1")), m.analyze_input(w(env="native-t1"))
+    assert extra["decode"] == m.files("avx2-t1") and extra["ppl"] == ["results/machine/avx2-t1/ppl.parquet"]
+    assert extra["forensics"] == ["results/machine/avx2-t1/forensics.parquet"]
+    assert own == {
+        "decode": [f"results/decode/{mo}/{d}-bf16-sdpa.parquet" for mo, d, _, _ in m.cells()],
+        "ppl": ["results/ppl/reference.parquet"],
+        "forensics": ["results/forensics.parquet"],
+    }
+    assert m.ppl_decoded(w(env="avx2-t1")) == ["results/machine/avx2-t1/decode/teacher/ar-ref-bf16-sdpa.parquet"]
+    assert m.forensics_models() == ["ce-k8", "kl-k8"]
+    assert m.forensics_decoded(w(env="avx2-t1", model="kl-k8")) == [m.files("avx2-t1")[2]]
+    assert m.forensics_reference(w(env="avx2-t1", model="kl-k8")) == [m.files("avx2-t1")[0]]
+    # the study's claims read the comparison, and `snakemake` builds it
     assert m.comparison() == [
         "results/tables/verdicts_by_env.csv",
         "results/tables/match_by_env.csv",

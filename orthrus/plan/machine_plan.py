@@ -3,11 +3,12 @@ environments the study runs in (a CPU kind and a thread count each, `KIND-tTHREA
 extra environment decodes again, its tables and claims, every environment's probe, and the comparison
 that the study's claims read.
 
-The first environment is the study's own: its decoding jobs run under its kind (`launcher`), its
-tables are results/tables. Every other decodes machine.cells under its kind and threads into
-results/machine/ENV/decode/, analyses them into results/machine/ENV/tables/ and states its claims in
-results/machine/ENV/claims.csv; the study's own claims, without the comparison, go to the same place
-under its name, so that the comparison, written into results/tables/, is no input of what it reads.
+The first environment is the study's own: its decoding, perplexity and forensics jobs run under its
+kind (`launcher`). Every other decodes machine.cells again under its kind and threads into
+results/machine/ENV/decode/, and scores and explains them there (perplexity, forensics). Every
+environment, the study's own of its files, is then analysed alike from those cells alone into
+results/machine/ENV/tables/ and states its claims in results/machine/ENV/claims.csv; the comparison,
+written into results/tables/, reads those and the probes, and the study's claims read it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ def env_name(kind: str, threads: int) -> str:
 
 
 class MachinePlan:
-    """`decode` answers the study's cells, prompts and each decoder's model; `sampling` its tables."""
+    """`decode` answers the study's cells, prompts and each decoder's model."""
 
-    def __init__(self, config, decode, sampling):
-        self.config, self.machine, self.decode, self.sampling = config, config.machine, decode, sampling
+    def __init__(self, config, decode):
+        self.config, self.machine, self.decode = config, config.machine, decode
         self.kind = self.machine.kinds[0]
         self.threads = (self.machine.threads or [config.threads])[0]
         self.skipped: list[str] = []  # why an environment listed is not run, one line each (common.smk prints them)
@@ -124,29 +125,52 @@ class MachinePlan:
     def threads_of(self, wildcards) -> int:
         return self.envs[wildcards.env][1]
 
+    # ------------------------------------------------------------------ an extra environment's analysis
+
+    def ppl_decoded(self, wildcards) -> list[str]:
+        """What an extra environment's perplexity job scores: its own reference."""
+        return [self.decode_file(wildcards.env, *cell) for cell in self.cells() if cell[1] == REF]
+
+    def forensics_models(self) -> list[str]:
+        """The models with a cell whose divergences forensics explains (all but the reference and a view)."""
+        cells = self.cells()
+        return list(dict.fromkeys(m for m, d, _, _ in cells if d != REF and DECODER[d].role != "view"))
+
+    def _explained(self, model: str) -> list[tuple[str, str, str, str]]:
+        return [c for c in self.cells() if c[0] == model and c[1] != REF and DECODER[c[1]].role != "view"]
+
+    def forensics_decoded(self, wildcards) -> list[str]:
+        return [self.decode_file(wildcards.env, *c) for c in self._explained(wildcards.model)]
+
+    def forensics_reference(self, wildcards) -> list[str]:
+        """The environment's reference paired with each of forensics_decoded's."""
+        teacher = self.decode.models.teacher
+        return [self.decode_file(wildcards.env, teacher, REF, p, a) for _, _, p, a in self._explained(wildcards.model)]
+
     # ------------------------------------------------------------------ tables, claims, probes, comparison
 
+    def analyze_input(self, wildcards) -> dict[str, list[str]]:
+        """Every environment's tables from the same cells, analysed alike, so that a verdict can differ only
+        by the numbers: an extra environment's decodings, perplexity and forensics; the study's own, of
+        these cells (its claims.csv states many more, which the comparison cannot ask of the others)."""
+        env = wildcards.env
+        if env != list(self.envs)[0]:
+            return {
+                "decode": self.files(env),
+                "ppl": [f"{R}/machine/{env}/ppl.parquet"],
+                "forensics": [f"{R}/machine/{env}/forensics.parquet"],
+            }
+        decode = [f"{R}/decode/{m}/{d}-{p}-{a}.parquet" for m, d, p, a in self.cells()]
+        return {"decode": decode, "ppl": [f"{R}/ppl/reference.parquet"], "forensics": [f"{R}/forensics.parquet"]}
+
     def tables_dir(self, env: str) -> str:
-        return f"{R}/tables" if env == list(self.envs)[0] else f"{R}/machine/{env}/tables"
+        return f"{R}/machine/{env}/tables"
 
     def claims_file(self, env: str) -> str:
         return f"{R}/machine/{env}/claims.csv"
 
     def probe_file(self, env: str) -> str:
         return f"{R}/machine/{env}/probe.json"
-
-    def study_tables(self) -> list[str]:
-        """The tables the study's claims read, but the comparison: the trajectory study's, the benchmarks'
-        where they run, the sampling audit's."""
-        benchmarks = list(contracts.BENCHMARK_TABLES) if self.config.benchmarks.enabled else []
-        tables = [t for t in contracts.TABLES if t.endswith(".csv")] + benchmarks
-        return [f"{R}/tables/{t}" for t in tables] + self.sampling.tables()
-
-    def claims_input(self, wildcards) -> list[str]:
-        """What an environment's claims read: the study's own tables, or the environment's."""
-        if wildcards.env == list(self.envs)[0]:
-            return self.study_tables()
-        return [f"{self.tables_dir(wildcards.env)}/{t}" for t in contracts.TABLES if t.endswith(".csv")]
 
     def claims_args(self) -> list:
         """The settings the study's claims are stated with (analysis.*, sampling.two_sample.power)."""

@@ -37,5 +37,5 @@ class Study:
         self.analysis = AnalysisPlan(config, self.decode, self.engines)
         self.benchmarks = BenchmarksPlan(config, self.models)
         self.sampling = SamplingPlan(config, self.models)
-        self.machine = MachinePlan(config, self.decode, self.sampling)
+        self.machine = MachinePlan(config, self.decode)
         self.report = ReportPlan(self.decode, self.engines, self.benchmarks, self.sampling, self.machine)

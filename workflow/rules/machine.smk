@@ -1,6 +1,7 @@
 # The machine as an axis (machine.*, docs/MACHINES.md): every numerical environment (a CPU kind and a
 # thread count, KIND-tTHREADS) gets a probe of what its libraries run; each one but the study's own
-# decodes machine.cells again under its kind and threads, and gets its tables and claims; then one
+# decodes machine.cells again under its kind and threads, with its perplexity and forensics; every
+# one, the study's own too, is analysed alike from those cells and states its claims; then one
 # comparison of every environment's verdicts, which the study's claims read. Its functions are the
 # plan's (orthrus/plan/machine_plan.py).
 
@@ -71,10 +72,90 @@ rule machine_decode:
         " --threads {params.threads:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule machine_analyze:
-    """An extra environment's tables, as `analyze` makes the study's (no perplexity, no forensics)."""
+rule machine_perplexity:
+    """An extra environment's reference scored by the teacher, as `perplexity` scores the study's."""
     input:
-        lambda w: S.machine.files(w.env),
+        S.models.teacher_input,
+        prompts=rules.prompts.output.eval,
+        ref=S.machine.ppl_decoded,
+    output:
+        f"{R}/machine/{{env}}/ppl.parquet",
+    params:
+        kind=S.machine.kind_of,
+        threads=S.machine.threads_of,
+        teacher=S.models.teacher_path(),
+        precision=config["analysis"]["ppl_precision"],
+        attention=config["analysis"]["ppl_attention"],
+        device=DEVICE,
+    log:
+        f"{R}/logs/machine/{{env}}/perplexity.log",
+    benchmark:
+        f"{R}/timing/machine/{{env}}/perplexity.tsv"
+    threads: S.machine.threads_of
+    resources:
+        mem_mb=RES["perplexity"]["mem_mb"],
+        runtime=RES["perplexity"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus --cpu-kind {params.kind:q} perplexity --teacher {params.teacher:q} --prompts {input.prompts:q}"
+        " --decode {input.ref:q} --precision {params.precision:q} --attention {params.attention:q}"
+        " --device {params.device:q} --threads {params.threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule machine_forensics:
+    """An extra environment's divergences on one model explained against its own reference, as `forensics`."""
+    input:
+        model=S.models.input,
+        prompts=rules.prompts.output.eval,
+        decoded=S.machine.forensics_decoded,
+        ref=S.machine.forensics_reference,
+    output:
+        f"{R}/machine/{{env}}/forensics/{{model}}.parquet",
+    params:
+        kind=S.machine.kind_of,
+        threads=S.machine.threads_of,
+        model=lambda w: S.models.path(w.model),
+        device=DEVICE,
+        rounding_ulps=ROUNDING_ULPS,
+    log:
+        f"{R}/logs/machine/{{env}}/forensics/{{model}}.log",
+    benchmark:
+        f"{R}/timing/machine/{{env}}/forensics/{{model}}.tsv"
+    threads: S.machine.threads_of
+    resources:
+        mem_mb=RES["forensics"]["mem_mb"],
+        runtime=RES["forensics"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus --cpu-kind {params.kind:q} forensics --model-path {params.model:q} --prompts {input.prompts:q}"
+        " --decoded {input.decoded:q} --reference {input.ref:q} --rounding-ulps {params.rounding_ulps:q}"
+        " --device {params.device:q} --threads {params.threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule machine_forensics_all:
+    input:
+        lambda w: [f"{R}/machine/{w.env}/forensics/{m}.parquet" for m in S.machine.forensics_models()],
+    output:
+        f"{R}/machine/{{env}}/forensics.parquet",
+    log:
+        f"{R}/logs/machine/{{env}}/forensics/all.log",
+    localrule: True
+    resources:
+        mem_mb=RES["light"]["mem_mb"],
+        runtime=RES["light"]["runtime"],
+    conda:
+        ENV
+    shell:
+        "orthrus gather {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule machine_analyze:
+    """An environment's tables from machine.cells alone, each environment's alike: an extra one's from its own
+    decodings, perplexity and forensics, the study's own from its files of those cells."""
+    input:
+        unpack(S.machine.analyze_input),
     output:
         [f"{R}/machine/{{env}}/tables/{t}" for t in TABLE_FILES],
     params:
@@ -93,16 +174,15 @@ rule machine_analyze:
     conda:
         ENV
     shell:
-        "orthrus analyze --decode {input:q} --reference {params.reference:q} {params.world:q}"
-        " --near-tie {params.near_tie:q} --rounding-ulps {params.rounding_ulps:q} --out-dir {params.out:q}"
-        " > {log:q} 2>&1"
+        "orthrus analyze --decode {input.decode:q} --reference {params.reference:q} --ppl {input.ppl:q}"
+        " --forensics {input.forensics:q} {params.world:q} --near-tie {params.near_tie:q}"
+        " --rounding-ulps {params.rounding_ulps:q} --out-dir {params.out:q} > {log:q} 2>&1"
 
 
 rule machine_claims:
-    """An environment's claims with the study's settings: an extra one's on its tables, the study's own on
-    results/tables without the comparison (which reads this file)."""
+    """An environment's claims on its tables, with the study's settings."""
     input:
-        S.machine.claims_input,
+        lambda w: [f"{S.machine.tables_dir(w.env)}/{t}" for t in TABLE_FILES if t.endswith(".csv")],
     output:
         f"{R}/machine/{{env}}/claims.csv",
     params:

@@ -38,11 +38,11 @@ class Cells(Section):
 class Machine(Section):
     """The machine as an axis (docs/MACHINES.md, results/tables/verdicts_by_env.csv, match_by_env.csv,
     machine_probes.csv and the match_by_env figure): every CPU kind and thread count listed is an environment,
-    `KIND-tTHREADS`; the first kind with the first thread count is the study's own (its decoding jobs run under
-    that kind), every other decodes `cells` again under its own kind (`orthrus --cpu-kind KIND`) and threads,
-    and `orthrus compare-envs` sets each claim's verdict under every environment side by side for the claims
-    `verdicts-machine-invariant` and `planted-machine-caught`. Only on decode.device cpu: on a GPU the study has
-    one environment."""
+    `KIND-tTHREADS`; the first kind with the first thread count is the study's own (its decoding, perplexity and
+    forensics jobs run under that kind), every other decodes, scores and explains `cells` again under its own kind
+    (`orthrus --cpu-kind KIND`) and threads; each is analysed from those cells alone, and `orthrus compare-envs`
+    sets each claim's verdict under every environment side by side for the claims `verdicts-machine-invariant`
+    and `planted-machine-caught`. Only on decode.device cpu: on a GPU the study has one environment."""
 
     kinds: unique(Kind, min_length=1) = Field(
         ["native"],
@@ -61,7 +61,7 @@ class Machine(Section):
     common: bool = Field(
         True,
         description="Compare only the claims and subjects every environment states (`compare-envs --common`): "
-        "the extra environments decode fewer cells and no perplexity, forensics, benchmarks or sampling.",
+        "each is analysed from `cells` alone, but the study's own forensics speaks of its other cells too.",
     )
     unavailable: Literal["refuse", "skip"] = Field(
         "refuse",
