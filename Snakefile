@@ -27,7 +27,7 @@ else:
     # states the rule: a paper-scale overlay's models replace the default's), `--config k=v` lays values
     # over them, `--set-scatter` is checked with it; one ConfigError names every key that is wrong. The
     # files are read again as data: what Snakemake built from them is replaced. Snakemake has rendered
-    # a `--configfile` that sets `__use_yte__` before this runs (docs/CONFIG.md): `orthrus
+    # a `--configfile` that sets `__use_yte__` before this runs (docs/USAGE.md): `orthrus
     # check-config FILE` checks a file you did not write first.
     _checked = study_config(
         workflow.overwrite_configfiles or [EMBEDDED],
