@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
@@ -333,17 +334,21 @@ def design_section() -> str:
     """The artefact section of docs/DESIGN.md."""
     out = []
     for name, a in ARTEFACTS.items():
-        out.append(f"### {name}\n\n`{a.path}`, written by `{a.producer}`.")
-        if a.columns:
-            out.append(f"Columns: {_list(a.columns)}.")
-        out.append(f"{a.about}\n")
-    figures = "\n".join(f"- `{n}`: {about}" for n, about in FIGURES.items())
-    out.append(
-        f"### Figures\n\n`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by "
-        f"`orthrus figures` from the tables (`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by "
-        f"`orthrus frontier table`, `{SAMPLING_FIGURE}` by `orthrus sampling table`):\n\n{figures}\n"
+        columns = f" Columns: {_list(a.columns)}." if a.columns else ""
+        out.append(f"### {name}\n\n{_wrap(f'`{a.path}`, written by `{a.producer}`.{columns} {a.about}')}\n")
+    figures = "\n".join(_wrap(f"- `{n}`: {about}", "  ") for n, about in FIGURES.items())
+    intro = (
+        f"`results/figures/{{name}}.{{{','.join(FIGURE_FORMATS)}}}`, written by `orthrus figures` from the tables "
+        f"(`{BENCHMARK_FIGURE}` by `orthrus lm-eval table`, `{FRONTIER_FIGURE}` by `orthrus frontier table`, "
+        f"`{SAMPLING_FIGURE}` by `orthrus sampling table`):"
     )
+    out.append(f"### Figures\n\n{_wrap(intro)}\n\n{figures}\n")
     return "\n".join(out)
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    # prose lines a terminal shows whole (the docs' width), never breaking a `name` or a path
+    return textwrap.fill(text, 110, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 BEGIN, END = "<!-- contracts:begin -->", "<!-- contracts:end -->"

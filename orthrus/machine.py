@@ -137,7 +137,7 @@ def apply_kind(kind: str, environ=None, flags: set[str] | None = None) -> dict[s
 
 
 def _digest(t) -> str:
-    return hashlib.sha256(t.float().contiguous().numpy().tobytes()).hexdigest()[:16]
+    return hashlib.sha256(t.float().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 def product_digests() -> dict[str, str]:

@@ -181,7 +181,9 @@ def test_both_dialects_give_the_ids_and_the_top_two(served, dialect):
 def test_a_server_that_returns_text_alone_is_refused_naming_the_token_ids(served):
     url, _ = served("--dialect", "text")
     # the way out named where the server is llama.cpp's (its own endpoint returns every id)
-    with pytest.raises(api.Missing, match=r"returns no token ids: .*/completion returns every id .*api: llamacpp"):
+    with pytest.raises(
+        api.Missing, match=r"returns no token ids: .*/completion returns every id .*api: llamacpp-completion"
+    ):
         _probe(url, "fake-model", _prompts()[0], sampled=False)
 
 
@@ -345,7 +347,7 @@ def test_an_entry_becomes_one_run_per_concurrency_each_compared_with_its_run_at_
         ({"url": "localhost:8000"}, "is not an http"),
         ({"url": "http://127.0.0.1:1", "concurrency": [4, 16]}, "lacks 1"),
         ({"url": "http://127.0.0.1:1", "kv_cache": "f32"}, "a setting of a launched server"),
-        ({"launch": "vllm", "api": "llamacpp"}, "launch: vllm does not serve"),
+        ({"launch": "vllm", "api": "llamacpp-completion"}, "launch: vllm does not serve"),
     ],
 )
 def test_an_entry_that_cannot_run_is_refused_naming_the_key(entry, message):
@@ -412,7 +414,7 @@ def test_llamacpps_own_endpoint_returns_every_id_where_its_openai_one_drops_one(
         sys.executable,
         lambda port: [fake, "--port", str(port), "--log", str(log), "--drop-utf8", "--delay", "0.2"],
         body={"cache_prompt": False},
-        dialect="llamacpp",
+        dialect="llamacpp-completion",
     )
     monkeypatch.setattr(openai_run, "launch_for", lambda run, threads, prompts, launchers: native)
     runs = [
@@ -456,7 +458,7 @@ def test_a_llamacpp_server_the_audit_did_not_start_is_read_through_its_own_endpo
     assert whole[0]["env"]["server"] == kind and json.loads(log.read_text())["path"] == "/completion"
     assert "lack a token's id" not in capsys.readouterr().err
 
-    openai_run.run_all(str(prompts), [_run(tmp_path, "v1", api="openai", server=server)], 1)
+    openai_run.run_all(str(prompts), [_run(tmp_path, "v1", api="openai-completions", server=server)], 1)
     lost = [json.loads(x) for x in (tmp_path / "v1.jsonl").read_text().splitlines()]
     assert all(r["finish_reason"] == "token-ids-missing" and r["env"]["api"] == api.API for r in lost)
     assert "4 of 4 answers lack a token's id (/v1/completions)" in capsys.readouterr().err
@@ -467,7 +469,7 @@ def test_a_llamacpp_server_the_audit_did_not_start_is_read_through_its_own_endpo
 def test_a_real_llama_server_given_by_url_is_read_through_its_own_endpoint(tmp_path):
     """llama.cpp's own server on the shipped teacher (converted by its converter), started as a user
     would and given by `url`: its /v1/models says it is llama.cpp's, so the audit reads its /completion,
-    every prompt whole; the same greedy ids its /v1/completions gives (`api: openai`) where that gives
+    every prompt whole; the same greedy ids its /v1/completions gives (`api: openai-completions`) where that gives
     them all."""
     from test_llamacpp import ROOT, llamacpp_server
     from transformers import AutoTokenizer
@@ -491,7 +493,7 @@ def test_a_real_llama_server_given_by_url_is_read_through_its_own_endpoint(tmp_p
     )
     args = lambda port: llamacpp.server_args({}, str(gguf), port, 1, 256)  # noqa: E731
     with Server(binary, args, str(tmp_path / "server.log")) as url:
-        for name, entry in (("native", {}), ("v1", {"api": "openai"})):
+        for name, entry in (("native", {}), ("v1", {"api": "openai-completions"})):
             run = _run(tmp_path, name, repeats=1, vocab=len(tok), server={"kind": "url", "url": url})
             openai_run.run_all(str(prompts), [run | entry], 1)
     native, v1 = ([json.loads(x) for x in (tmp_path / f"{n}.jsonl").read_text().splitlines()] for n in ("native", "v1"))

@@ -51,6 +51,10 @@ class Engine:
     # start per concurrency) or one start serves every concurrency
     openai_server = None
     slots_follow_load = False
+    # whether that server also answers llama.cpp's own /completion (an entry's `api`), and the `owned_by`
+    # its /v1/models writes, by which a server given by url is known
+    native_completion = False
+    openai_owner = ""
 
     def program(self, config: dict) -> str | None:
         """The engine's program: the config's `key`, else $`env`, else None."""

@@ -63,6 +63,8 @@ class LlamaCpp(Engine):
     build, example = "bash envs/build-llamacpp.sh", ".llamacpp/bin/llama-server"
     gguf = True
     openai_server = staticmethod(openai_launch.llamacpp)
+    native_completion = True
+    openai_owner = "llamacpp"  # in its tree in llama-cpp-python 0.3.1 and 0.3.36
     slots_follow_load = True  # -np: llama.cpp fixes its slots, and divides its context among them, at start
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:

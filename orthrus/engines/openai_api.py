@@ -9,9 +9,9 @@ requests carrying a seed each, and `concurrency` requests in flight at once. Two
     its `/v1/completions` leaves out the id of a token that ends inside a UTF-8 character (issue 62: 15 of
     36 SmolLM2 prompts lost). The request is the llama.cpp engine's own (orthrus/engines/llamacpp.py).
 
-An entry's `api` names its dialect; left out, a `launch: llamacpp` server speaks llamacpp, and any
-other (a `command` or `url` one) the dialect its `GET /v1/models` says (`detected`): llamacpp where
-it says it is llama.cpp's, else openai.
+An entry's `api` names its dialect; left out, a `launch: llamacpp` server speaks llamacpp-completion, and any
+other (a `command` or `url` one) the dialect its `GET /v1/models` says (`detected`): llamacpp-completion where
+it says it is llama.cpp's, else openai-completions.
 
 Every answer is read and checked by orthrus/engines/openai_answers.py as it arrives, every exchange
 bounded by the run's deadline and retried where transient by orthrus/engines/openai_http.py.
@@ -36,9 +36,8 @@ from orthrus.engines.openai_http import Session, Stopped
 from orthrus.engines.server import ServerError
 
 API = "openai-completions"
+NATIVE_API = "llamacpp-completion"  # llama.cpp's own /completion
 TOP = answers.TOP
-# llama.cpp's server's `owned_by` in its /v1/models (in its tree in llama-cpp-python 0.3.1 and 0.3.36)
-LLAMACPP_OWNER = "llamacpp"
 GRACE_S = 3.0  # past the deadline, the wait for requests whose connections were cut
 
 
@@ -109,12 +108,10 @@ OPENAI = Dialect(
     sample_body,
     answers.read_openai,
     "neither logprobs.content[].id (llama.cpp) nor vLLM's return_tokens_as_token_ids; a llama.cpp server's own"
-    " /completion returns every id (the entry's `api: llamacpp`)",
+    " /completion returns every id (the entry's `api: llamacpp-completion`)",
 )
-NATIVE = Dialect(
-    "llamacpp-completion", "/completion", native_greedy_body, native_sample_body, answers.read_native, "no `tokens`"
-)
-DIALECTS = {"openai": OPENAI, "llamacpp": NATIVE}
+NATIVE = Dialect(NATIVE_API, "/completion", native_greedy_body, native_sample_body, answers.read_native, "no `tokens`")
+DIALECTS = {d.api: d for d in (OPENAI, NATIVE)}
 
 
 def listed(session: Session) -> list[dict]:
@@ -131,12 +128,12 @@ def served_model(session: Session, models: list[dict]) -> str:
     return first["id"]
 
 
-def detected(models: list[dict], model: str) -> str:
-    """The dialect of a server the audit did not start: llamacpp where the model it serves (else its
-    first) is `owned_by` LLAMACPP_OWNER, what llama.cpp's server writes in every entry of its list, else
-    openai."""
+def detected(models: list[dict], model: str, native_owners) -> str:
+    """The dialect of a server the audit did not start: llama.cpp's own where the model it serves (else its
+    first) is `owned_by` one of `native_owners` (what a server that also answers /completion writes in every
+    entry of its list: the engine rows' `openai_owner`), else the OpenAI one."""
     mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
-    return "llamacpp" if mine.get("owned_by") == LLAMACPP_OWNER else "openai"
+    return NATIVE_API if mine.get("owned_by") in native_owners else API
 
 
 def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:

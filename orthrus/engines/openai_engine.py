@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 from orthrus.engines.engine import Engine
 from orthrus.engines.launchers import LAUNCHERS
+from orthrus.engines.openai_api import NATIVE_API
 from orthrus.errors import InputError
 
 SERVER_KEYS = ("launch", "command", "url")
@@ -134,8 +135,10 @@ class OpenAI(Engine):
                 for k in LAUNCH_ONLY
                 if entry.get(k)
             ]
-        if entry.get("api") == "llamacpp" and entry.get("launch") not in (None, "llamacpp"):
-            out.append(f"{key}.api: llamacpp is llama.cpp's own API, which launch: {entry['launch']} does not serve")
+        if entry.get("api") == NATIVE_API and row is not None and not row.native_completion:
+            out.append(
+                f"{key}.api: {NATIVE_API} is llama.cpp's own API, which launch: {entry['launch']} does not serve"
+            )
         url = entry.get("url")
         if url is not None and (urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc):
             out.append(f"{key}.url: {url!r} is not an http(s)://HOST:PORT address")

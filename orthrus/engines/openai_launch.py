@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orthrus.engines import vllm_patches
+from orthrus.engines.openai_api import NATIVE_API
 from orthrus.engines.server import HOST
 
 # vLLM's own server, started through a file that carries the run's patches into its engine core
@@ -76,7 +77,7 @@ def llamacpp(run: dict, threads: int, prompts: list[dict]) -> Launch:
         known=known,
         # its own /completion returns every id; its /v1/completions drops a token that ends inside a
         # UTF-8 character (issue 62)
-        dialect="llamacpp",
+        dialect=NATIVE_API,
     )
 
 

@@ -170,7 +170,8 @@ def check(session: Session, first: dict, launch, prompts: list[dict]) -> tuple[s
     named = first.get("api") or (launch.dialect if launch else "")
     models = [] if first.get("model") and named else api.listed(session)
     model = first.get("model") or api.served_model(session, models)
-    dialect = api.DIALECTS[named or api.detected(models, model)]
+    owners = {row.openai_owner for row in LAUNCHERS.values() if row.native_completion}
+    dialect = api.DIALECTS[named or api.detected(models, model, owners)]
     known = dict(launch.known) if launch else {}
     if launch is not None and launch.version_path:
         found = session.call("GET", launch.version_path, None, "the version").get("version")

@@ -72,10 +72,10 @@ class Served(Section):
     url: Annotated[str, Field(min_length=1)] = Field(
         None, description="openai: the base URL of a server the user already runs. One of launch, command, url."
     )
-    api: Literal["llamacpp", "openai"] = Field(
+    api: Literal["llamacpp-completion", "openai-completions"] = Field(
         None,
-        description="openai: llama.cpp's /completion (every token id) or /v1/completions; left out, llamacpp for a "
-        "llama.cpp server.",
+        description="openai: the API a server is read through, llama.cpp's /completion (every token id) or "
+        "/v1/completions; left out, llamacpp-completion for a llama.cpp server.",
     )
     model: Annotated[str, Field(min_length=1)] = Field(
         None, description="openai: the model requests name (left out, the server's first)."
