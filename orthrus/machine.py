@@ -116,6 +116,16 @@ def refusal(kind: str, flags: set[str] | None = None, machine: str | None = None
     return None
 
 
+def effective(kind: str, flags: set[str] | None = None) -> str:
+    """The kind whose code paths `kind` runs on this CPU: native is the highest kind within its flags
+    (the libraries take their best path); any other is itself. Unreadable flags: `kind`."""
+    if _kind(kind).flags:
+        return kind
+    flags = cpu_flags() if flags is None else flags
+    within = [k for k, v in KINDS.items() if v.flags and flags is not None and set(v.flags) <= flags]
+    return max(within, key=lambda k: len(KINDS[k].flags), default=kind)
+
+
 def apply_kind(kind: str, environ=None, flags: set[str] | None = None) -> dict[str, str | None]:
     """Set `kind`'s switches in `environ` (this process's environment) and return them; InputError
     when the CPU cannot do it, or when torch is already loaded here and the switches would change

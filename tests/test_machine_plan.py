@@ -29,7 +29,7 @@ def cpu(monkeypatch):
         monkeypatch.setattr("platform.machine", lambda: arch)
         monkeypatch.setattr(machine, "cpu_flags", lambda *a: flags)
 
-    make(AVX2_CPU)
+    make(AVX512_CPU)
     return make
 
 
@@ -95,7 +95,7 @@ def test_the_default_decodes_its_bf16_orthrus_cells_again_under_avx2(cpu):
 
 
 def test_every_kind_at_every_thread_count_the_study_own_first(cpu):
-    cpu(AVX512_CPU)
+    cpu(set(machine.KINDS["avx512_bf16"].flags))  # native runs avx512_bf16's paths: avx512 caps it
     m = study({"kinds": ["avx2", "native", "avx512"], "threads": [1, 2]}).machine
     assert list(m.envs) == ["avx2-t1", "avx2-t2", "native-t1", "native-t2", "avx512-t1", "avx512-t2"]
     assert m.launcher() == "orthrus --cpu-kind avx2"
@@ -121,8 +121,8 @@ def test_a_kind_the_cpu_lacks_is_refused_when_the_config_is_checked_naming_it_an
     assert line.startswith("machine.kinds[1]: cpu kind 'avx512' needs CPU flag(s) avx512f, avx512cd")
     assert "which this CPU" in line
     # skipped instead, where the config says so, each with its reason; the study's own kind never is
-    m = study({"kinds": ["native", "avx512", "avx2"], "unavailable": "skip"}).machine
-    assert list(m.envs) == ["native-t1", "avx2-t1"] and m.skipped[0].startswith("machine: avx512 skipped: cpu kind")
+    m = study({"kinds": ["avx2", "avx512", "native"], "unavailable": "skip"}).machine
+    assert list(m.envs) == ["avx2-t1"] and m.skipped[0].startswith("machine: avx512 skipped: cpu kind")
     with pytest.raises(ConfigError, match=r"machine\.kinds\[0\]: cpu kind 'avx512'"):
         study({"kinds": ["avx512", "native"], "unavailable": "skip"})
     # an x86 CPU without AVX2 refuses the default's second kind by name
@@ -154,3 +154,16 @@ def test_one_environment_where_nothing_would_decode_again_and_threads_start_with
     with pytest.raises(ConfigError, match=r"machine\.threads: its first \(2\) is the study's own environment"):
         study({"threads": [2, 1]})
     assert list(study({"threads": [2, 1]}, threads=2).machine.envs) == ["native-t2", "native-t1"]
+
+
+def test_a_kind_that_runs_what_another_already_runs_is_skipped_saying_so(cpu):
+    """On an AVX2-only CPU avx2 is what native runs: the default's second environment would repeat the
+    first at its price, so it is skipped, named, and the study has one environment."""
+    cpu(AVX2_CPU)
+    m = study().machine
+    assert list(m.envs) == ["native-t1"] and m.comparison() == []
+    assert m.skipped == ["machine: avx2 skipped: it runs the same code paths as native on this CPU"]
+    # where the CPU has more, the two differ and both run
+    cpu(AVX512_CPU)
+    assert list(study().machine.envs) == ["native-t1", "avx2-t1"]
+    assert machine.effective("native", AVX512_CPU) == "avx512" and machine.effective("avx2", AVX512_CPU) == "avx2"

@@ -53,12 +53,18 @@ class MachinePlan:
             self.skipped.append("machine: one environment: no decoder of machine.cells decodes in this study")
             return own
         kinds = [self.kind]
+        # a kind that runs the code paths of one already run (avx2 beside native on an AVX2-only CPU)
+        # would only repeat it: skipped, saying so, so that the axis costs nothing where it shows nothing
+        ran = {machine.effective(self.kind): self.kind}
         for kind in m.kinds[1:]:
             why = machine.refusal(kind)
-            if why:
+            same = None if why else ran.get(machine.effective(kind))
+            if why or same:
+                why = why or f"it runs the same code paths as {same} on this CPU"
                 self.skipped.append(f"machine: {kind} skipped: {why}")
             else:
                 kinds.append(kind)
+                ran[machine.effective(kind)] = kind
         return own | {env_name(k, t): (k, t) for k in kinds for t in threads}
 
     @property
