@@ -1,11 +1,27 @@
 """The tests' fixtures (the factories they use: tests/helpers.py)."""
 
+import time
+
 import pytest
 import torch
 from helpers import MASK, save_tiny
 
 # Tiny models are fastest on one thread, and CI has two cores shared by the test processes.
 torch.set_num_threads(1)
+
+_START = time.monotonic()
+LONG_S = 120  # a phase this long is named as it ends: CI keeps only its log's tail, so a run cut off still says where its time went
+
+
+def pytest_runtest_logreport(report):
+    """A failure, or a phase that took long, in one line as it happens (the summary comes only at the end)."""
+    if report.failed or report.duration > LONG_S:
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") if report.failed else ""
+        why = f": {' | '.join(crash.splitlines())[:400]}" if crash else ""
+        status = "FAILED" if report.failed else "took"
+        print(
+            f"\n[{time.monotonic() - _START:.0f} s] {status} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}"
+        )
 
 
 @pytest.fixture

@@ -410,7 +410,7 @@ def _seed_checks(python: str, patches: list[str], log: Path, tries: int = 20) ->
         with Session(url, 600) as session:
             for _ in range(tries):
                 try:
-                    api.probe(session, api.DIALECTS["openai"], "teacher", prompt, True, need_top=False)
+                    api.probe(session, api.OPENAI, "teacher", prompt, True, need_top=False)
                     refused.append(None)
                 except api.Missing as e:
                     refused.append(str(e))
@@ -422,12 +422,14 @@ def test_vllms_cpu_ngram_server_honours_a_seed_with_the_expand_fix_alone(tmp_pat
     """docs/findings/vllm-cpu-ngram-seed.md: on the pinned vLLM the n-gram server fails the audit's seed check
     (one seed, two samples; the rejection sampler divides the logits by uninitialised temperatures);
     with cpu-expand-float alone, carried into the engine core by vllm_serve.py, it passes every try.
-    The unwritten memory may by chance hold the same values twice, so the shipped server need fail only
-    one try of 20 (it failed 17 to 20 of 20 in four starts here, and once 1 of 5)."""
+    The shipped server is run too, for what it must not show (the patch where it was not asked); whether
+    it fails depends on what the unwritten memory holds (17 to 20 tries of 20 failed in four starts here,
+    and the sampled arm's shipped run moves other prompts on CI's machine than here), so the bug itself is
+    shown by test_vllm_cpu_expand_leaves_float_temperatures_unwritten, which reads the memory directly."""
     import re
 
     python = engine_python()
-    shipped, shipped_log, known = _seed_checks(python, [], tmp_path / "shipped.log")
+    shipped, shipped_log, known = _seed_checks(python, [], tmp_path / "shipped.log", tries=3)
     fixed, fixed_log, _ = _seed_checks(python, ["cpu-expand-float"], tmp_path / "fixed.log")
     assert fixed == [None] * 20, fixed
     # the patch ran where vLLM samples, in a process the server spawned (vLLM's log names each process
@@ -436,10 +438,9 @@ def test_vllms_cpu_ngram_server_honours_a_seed_with_the_expand_fix_alone(tmp_pat
     spawned = set(re.findall(r"\((?:EngineCore|Worker)[^ )]* pid=(\d+)\)", fixed_log))
     assert ran and ran <= spawned, (ran, spawned, fixed_log[-3000:])
     assert "[vllm_patches]" not in shipped_log
-    if known["version"] in EXPAND_BUG_VERSIONS:
-        assert any(r and "does not honour a request's `seed`" in r for r in shipped), shipped
-    else:
-        assert shipped == [None] * 20, f"vLLM {known['version']}: {shipped}"
+    print(
+        f"vLLM {known['version']} shipped: {sum(r is not None for r in shipped)} of {len(shipped)} seed checks failed"
+    )
 
 
 def test_the_expand_patch_has_the_triton_kernels_semantics():
