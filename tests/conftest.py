@@ -1,6 +1,9 @@
 """The tests' fixtures (the factories they use: tests/helpers.py)."""
 
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,17 +14,51 @@ torch.set_num_threads(1)
 
 _START = time.monotonic()
 LONG_S = 120  # a phase this long is named as it ends: CI keeps only its log's tail, so a run cut off still says where its time went
+_SAID = []
+
+
+def _say(line: str) -> None:
+    """One line into the log now, the machine named before the first (a CI log cut off at its time
+    limit keeps only its tail, and machines differ)."""
+    if not _SAID:
+        from orthrus.machine import cpu_model
+
+        _SAID.append(True)
+        print(f"\n[machine] {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
+    print(f"\n[{time.monotonic() - _START:.0f} s] {line}")
 
 
 def pytest_runtest_logreport(report):
-    """A failure, or a phase that took long, in one line as it happens (the summary comes only at the end)."""
+    """A failure, or a phase that took long, in one line as it happens (the summary comes only at the end);
+    after each test, the processes it left behind killed and named."""
     if report.failed or report.duration > LONG_S:
         crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") if report.failed else ""
         why = f": {' | '.join(crash.splitlines())[:400]}" if crash else ""
-        status = "FAILED" if report.failed else "took"
-        print(
-            f"\n[{time.monotonic() - _START:.0f} s] {status} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}"
-        )
+        _say(f"{'FAILED' if report.failed else 'took'} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}")
+    if report.when == "teardown":
+        left = _orphans()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if left:
+            _say(f"LEFT BEHIND by {report.nodeid}, killed: " + "; ".join(f"{p} {c[:120]}" for p, c in left.items()))
+
+
+def _orphans() -> dict[int, str]:
+    """Processes of this session that lost their parent (a child of a test's child that outlived it, as
+    a job does when a test's timeout kills only snakemake): {pid: command line}. A daemon starts a
+    session of its own and is not one of them."""
+    me, session, found = os.getpid(), os.getsid(0), {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            state, ppid, _, sid = (d / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            if int(ppid) == 1 and int(sid) == session and int(d.name) != me and state not in "ZX":
+                found[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -269,7 +270,7 @@ def test_driver_fails_in_one_line_and_writes_nothing(tmp_path):
     spec.write_text(json.dumps({"model": "m.gguf", "arms": {"other": {}}, "prompts": [], "max_new_tokens": 1,
                                 "samples": 1, "seed": 0, "threads": 1, "logits": False, "draft": None}))  # fmt: skip
     out = tmp_path / "out.jsonl"
-    r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(DRIVER), str(spec), str(out)],
+    r = subprocess.run([sys.executable, str(DRIVER), str(spec), str(out)],
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and "llama_cpp_python driver" in r.stderr
