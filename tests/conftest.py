@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 
 _START = time.monotonic()
 LONG_S = 120  # a phase this long is named as it ends: CI keeps only its log's tail, so a run cut off still says where its time went
-_SAID = []
+_SAID, _BEGAN = [], []  # said the machine; when the running test began (clock ticks since boot)
 
 
 def _say(line: str) -> None:
@@ -28,6 +28,15 @@ def _say(line: str) -> None:
     print(f"\n[{time.monotonic() - _START:.0f} s] {line}")
 
 
+def _ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/PID/stat states a process's start in."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _BEGAN[:] = [_ticks()]
+
+
 def pytest_runtest_logreport(report):
     """A failure, or a phase that took long, in one line as it happens (the summary comes only at the end);
     after each test, the processes it left behind killed and named."""
@@ -35,8 +44,8 @@ def pytest_runtest_logreport(report):
         crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") if report.failed else ""
         why = f": {' | '.join(crash.splitlines())[:400]}" if crash else ""
         _say(f"{'FAILED' if report.failed else 'took'} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}")
-    if report.when == "teardown":
-        left = _orphans()
+    if report.when == "teardown" and _BEGAN:
+        left = _orphans(_BEGAN[0])
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -46,17 +55,19 @@ def pytest_runtest_logreport(report):
             _say(f"LEFT BEHIND by {report.nodeid}, killed: " + "; ".join(f"{p} {c[:120]}" for p, c in left.items()))
 
 
-def _orphans() -> dict[int, str]:
-    """Processes of this session that lost their parent (a child of a test's child that outlived it, as
-    a job does when a test's timeout kills only snakemake): {pid: command line}. A daemon starts a
-    session of its own and is not one of them."""
+def _orphans(since: int) -> dict[int, str]:
+    """Processes of this session started since `since` (clock ticks since boot) that lost their parent: a
+    child of a test's child that outlived it, as a job does when a test's timeout kills only snakemake.
+    {pid: command line}. A daemon starts a session of its own, and what the shell ran before the test
+    (a background job of the user's) started before it: neither is one of them."""
     me, session, found = os.getpid(), os.getsid(0), {}
     for d in Path("/proc").glob("[0-9]*"):
         try:
-            state, ppid, _, sid = (d / "stat").read_text().rsplit(")", 1)[1].split()[:4]
-            if int(ppid) == 1 and int(sid) == session and int(d.name) != me and state not in "ZX":
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            state, ppid, sid, start = fields[0], int(fields[1]), int(fields[3]), int(fields[19])
+            if ppid == 1 and sid == session and start >= since and int(d.name) != me and state not in "ZX":
                 found[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
     return found
 
