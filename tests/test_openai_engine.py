@@ -43,7 +43,11 @@ FAKE = textwrap.dedent(
             self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):  # --owned-by llamacpp: llama-server's /v1/models says whose it is
+        def do_GET(self):  # --owned-by llamacpp: llama-server's /v1/models says whose it is; --build B: its /props
+            if self.path == "/props" and "--build" in args:
+                return self.reply({"build_info": args[args.index("--build") + 1]})
+            if self.path != "/v1/models":
+                self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
             owner = args[args.index("--owned-by") + 1] if "--owned-by" in args else "fake"
             self.reply({"object": "list", "data": [{"id": "fake-model", "object": "model", "owned_by": owner}]})
 
@@ -444,7 +448,7 @@ def test_a_llamacpp_server_the_audit_did_not_start_is_read_through_its_own_endpo
     openai` reads the OpenAI endpoint: those prompts are error rows, said on stderr with the way out."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(4)))
-    flags, log = ["--drop-utf8", "--owned-by", "llamacpp"], tmp_path / "sent.json"
+    flags, log = ["--drop-utf8", "--owned-by", "llamacpp", "--build", "b9999-fake"], tmp_path / "sent.json"
     if kind == "url":
         url, log = served(*flags)
         server = {"kind": "url", "url": url}
@@ -456,6 +460,10 @@ def test_a_llamacpp_server_the_audit_did_not_start_is_read_through_its_own_endpo
     assert [r["token_ids"] for r in whole] == [[(10 + i + j) % 50 for j in range(1, 6)] for i in range(4)]
     assert all(r["finish_reason"] == "length" and r["env"]["api"] == "llamacpp-completion" for r in whole)
     assert whole[0]["env"]["server"] == kind and json.loads(log.read_text())["path"] == "/completion"
+    # its record names what the server says it is: llama.cpp's (owned_by) for a url, the command's program
+    # for a command, and the build its /props gives
+    engine = "llamacpp" if kind == "url" else Path(sys.executable).name
+    assert whole[0]["env"]["engine"] == engine and whole[0]["env"]["version"] == "b9999-fake", whole[0]["env"]
     assert "lack a token's id" not in capsys.readouterr().err
 
     openai_run.run_all(str(prompts), [_run(tmp_path, "v1", api="openai-completions", server=server)], 1)

@@ -52,7 +52,7 @@ class Engine:
     openai_server = None
     slots_follow_load = False
     # whether that server also answers llama.cpp's own /completion (an entry's `api`), and the `owned_by`
-    # its /v1/models writes, by which a server given by url is known
+    # its /v1/models writes, by which a server given by url is known (its dialect, its record's engine)
     native_completion = False
     openai_owner = ""
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orthrus.engines import openai_answers as answers
-from orthrus.engines.openai_http import Session, Stopped
+from orthrus.engines.openai_http import Late, Session, Stopped
 from orthrus.engines.server import ServerError
 
 API = "openai-completions"
@@ -134,6 +134,29 @@ def detected(models: list[dict], model: str, native_owners) -> str:
     entry of its list: the engine rows' `openai_owner`), else the OpenAI one."""
     mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
     return NATIVE_API if mine.get("owned_by") in native_owners else API
+
+
+# where a server says its build: vLLM's GET /version {version}, llama-server's GET /props {build_info}
+VERSION_PATHS = (("/version", "version"), ("/props", "build_info"))
+
+
+def self_described(session: Session, models: list[dict], model: str, engines_by_owner: dict) -> dict:
+    """What a server the audit did not start says of itself, for its record: its engine by the
+    `owned_by` of the model it serves (`engines_by_owner`: the engine rows' `openai_owner`), its build
+    where one of VERSION_PATHS answers it. Each is optional: a server that answers neither is still
+    audited, its record saying `unknown`; the run's bound still holds."""
+    mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
+    out = {"engine": engines_by_owner[mine["owned_by"]]} if mine.get("owned_by") in engines_by_owner else {}
+    for path, field in VERSION_PATHS:
+        try:
+            said = session.call("GET", path, None, f"its version ({path})").get(field)
+        except (Late, Stopped):
+            raise
+        except ServerError:
+            continue  # not this server's path (404), or not JSON there
+        if isinstance(said, str) and said.strip():
+            return out | {"version": said.strip()[:200]}
+    return out
 
 
 def cut_at_stop(ids: list[int], stop: list[int]) -> list[int]:

@@ -50,7 +50,6 @@ class Launch:
     env: dict | None = None
     body: dict = field(default_factory=dict)
     known: dict = field(default_factory=dict)
-    version_path: str = ""  # where the running server says its version, where it does
     # the API it is read through (orthrus/engines/openai_api.py's DIALECTS); "": what its /v1/models says
     dialect: str = ""
 

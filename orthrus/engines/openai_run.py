@@ -173,9 +173,9 @@ def check(session: Session, first: dict, launch, prompts: list[dict]) -> tuple[s
     owners = {row.openai_owner for row in LAUNCHERS.values() if row.native_completion}
     dialect = api.DIALECTS[named or api.detected(models, model, owners)]
     known = dict(launch.known) if launch else {}
-    if launch is not None and launch.version_path:
-        found = session.call("GET", launch.version_path, None, "the version").get("version")
-        known["version"] = found if isinstance(found, str) else known.get("version")
+    if "version" not in known:  # a server the user runs or starts by command: what it says of itself
+        by_owner = {row.openai_owner: row.name for row in LAUNCHERS.values() if row.openai_owner}
+        known = api.self_described(session, models, model, by_owner) | known
     body = (launch.body if launch else {}) | first.get("extra_body", {})
     need_top = first.get("speculative", "none") == "none"
     sampled = "n_samples" in prompts[0]

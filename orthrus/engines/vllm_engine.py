@@ -33,6 +33,7 @@ class VLLM(Engine):
     build, example = "bash envs/build-vllm.sh", ".venv-vllm/bin/python"
     speculative = ("none", "ngram", "draft_model", "eagle3")
     openai_server = staticmethod(openai_launch.vllm)  # --max-num-seqs: the largest load, one start
+    openai_owner = "vllm"  # its /v1/models' owned_by (vLLM's ModelCard default)
 
     def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
         return self.python_problem(self.program(config), users)
