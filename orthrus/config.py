@@ -172,6 +172,19 @@ def step(t, key):
     return None
 
 
+def mapping_fields(model: type[BaseModel], path: tuple = ()) -> frozenset[tuple]:
+    """The paths of `model`'s fields that are mappings of entries a config names (`dict[str, ...]`), at
+    any depth below it: the tables an overlay replaces whole (orthrus/plan/overlay.py)."""
+    found = set()
+    for name, f in model.model_fields.items():
+        for m in members(f.annotation):
+            if get_origin(m) is dict:
+                found.add((*path, name))
+            elif isinstance(m, type) and issubclass(m, BaseModel) and m is not model:
+                found |= mapping_fields(m, (*path, name))
+    return frozenset(found)
+
+
 TYPES = {
     "int_type": "integer",
     "float_type": "number",

@@ -3,8 +3,8 @@
 The rule, stated once (docs/USAGE.md says it again for users):
 
 - a mapping merges key by key into the one below it; a list or a scalar replaces what was there;
-- a table of named entries (NAMED_TABLES: `models`, `external_models`, `decode.engines`, ...) replaces
-  the one below whole, so a paper-scale overlay's models are its own, not beside the default's tiny
+- a table of named entries (NAMED_TABLES, the config model's mapping fields: `models`,
+  `external_models`, `decode.engines`, ...) replaces the one below whole, so a paper-scale overlay's models are its own, not beside the default's tiny
   variants;
 - `$patch` (the key Kubernetes' strategic merge patches use), written inside a mapping, says otherwise
   there: `$patch: merge` merges a named table into the one below (to add or change one entry),
@@ -18,30 +18,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orthrus.config import mapping_fields
 from orthrus.errors import ConfigError
+from orthrus.plan.config import StudyConfig
 
 PATCH = "$patch"
 # the default every file under configs/ is written against, beside the Snakefile
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 
-# tables keyed by names a config chooses (models, engines, tasks, domains, claims): an entry inherited
-# from the file below would be a run nobody asked for, or a setting for a model that is not there
-NAMED_TABLES = frozenset(
-    {
-        ("models",),
-        ("external_models",),
-        ("revisions",),
-        ("prompts", "eval"),
-        ("teacher", "tiny", "domain_weights"),
-        ("teacher", "draft", "tiny", "domain_weights"),
-        ("decode", "grids"),
-        ("decode", "external"),
-        ("decode", "engines"),
-        ("sampling", "engines"),
-        ("analysis", "power", "pilot"),
-        ("benchmarks", "n_docs"),
-    }
-)
+# tables keyed by names a config chooses (models, engines, tasks, domains, claims: every mapping field of
+# the config model): an entry inherited from the file below would be a run nobody asked for, or a setting
+# for a model that is not there
+NAMED_TABLES = mapping_fields(StudyConfig)
 
 _DELETE = object()
 
