@@ -1,6 +1,7 @@
 """The tests' fixtures (the factories they use: tests/helpers.py)."""
 
 import os
+import resource
 import signal
 import time
 from pathlib import Path
@@ -14,6 +15,16 @@ torch.set_num_threads(1)
 
 _START = time.monotonic()
 LONG_S = 120  # a phase this long is named as it ends: CI keeps only its log's tail, so a run cut off still says where its time went
+# a limit of 1024 open files (some machines' default) is met by a run that leaks one in each of a few
+# hundred tests: every test after it fails at its next open(); the limit is raised to what the machine
+# allows, and a growing count is named
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
+    _FILES = f"{_soft} raised to {_hard}" if _hard != _soft else str(_soft)
+except (ValueError, OSError):  # an unlimited hard limit the kernel caps lower
+    _FILES = str(_soft)
+_FDS_SAID = [256]  # a count of open files past this is named
 _SAID, _BEGAN = [], []  # said the machine; when the running test began (clock ticks since boot)
 
 
@@ -24,7 +35,7 @@ def _say(line: str) -> None:
         from orthrus.machine import cpu_model
 
         _SAID.append(True)
-        print(f"\n[machine] {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
+        print(f"\n[machine] {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}, open files {_FILES}")
     print(f"\n[{time.monotonic() - _START:.0f} s] {line}")
 
 
@@ -44,6 +55,9 @@ def pytest_runtest_logreport(report):
         crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") if report.failed else ""
         why = f": {' | '.join(crash.splitlines())[:400]}" if crash else ""
         _say(f"{'FAILED' if report.failed else 'took'} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}")
+    if report.when == "teardown" and len(os.listdir("/proc/self/fd")) > _FDS_SAID[0]:
+        _FDS_SAID[0] = len(os.listdir("/proc/self/fd")) + 64  # said again 64 later, not after every test
+        _say(f"{_FDS_SAID[0] - 64} files open in the test process after {report.nodeid}")
     if report.when == "teardown" and _BEGAN:
         left = _orphans(_BEGAN[0])
         for pid in left:
