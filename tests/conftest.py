@@ -55,10 +55,13 @@ def pytest_runtest_logreport(report):
         crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") if report.failed else ""
         why = f": {' | '.join(crash.splitlines())[:400]}" if crash else ""
         _say(f"{'FAILED' if report.failed else 'took'} {report.nodeid} ({report.when}, {report.duration:.0f} s){why}")
-    if report.when == "teardown" and len(os.listdir("/proc/self/fd")) > _FDS_SAID[0]:
-        _FDS_SAID[0] = len(os.listdir("/proc/self/fd")) + 64  # said again 64 later, not after every test
-        _say(f"{_FDS_SAID[0] - 64} files open in the test process after {report.nodeid}")
-    if report.when == "teardown" and _BEGAN:
+    if report.when != "teardown":
+        return
+    fds = len(os.listdir("/proc/self/fd"))
+    if fds > _FDS_SAID[0]:
+        _FDS_SAID[0] = fds + 64  # said again 64 later, not after every test
+        _say(f"{fds} files open in the test process after {report.nodeid}")
+    if _BEGAN:
         left = _orphans(_BEGAN[0])
         for pid in left:
             try:

@@ -132,8 +132,12 @@ def detected(models: list[dict], model: str, native_owners) -> str:
     """The dialect of a server the audit did not start: llama.cpp's own where the model it serves (else its
     first) is `owned_by` one of `native_owners` (what a server that also answers /completion writes in every
     entry of its list: the engine rows' `openai_owner`), else the OpenAI one."""
-    mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
-    return NATIVE_API if mine.get("owned_by") in native_owners else API
+    return NATIVE_API if served_entry(models, model).get("owned_by") in native_owners else API
+
+
+def served_entry(models: list[dict], model: str) -> dict:
+    """The /v1/models entry of the model a request names, else the first; {} for an empty list."""
+    return next((m for m in models if m.get("id") == model), models[0] if models else {})
 
 
 # where a server says its build: vLLM's GET /version {version}, llama-server's GET /props {build_info}
@@ -145,8 +149,8 @@ def self_described(session: Session, models: list[dict], model: str, engines_by_
     `owned_by` of the model it serves (`engines_by_owner`: the engine rows' `openai_owner`), its build
     where one of VERSION_PATHS answers it. Each is optional: a server that answers neither is still
     audited, its record saying `unknown`; the run's bound still holds."""
-    mine = next((m for m in models if m.get("id") == model), models[0] if models else {})
-    out = {"engine": engines_by_owner[mine["owned_by"]]} if mine.get("owned_by") in engines_by_owner else {}
+    owner = served_entry(models, model).get("owned_by")
+    out = {"engine": engines_by_owner[owner]} if owner in engines_by_owner else {}
     for path, field in VERSION_PATHS:
         try:
             said = session.call("GET", path, None, f"its version ({path})").get(field)

@@ -170,12 +170,12 @@ def check(session: Session, first: dict, launch, prompts: list[dict]) -> tuple[s
     named = first.get("api") or (launch.dialect if launch else "")
     models = [] if first.get("model") and named else api.listed(session)
     model = first.get("model") or api.served_model(session, models)
-    owners = {row.openai_owner for row in LAUNCHERS.values() if row.native_completion}
+    rows = {row.openai_owner: row for row in LAUNCHERS.values() if row.openai_owner}
+    owners = {owner for owner, row in rows.items() if row.native_completion}
     dialect = api.DIALECTS[named or api.detected(models, model, owners)]
     known = dict(launch.known) if launch else {}
     if "version" not in known:  # a server the user runs or starts by command: what it says of itself
-        by_owner = {row.openai_owner: row.name for row in LAUNCHERS.values() if row.openai_owner}
-        known = api.self_described(session, models, model, by_owner) | known
+        known = api.self_described(session, models, model, {o: row.name for o, row in rows.items()}) | known
     body = (launch.body if launch else {}) | first.get("extra_body", {})
     need_top = first.get("speculative", "none") == "none"
     sampled = "n_samples" in prompts[0]

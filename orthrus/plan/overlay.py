@@ -4,8 +4,8 @@ The rule, stated once (docs/USAGE.md says it again for users):
 
 - a mapping merges key by key into the one below it; a list or a scalar replaces what was there;
 - a table of named entries (NAMED_TABLES, the config model's mapping fields: `models`,
-  `external_models`, `decode.engines`, ...) replaces the one below whole, so a paper-scale overlay's models are its own, not beside the default's tiny
-  variants;
+  `external_models`, `decode.engines`, ...) replaces the one below whole, so a paper-scale overlay's
+  models are its own, not beside the default's tiny variants;
 - `$patch` (the key Kubernetes' strategic merge patches use), written inside a mapping, says otherwise
   there: `$patch: merge` merges a named table into the one below (to add or change one entry),
   `$patch: replace` replaces an ordinary mapping whole, and `key: {$patch: delete}` removes `key`,
