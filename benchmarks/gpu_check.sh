@@ -85,16 +85,22 @@ open(path, "w").write(json.dumps(env, indent=2, default=str) + "\n")
 PY
 
 # run NAME SECONDS COMMAND...: the command under its limit (SIGINT first, so Snakemake stops its jobs
-# and removes their partial outputs; KILL 30 s later); its status and wall time go to status.txt
+# and removes their partial outputs; KILL 30 s later); its status and wall time go to status.txt.
+# `timeout` puts itself and the command in a process group of their own, which a terminal's ^C does not
+# reach: an interrupt or TERM of this script is passed on to that group.
 : > "$out/status.txt"
-status=0
+status=0 child=""
+trap '[ -z "$child" ] || kill -INT -- "-$child" 2>/dev/null; exit 130' INT TERM
 run() {
     local name="$1" limit="$2" start rc
     shift 2
     start=$(date +%s)
     set +e
-    timeout --signal=INT --kill-after=30 "$limit" "$@" > "$out/$name.log" 2>&1
+    timeout --signal=INT --kill-after=30 "$limit" "$@" < /dev/null > "$out/$name.log" 2>&1 &
+    child=$!
+    wait "$child"
     rc=$?
+    child=""
     set -e
     local verdict="ok"
     [ "$rc" = 0 ] || { verdict="failed (exit $rc)"; status=1; }
@@ -102,13 +108,13 @@ run() {
     echo "$name: $verdict, $(( $(date +%s) - start )) s (limit $limit s)" | tee -a "$out/status.txt"
 }
 
-# keep NAME: what a part wrote goes into the record as soon as it ends (a machine taken back
+# keep NAME SECONDS: what a part wrote goes into the record as soon as it ends (a machine taken back
 # mid-check keeps what came before), with each stage's time
 keep() {
     mkdir -p "$out/$1"
     for f in "$work/$1"/results/tables/*.csv; do [ -e "$f" ] && cp "$f" "$out/$1/"; done
     if [ -d "$work/$1/results/timing" ]; then
-        python3 "$repo/benchmarks/study_time.py" --timing "$work/$1/results/timing" --budget "$2" \
+        timeout 60 python3 "$repo/benchmarks/study_time.py" --timing "$work/$1/results/timing" --budget "$2" \
             --cores "$cores" > "$out/$1/stage_times.txt" 2>&1 || true
     fi
 }

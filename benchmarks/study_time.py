@@ -70,11 +70,11 @@ def critical_path(jobs: pd.DataFrame, slack: float = 2.0) -> list[dict]:
     the job that ended latest before each one started (within `slack` seconds of its start:
     the scheduler's own delay), to one that started with the run. Each link with the gap
     before it (time nothing on the chain ran: jobs without a timing file, start-up, a wait
-    for cores)."""
+    for cores). Each link ends strictly before the one after it: two short jobs within `slack` of
+    each other's start would otherwise each be the other's link, a chain without end."""
     chain, job = [], jobs.loc[jobs["end"].idxmax()]
     while True:
-        before = jobs[jobs["end"] <= job["start"] + slack]
-        before = before[before["job"] != job["job"]]
+        before = jobs[(jobs["end"] <= job["start"] + slack) & (jobs["end"] < job["end"])]
         gap = float(job["start"] - (before["end"].max() if len(before) else jobs["start"].min()))
         chain.append({"job": job["job"], "seconds": float(job["seconds"]), "gap_before_s": max(gap, 0.0)})
         if before.empty:

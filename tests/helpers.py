@@ -1,9 +1,13 @@
 """The tests' factories: tiny models, the word tokenizer, prompt sets saved as the stages read them
 (conftest.py holds the fixtures built on them)."""
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -130,3 +134,52 @@ def save_tiny(root: Path, models: dict, prompts=None, tokenizer=None, prompts_fi
     path.parent.mkdir(parents=True, exist_ok=True)
     prompt_frame(prompts).to_parquet(path)
     return path
+
+
+def descendants(root: int) -> list[int]:
+    """The processes under `root`, by their parents in /proc (a child in a session of its own among them)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        try:
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    found, todo = [], [root]
+    while todo:
+        kids = [p for p, pp in parent.items() if pp == todo[0]]
+        found += kids
+        todo = todo[1:] + kids
+    return found
+
+
+def kill(pids) -> None:
+    """SIGKILL to each of `pids` still there."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_bounded(cmd: list[str], timeout: float, logs=(), **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)` for a command that keeps time bounds of its
+    own: past `timeout` every process under it is killed and the test fails naming each one that was
+    still there, its state and what it waited in, with the tails of `logs` (a bare TimeoutExpired says
+    none of that, and kills only the command, not its children)."""
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pids = [p.pid, *descendants(p.pid)]
+        ps = subprocess.run(
+            ["ps", "-o", "pid,ppid,pgid,sid,stat,wchan:24,etime,args", "-p", ",".join(map(str, pids))],
+            capture_output=True,
+            text=True,
+        ).stdout
+        kill(pids)
+        out, err = p.communicate()
+        tails = "".join(f"\n--- {f} ---\n{Path(f).read_text()[-1500:]}" for f in logs if Path(f).exists())
+        pytest.fail(
+            f"{' '.join(map(str, cmd[:2]))} still ran after {timeout} s; its processes:\n{ps}{tails}\n--- stderr ---\n{err[-1500:]}"
+        )
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)

@@ -4,15 +4,17 @@ shapes and DAG, the speed table, and benchmarks/gpu_check.sh's CPU fallback (doc
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import tiny_orthrus
+from helpers import descendants, kill, run_bounded, tiny_orthrus
 
 from orthrus.errors import InputError
 
@@ -177,6 +179,64 @@ def test_gpu_check_refuses_bad_options_naming_them():
         assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
 
 
+def test_a_bounded_run_past_its_time_fails_naming_its_processes_and_kills_them():
+    """The bound the slow test below keeps: past it, the test fails naming what still ran (a child
+    in a session of its own among them), and none of it is left."""
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_bounded(["bash", "-c", "setsid sleep 37 & sleep 38"], 2)
+    said = str(failed.value)
+    assert "still ran after 2 s" in said and "sleep 37" in said and "sleep 38" in said
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "^sleep 3[78]$"], capture_output=True).returncode == 1  # none found
+
+
+def test_gpu_check_stops_a_part_at_its_limit_and_passes_an_interrupt_on(tmp_path):
+    """A part past its limit gets SIGINT (Snakemake's cue to stop its jobs and remove their partial
+    outputs) and is named in status.txt; an interrupt of the script itself reaches the part at once
+    (`timeout` keeps the part in a process group of its own, which a terminal's ^C misses). The part
+    is a stand-in for Snakemake that says when it started and when it was interrupted."""
+    fake, out, mark = tmp_path / "bin", tmp_path / "record", tmp_path / "mark"
+    fake.mkdir()
+    (fake / "snakemake").write_text(
+        '#!/bin/sh\ntrap \'echo interrupted >> "$MARK"; exit 130\' INT\necho started >> "$MARK"\nsleep 120\n'
+    )
+    (fake / "snakemake").chmod(0o755)
+    env = dict(
+        os.environ,
+        MARK=str(mark),
+        PATH=os.pathsep.join([str(fake), str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    cmd = [
+        "bash",
+        str(ROOT / "benchmarks/gpu_check.sh"),
+        "--out",
+        str(out),
+        "--work",
+        str(tmp_path / "w"),
+        "--rehearsal",
+        "skip",
+    ]
+    r = run_bounded([*cmd, "--world-seconds", "2"], 90, cwd=tmp_path, env=env)
+    assert r.returncode == 1 and (out / "status.txt").read_text().startswith("world: over its limit of 2 s"), r.stderr
+    said = mark.read_text().split()  # timeout signals the part and then its group: one or two interrupts
+    assert said[0] == "started" and set(said[1:]) == {"interrupted"}, said
+
+    mark.unlink()
+    p = subprocess.Popen([*cmd, "--world-seconds", "600"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if mark.exists() or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert mark.exists(), "the stand-in never started"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 130
+    finally:
+        kill([p.pid, *descendants(p.pid)])  # a script that failed leaves none behind
+    said = mark.read_text().split()
+    assert said[0] == "started" and set(said[1:]) == {"interrupted"}, said
+
+
 @pytest.mark.slow
 def test_gpu_check_falls_back_to_the_smallest_world_on_a_cpu_and_writes_the_record(tmp_path):
     """The script's rehearsal before anyone spends GPU time: without CUDA it says so, runs the
@@ -186,7 +246,10 @@ def test_gpu_check_falls_back_to_the_smallest_world_on_a_cpu_and_writes_the_reco
         pytest.skip("this machine has CUDA: the script would run the full GPU world, not its CPU fallback")
     out, work = tmp_path / "record", tmp_path / "work"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    r = subprocess.run(
+    # the script bounds each part itself (a world of about 150 s here under 900, a dry rehearsal of about
+    # 10 under 300, each killed 30 s past its limit); this bound is the test's own, for a script that
+    # broke its limits
+    r = run_bounded(
         [
             "bash",
             str(ROOT / "benchmarks/gpu_check.sh"),
@@ -197,15 +260,14 @@ def test_gpu_check_falls_back_to_the_smallest_world_on_a_cpu_and_writes_the_reco
             "--cores",
             "2",
             "--world-seconds",
-            "1500",
+            "900",
             "--rehearsal-seconds",
             "300",
         ],
+        900 + 300 + 240,
+        logs=[out / "status.txt", out / "world.log", out / "rehearsal.log"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=2400,
     )
     status = (out / "status.txt").read_text() if (out / "status.txt").exists() else ""
     assert r.returncode == 0, (r.stderr[-3000:], status)

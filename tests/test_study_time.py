@@ -55,3 +55,31 @@ def test_critical_path_and_idle_cores(tmp_path, capsys):
     assert study_time.main(["--timing", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "critical path (145 s of jobs, 5 s between them)" in out and "cores idle: 38% of 2 cores" in out
+
+
+def test_the_critical_path_ends_where_short_jobs_end_within_the_slack_of_each_other():
+    """Two short jobs, each ending within the 2 s slack of the other's start (as a fast machine's
+    tiny world gives): each was the other's link before the chain had to move back in time, and the
+    search never ended (the gpu_check fallback's hang in CI). A SIGALRM stops the test at 10 s."""
+    import signal
+
+    import pandas as pd
+
+    jobs = pd.DataFrame(
+        [
+            {"job": "a", "seconds": 1.0, "start": 10.0, "end": 11.0},
+            {"job": "b", "seconds": 1.0, "start": 10.5, "end": 11.5},
+        ]
+    )
+
+    def stop(*_):
+        raise TimeoutError("critical_path ran past 10 s")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(10)
+    try:
+        chain = study_time.critical_path(jobs)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert [c["job"] for c in chain] == ["a", "b"]
