@@ -222,7 +222,15 @@ def test_gpu_check_stops_a_part_at_its_limit_and_passes_an_interrupt_on(tmp_path
     assert said[0] == "started" and set(said[1:]) == {"interrupted"}, said
 
     mark.unlink()
-    p = subprocess.Popen([*cmd, "--world-seconds", "600"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    # as from a terminal: a test run started in the background ignores SIGINT, and a shell that starts
+    # with it ignored may not trap it
+    p = subprocess.Popen(
+        [*cmd, "--world-seconds", "600"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         for _ in range(600):
             if mark.exists() or p.poll() is not None:

@@ -95,8 +95,8 @@ def test_the_check_sees_an_upward_import(tmp_path):
 
 
 # No module imports, at any depth of its code (a function's own imports count: they hide a circle, not
-# break it), a module that imports it back. One circle is left, named here until it is broken (issue 61:
-# the sampling audit's library, tables and command line in one module).
+# break it), a module that imports it back. A circle that cannot be broken at once is named here, until
+# it is (none now).
 KNOWN_CIRCLES: list[set[str]] = []
 
 
