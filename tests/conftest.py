@@ -2,13 +2,12 @@
 
 import os
 import resource
-import signal
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import MASK, save_tiny
+from helpers import MASK, kill, save_tiny
 
 # Tiny models are fastest on one thread, and CI has two cores shared by the test processes.
 torch.set_num_threads(1)
@@ -63,11 +62,7 @@ def pytest_runtest_logreport(report):
         _say(f"{fds} files open in the test process after {report.nodeid}")
     if _BEGAN:
         left = _orphans(_BEGAN[0])
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill(left)
         if left:
             _say(f"LEFT BEHIND by {report.nodeid}, killed: " + "; ".join(f"{p} {c[:120]}" for p, c in left.items()))
 
