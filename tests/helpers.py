@@ -12,7 +12,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from orthrus import OrthrusForCausalLM
+from orthrus.errors import ConfigError
+from orthrus.plan.study_config import load
 
+ROOT = Path(__file__).resolve().parents[1]
 VOCAB, EOS, MASK = 96, 1, 95
 
 # the backbone families Orthrus is built on (orthrus.models.modeling.FAMILIES); Llama has no q/k norms
@@ -183,3 +186,18 @@ def run_bounded(cmd: list[str], timeout: float, logs=(), **kw) -> subprocess.Com
             f"{' '.join(map(str, cmd[:2]))} still ran after {timeout} s; its processes:\n{ps}{tails}\n--- stderr ---\n{err[-1500:]}"
         )
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def study(values: dict | None = None):
+    """The checked study config of the embedded config.yaml with `values` laid over it, as the engines
+    and plans read it (raises ConfigError naming every problem)."""
+    return load([ROOT / "config.yaml"], values or {})
+
+
+def config_problems(values: dict) -> list[str]:
+    """Every problem `study(values)` names, [] where it is a valid study."""
+    try:
+        study(values)
+    except ConfigError as e:
+        return e.problems
+    return []

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import EOS, save_tiny, tiny_base
+from helpers import EOS, save_tiny, study, tiny_base
 
 from orthrus.cli import main as cli
 from orthrus.engines.engine_samples import engine_table, read_export
@@ -251,9 +251,10 @@ def test_an_engine_entry_is_checked_and_becomes_a_recipe_run(monkeypatch):
     assert line.startswith("engines.vllm_python: not set") and "needed by sampling.engines.p and 1 more" in line
 
 
-def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
+def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches(monkeypatch):
     from types import SimpleNamespace
 
+    from orthrus.engines.runner import VLLM_ENGINE
     from orthrus.plan.sampling_plan import SamplingPlan
 
     engines = {
@@ -269,12 +270,9 @@ def test_the_plan_gives_each_sampled_engine_run_its_seed_and_patches():
         },
     }
     sampling = {"seed": 5, "two_sample": {"precision": "bf16"}, "engines": engines}
-    # the sampled side runs' plan, given the config and the one model name it reads
-    from orthrus.plan.config.side_runs import Sampling
-
-    data = {"seed": 0, "engines": {}, "sampling": sampling}  # what the engines read
-    config = SimpleNamespace(sampling=Sampling.model_validate(sampling), model_dump=lambda: data)
-    s = SamplingPlan(config, SimpleNamespace(teacher="teacher"))
+    # the sampled side runs' plan, given the config and the one model name it reads (vLLM taken as built)
+    monkeypatch.setattr(VLLM_ENGINE, "python_problem", lambda python, users: None)
+    s = SamplingPlan(study({"sampling": sampling}), SimpleNamespace(teacher="teacher"))
     runs = {r["name"]: r for r in s.engine_runs(None, "vllm")}
     [standin] = s.engine_runs(None, "transformers")  # the stand_in entry is the transformers engine's
     assert list(runs) == ["p", "s", "f"] and (standin["name"], standin["seed"]) == ("t", 1005)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from helpers import config_problems, study
 
 from orthrus.engines import runner
 from orthrus.engines import vllm_recipe as recipe
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config(**engines):
+    """decode.engines `engines` on the embedded config, as values `study` lays over it."""
     return {
         "teacher": {"name": "teacher", "draft": {"source": "shipped"}},
         "seed": 0,
@@ -34,32 +36,39 @@ def _config(**engines):
     }
 
 
+@pytest.fixture
+def runnable(monkeypatch):
+    """The engines' programs taken as built, so that a config with engines is a valid study here."""
+    monkeypatch.setattr(runner.VLLM_ENGINE, "python_problem", lambda python, users: None)
+    monkeypatch.setattr(runner.LLAMACPP_ENGINE, "server_problem", lambda *a: None)
+
+
 def test_no_engines_no_problems_and_no_environment_needed(monkeypatch):
     monkeypatch.delenv(runner.PYTHON_ENV, raising=False)
-    assert runner.problems({"decode": {"engines": {}}}) == []
+    assert runner.problems(study()) == []
 
 
 def test_a_missing_or_unrunnable_environment_is_refused_naming_the_key(monkeypatch, tmp_path):
     monkeypatch.delenv(runner.PYTHON_ENV, raising=False)
     cfg = _config(v={"engine": "vllm", "precision": "bf16"})
     cfg["engines"]["vllm_python"] = None
-    [line] = runner.problems(cfg)
+    [line] = config_problems(cfg)
     assert line.startswith("engines.vllm_python: not set (nor ORTHRUS_VLLM_PYTHON), needed by decode.engines.v")
     assert "bash envs/build-vllm.sh" in line
     cfg["engines"]["vllm_python"] = str(tmp_path / "nope" / "python")
-    [line] = runner.problems(cfg)
+    [line] = config_problems(cfg)
     assert "is not an executable file" in line
     # a Python that runs but has no vllm (this test's own, unless vllm is installed beside it)
     cfg["engines"]["vllm_python"] = sys.executable
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        [line] = runner.problems(cfg)
+        [line] = config_problems(cfg)
         assert "has no vllm installed" in line
     # the environment variable stands in for the key
     cfg["engines"]["vllm_python"] = None
     monkeypatch.setenv(runner.PYTHON_ENV, str(tmp_path / "nope"))
-    assert "is not an executable file" in runner.problems(cfg)[0]
+    assert "is not an executable file" in config_problems(cfg)[0]
 
 
 @pytest.mark.parametrize(
@@ -84,15 +93,17 @@ def test_a_missing_or_unrunnable_environment_is_refused_naming_the_key(monkeypat
 def test_a_bad_engine_entry_is_refused_naming_the_key(monkeypatch, entry, message):
     cfg = _config(plain={"engine": "vllm", "precision": "bf16"}, x=entry)
     monkeypatch.setattr(runner.VLLM_ENGINE, "python_problem", lambda python, users: None)
-    found = runner.problems(cfg)
+    found = config_problems(cfg)
     assert any(line.startswith(message) for line in found), found
 
 
-def test_entries_become_external_entries_and_one_run_list_per_precision():
-    cfg = _config(
-        a={"engine": "vllm", "precision": "bf16"},
-        b={"engine": "vllm", "precision": "bf16", "speculative": "draft_model", "k": 3, "reference": "a"},
-        c={"engine": "vllm", "precision": "fp32", "speculative": "ngram"},
+def test_entries_become_external_entries_and_one_run_list_per_precision(runnable):
+    cfg = study(
+        _config(
+            a={"engine": "vllm", "precision": "bf16"},
+            b={"engine": "vllm", "precision": "bf16", "speculative": "draft_model", "k": 3, "reference": "a"},
+            c={"engine": "vllm", "precision": "fp32", "speculative": "ngram"},
+        )
     )
     ext = runner.external_entries(cfg, "results")
     assert ext["b"] == {"path": "results/engine/b.jsonl", "precision": "bf16", "attention": "sdpa", "reference": "a"}
@@ -165,7 +176,7 @@ def test_export_prompts_takes_the_studys_options_and_has_no_silent_budget(tmp_pa
 def engine_python() -> str:
     """The engine environment's Python, or a one-line failure saying why there is none."""
     python = os.environ.get(runner.PYTHON_ENV) or str(ROOT / ".venv-vllm" / "bin" / "python")
-    problem = runner.python_problem(python, ["vllm-bf16 (tests/test_engines.py)"])
+    problem = runner.VLLM_ENGINE.python_problem(python, ["vllm-bf16 (tests/test_engines.py)"])
     if problem:
         pytest.fail(f"vLLM engine environment unusable: {problem}", pytrace=False)
     return python
@@ -401,7 +412,7 @@ def _seed_checks(python: str, patches: list[str], log: Path, tries: int = 20) ->
     ids = AutoTokenizer.from_pretrained(teacher)("The cat sat on the mat. " * 3)["input_ids"]
     prompt = {"prompt_id": "cat", "prompt_token_ids": ids, "max_new_tokens": 16, "stop_token_ids": [2]}
     entry = {"engine": "openai", "launch": "vllm", "precision": "fp32", "speculative": "ngram", "k": 4}
-    cfg = {"engines": {"vllm_python": python}, "teacher": {"name": "teacher"}}
+    cfg = study({"engines": {"vllm_python": python}})
     run = OpenAI().run("s", entry | {"patches": patches}, "s.jsonl", "fp32", 0, cfg, results="r", teacher="t")
     run["server"]["model_dir"] = str(teacher)
     launch = launch_for(run, 1, [prompt], LAUNCHERS)
@@ -463,12 +474,12 @@ def test_the_expand_patch_has_the_triton_kernels_semantics():
         vllm_patches._ORIGINAL.pop("cpu-expand-float")
 
 
-def test_the_recipe_refuses_an_unknown_patch_and_records_the_runs():
+def test_the_recipe_refuses_an_unknown_patch_and_records_the_runs(runnable):
     run = {"name": "a", "out": "a.jsonl", "dtype": "fp32", "patches": ["cpu-expand-floats"]}
     with pytest.raises(recipe.RecipeError, match=r"runs\[0\]\.patches: \['cpu-expand-floats'\], not a list of"):
         recipe.check_run("r.json", 0, run)
     assert recipe.check_run("r.json", 0, {"name": "a", "out": "a.jsonl", "dtype": "fp32"})["patches"] == []
-    cfg = _config(a={"engine": "vllm", "precision": "fp32", "patches": ["cpu-expand-float"]})
+    cfg = study(_config(a={"engine": "vllm", "precision": "fp32", "patches": ["cpu-expand-float"]}))
     [run] = runner.runs_spec(cfg, ["a"], "results", None)
     assert run["patches"] == ["cpu-expand-float"] and recipe.check_run("r.json", 0, dict(run))
 
@@ -476,7 +487,7 @@ def test_the_recipe_refuses_an_unknown_patch_and_records_the_runs():
 def test_llamacpp_entries_are_checked_naming_the_key(monkeypatch, tmp_path):
     monkeypatch.delenv(runner.SERVER_ENV, raising=False)
     cfg = _config(plain={"engine": "llamacpp", "precision": "bf16"})
-    [line] = runner.problems(cfg)
+    [line] = config_problems(cfg)
     assert line.startswith(
         "engines.llamacpp_server: not set (nor ORTHRUS_LLAMACPP_SERVER), needed by decode.engines.plain"
     )
@@ -485,18 +496,18 @@ def test_llamacpp_entries_are_checked_naming_the_key(monkeypatch, tmp_path):
     server.write_text("#!/bin/sh\n")
     server.chmod(0o755)
     cfg["engines"]["llamacpp_server"] = str(server)
-    [line] = runner.problems(cfg)  # a bf16 entry converts the teacher: the converter must be beside it
+    [line] = config_problems(cfg)  # a bf16 entry converts the teacher: the converter must be beside it
     assert "no converter beside" in line and "bash envs/build-llamacpp.sh" in line
     (tmp_path / "convert").mkdir()
     (tmp_path / "convert" / "convert_hf_to_gguf.py").write_text("")
-    assert runner.problems(cfg) == []
+    assert config_problems(cfg) == []
     bad = {
         "e": {"engine": "llamacpp", "precision": "bf16", "speculative": "eagle3", "draft": "x"},
         "p": {"engine": "llamacpp", "precision": "bf16", "patches": ["cpu-expand-float"]},
         "g": {"engine": "llamacpp", "precision": "bf16", "gguf": str(tmp_path / "none.gguf")},
         "s": {"engine": "llamacpp", "precision": "bf16", "gguf": "self"},
     }
-    found = runner.problems(_config(**bad) | {"engines": cfg["engines"]})
+    found = config_problems(_config(**bad) | {"engines": cfg["engines"]})
     for line in (
         "decode.engines.e.speculative: eagle3 is not llamacpp's; it runs none, ngram, draft_model",
         "decode.engines.p.patches: a vllm setting",
@@ -506,14 +517,17 @@ def test_llamacpp_entries_are_checked_naming_the_key(monkeypatch, tmp_path):
         assert any(p.startswith(line) for p in found), (line, found)
 
 
-def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own():
-    given = "/models/q4.gguf"
+def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own(runnable, tmp_path):
+    given = tmp_path / "q4.gguf"  # a given file must exist
+    given.write_bytes(b"GGUF")
+    given = str(given)
     cfg = _config(
         a={"engine": "llamacpp", "precision": "bf16"},
         b={"engine": "llamacpp", "precision": "bf16", "speculative": "draft_model", "k": 2, "reference": "a"},
         c={"engine": "llamacpp", "precision": "fp32", "gguf": given, "speculative": "draft_model", "draft": "self"},
         d={"engine": "vllm", "precision": "fp32"},
     )
+    cfg = study(cfg)
     assert runner.jobs(cfg) == {"llamacpp": ["a", "b", "c"], "vllm-fp32": ["d"]}
     runs = {r["name"]: r for r in runner.runs_spec(cfg, ["a", "b", "c"], "results", None, "teacher")}
     assert runs["a"]["model"] == "results/gguf/teacher-bf16.gguf" and "draft" not in runs["a"]
@@ -523,22 +537,21 @@ def test_llamacpp_runs_serve_converted_or_given_files_and_draft_with_their_own()
     assert files == ["results/gguf/teacher-bf16.gguf", "results/gguf/draft-bf16.gguf", given]
 
 
-def test_gguf_source_is_the_teachers_own_file(tmp_path, monkeypatch):
+def test_gguf_source_is_the_teachers_own_file(tmp_path, runnable):
     """`gguf: source` serves teacher.gguf's file as shipped (a registry's quantized GGUF), and is
     refused, naming the key, where the teacher does not come from a GGUF file."""
-    monkeypatch.setattr(runner.LLAMACPP_ENGINE, "server_problem", lambda *a: None)
     shipped = tmp_path / "model.Q4_1.gguf"
     shipped.write_bytes(b"GGUF")
     cfg = _config(
         q={"engine": "llamacpp", "precision": "fp32", "gguf": "source", "speculative": "draft_model", "draft": "self"}
     )
-    cfg["teacher"] = {"name": "t", "source": "gguf", "gguf": {"path": str(shipped)}}
-    assert runner.problems(cfg) == []
-    [run] = runner.runs_spec(cfg, ["q"], "results", None, "t")
+    cfg["teacher"] = {"name": "t", "source": "gguf", "gguf": {"path": str(shipped)}, "draft": {"source": "tiny"}}
+    assert config_problems(cfg) == []
+    [run] = runner.runs_spec(study(cfg), ["q"], "results", None, "t")
     assert run["model"] == str(shipped) and run["draft"] == str(shipped)
     assert runner.ENGINES["llamacpp"].inputs([run], "t-dir", (None, [])) == [str(shipped)]
     cfg["teacher"] = {"name": "t", "source": "shipped"}
-    [line] = runner.problems(cfg)
+    [line] = config_problems(cfg)
     assert line.startswith(
         "decode.engines.q.gguf: gguf: source names teacher.gguf's file, and teacher.source is not gguf"
     )

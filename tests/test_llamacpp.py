@@ -138,7 +138,7 @@ def llamacpp_server() -> str:
     from orthrus.engines import runner
 
     server = os.environ.get(runner.SERVER_ENV) or str(ROOT / ".llamacpp" / "bin" / "llama-server")
-    problem = runner.server_problem(server, ["tests/test_llamacpp.py"], convert=True)
+    problem = runner.LLAMACPP_ENGINE.server_problem(server, ["tests/test_llamacpp.py"], convert=True)
     if problem:
         pytest.fail(f"llama.cpp's server unusable: {problem}", pytrace=False)
     return server

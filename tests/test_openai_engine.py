@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import study
 
 from orthrus.engines import openai_answers as answers
 from orthrus.engines import openai_api as api
@@ -336,7 +337,7 @@ def test_an_entry_becomes_one_run_per_concurrency_each_compared_with_its_run_at_
     assert [found[f"plain-c{c}"]["slots"] for c in (1, 4, 16)] == [1, 4, 16]
     assert found["spec-c1"]["slots"] == found["spec-c4"]["slots"] == 4
     # and so the runs of one vLLM entry share one server start, llama.cpp's do not
-    cfg = {"engines": {}, "decode": {"engines": found}, "teacher": {"name": "teacher"}}
+    cfg = study()
     where = {"results": "results", "teacher": "teacher"}
     runs = {n: OpenAI().run(n, found[n], f"{n}.jsonl", "fp32", 0, cfg, **where) for n in found if n != "other"}
     assert openai_run.server_key(runs["spec-c1"]) == openai_run.server_key(runs["spec-c4"])
@@ -355,14 +356,14 @@ def test_an_entry_becomes_one_run_per_concurrency_each_compared_with_its_run_at_
     ],
 )
 def test_an_entry_that_cannot_run_is_refused_naming_the_key(entry, message):
-    problems = OpenAI().entry_problems("decode.engines.x", {"engine": "openai", "precision": "fp32"} | entry, {})
+    problems = OpenAI().entry_problems("decode.engines.x", {"engine": "openai", "precision": "fp32"} | entry, study())
     assert any(message in p for p in problems), problems
 
 
 def test_a_sampled_entry_takes_one_concurrency():
     e = {"engine": "openai", "url": "http://127.0.0.1:1", "concurrency": [1, 4]}
-    assert any("one number" in p for p in OpenAI().entry_problems("sampling.engines.x", e, {}))
-    assert not OpenAI().entry_problems("sampling.engines.x", e | {"concurrency": 4}, {})
+    assert any("one number" in p for p in OpenAI().entry_problems("sampling.engines.x", e, study()))
+    assert not OpenAI().entry_problems("sampling.engines.x", e | {"concurrency": 4}, study())
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
@@ -544,7 +545,7 @@ def test_a_launched_vllm_server_carries_the_entrys_patches_into_its_engine_core(
 
     monkeypatch.setattr(openai_launch, "vllm_version", lambda python, env: "0.32.0 2.13.0+cpu")
     monkeypatch.setenv(vllm_patches.ENV, "cpu-expand-float")  # inherited from the job's environment
-    cfg = {"engines": {"vllm_python": "/venv/bin/python"}, "teacher": {"name": "teacher"}}
+    cfg = study({"engines": {"vllm_python": "/venv/bin/python"}})
     entry = {"engine": "openai", "launch": "vllm", "precision": "fp32", "speculative": "ngram", "concurrency": 4}
     for patches in ([], ["cpu-expand-float"]):
         run = OpenAI().run("x", entry | {"patches": patches}, "x.jsonl", "fp32", 0, cfg, results="r", teacher="t")

@@ -14,6 +14,10 @@ program, never which engine it is; `orthrus engine-run` hands the runs to its `e
     openai_server(run, threads, prompts)  its OpenAI-compatible server's command (an openai entry's launch)
     execute(program, model, prompts, runs, threads)   start, decode greedy or sampled, stop
 
+`config` is the checked study config (orthrus/plan/config's StudyConfig), read by its attributes; an
+entry is data, the keys its config entry was given (an openai entry's runs are made by the engine,
+orthrus/engines/openai_engine.py), and a run is the JSON its `execute` takes in another process.
+
 Its attributes say what its rules need: `gguf` (the teacher converted to GGUF files) and `stand_in`
 (an entry's `stand_in` chooses it, not `engine`). An engine's program is one executable (`key` in the
 config, else the environment variable `env`, built by `build`): vLLM's environment's Python, llama.cpp's
@@ -56,9 +60,9 @@ class Engine:
     native_completion = False
     openai_owner = ""
 
-    def program(self, config: dict) -> str | None:
+    def program(self, config) -> str | None:
         """The engine's program: the config's `key`, else $`env`, else None."""
-        return (config.get("engines") or {}).get(self.key.split(".", 1)[1]) or os.environ.get(self.env) or None
+        return getattr(config.engines, self.key.split(".", 1)[1]) or os.environ.get(self.env) or None
 
     def executable(self, value: str | None, users: list[str]) -> tuple[str | None, str]:
         """(the program's path, "needed by ..." for later messages), or (None, why it is unusable)."""
@@ -73,24 +77,24 @@ class Engine:
             return None, f"{self.key}: {value!r} is not an executable file ({need}; build it with `{self.build}`)"
         return exe, need
 
-    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+    def problem(self, config, users: list[str], entries: list[dict]) -> str | None:
         """Why the engine cannot run for `users` (the entries' keys), naming the key; None where it can."""
         exe, need = self.executable(self.program(config), users)
         return None if exe else need
 
-    def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
+    def entry_problems(self, key: str, entry: dict, config) -> list[str]:
         """`key`: the entry's (decode.engines.NAME, sampling.engines.NAME)."""
         method = entry.get("speculative", "none")
         if method not in self.speculative:
             return [f"{key}.speculative: {method} is not {self.name}'s; it runs {', '.join(self.speculative)}"]
-        if method == "draft_model" and not entry.get("draft") and not (config.get("teacher") or {}).get("draft"):
+        if method == "draft_model" and not entry.get("draft") and not config.teacher.draft:
             return [f"{key}.draft: speculative draft_model needs a draft: set it, or teacher.draft"]
         return []
 
     def job(self, entry: dict) -> str:
         return self.name
 
-    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config, **where) -> dict:
         """The run an entry becomes (what `execute` takes): `where` holds the study's paths the engine may
         need (results, teacher, draft)."""
         return {

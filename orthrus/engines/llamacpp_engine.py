@@ -20,17 +20,17 @@ def converter(server: str) -> str:
     return str(Path(server).resolve().parent.parent / "convert")
 
 
-def source_gguf(config: dict) -> str:
+def source_gguf(config) -> str:
     """teacher.gguf's own file (`gguf: source`: the file the teacher was converted from, as shipped)."""
     from orthrus.models.gguf import locate
 
-    g = (config.get("teacher") or {}).get("gguf") or {}
-    if (config.get("teacher") or {}).get("source") != "gguf":
+    g = config.teacher.gguf
+    if config.teacher.source != "gguf":
         raise InputError("gguf: source names teacher.gguf's file, and teacher.source is not gguf")
-    return str(locate(g.get("path"), g.get("package"), g.get("file"))[0])
+    return str(locate(g.path, g.package, g.file)[0])
 
 
-def resolved(entry: dict, config: dict) -> dict:
+def resolved(entry: dict, config) -> dict:
     """A llamacpp entry with `gguf: source` / `draft: source` replaced by teacher.gguf's file."""
     return entry | {k: source_gguf(config) for k in ("gguf", "draft") if entry.get(k) == "source"}
 
@@ -67,7 +67,7 @@ class LlamaCpp(Engine):
     openai_owner = "llamacpp"  # in its tree in llama-cpp-python 0.3.1 and 0.3.36
     slots_follow_load = True  # -np: llama.cpp fixes its slots, and divides its context among them, at start
 
-    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+    def problem(self, config, users: list[str], entries: list[dict]) -> str | None:
         # an entry that serves or drafts with a converted file needs the converter beside the server
         # (no `gguf`: the precision's type, converted)
         convert = any(
@@ -87,7 +87,7 @@ class LlamaCpp(Engine):
             )
         return None
 
-    def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
+    def entry_problems(self, key: str, entry: dict, config) -> list[str]:
         out = super().entry_problems(key, entry, config)
         for k in ("patches", "batch_invariant"):
             if entry.get(k):
@@ -114,7 +114,7 @@ class LlamaCpp(Engine):
             out.append(f"{key}.gguf: self is a draft's value; give a GGUF type or file")
         return out
 
-    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config, **where) -> dict:
         """The run serves the entry's GGUF file with its KV cache's type, and drafts with its draft's file
         where a draft model proposes; `where`: results (the folder) and teacher (its name, which the
         converted files carry)."""

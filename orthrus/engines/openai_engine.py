@@ -108,10 +108,10 @@ class OpenAI(Engine):
     name = "openai"
     speculative = ("none", "ngram", "draft_model")
 
-    def program(self, config: dict) -> str | None:
+    def program(self, config) -> str | None:
         return None  # a launched server's program is its engine row's (engines.*); a URL needs none
 
-    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+    def problem(self, config, users: list[str], entries: list[dict]) -> str | None:
         for launch, row in launchers().items():
             mine = [(u, e) for u, e in zip(users, entries) if e.get("launch") == launch]
             problem = row.problem(config, [u for u, _ in mine], [e for _, e in mine]) if mine else None
@@ -119,7 +119,7 @@ class OpenAI(Engine):
                 return problem
         return None
 
-    def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
+    def entry_problems(self, key: str, entry: dict, config) -> list[str]:
         given = [k for k in SERVER_KEYS if entry.get(k) is not None]
         if len(given) != 1:
             return [
@@ -157,7 +157,7 @@ class OpenAI(Engine):
     def job(self, entry: dict) -> str:
         return f"{self.name}-{entry['base']}" if entry.get("base") else self.name
 
-    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config, **where) -> dict:
         concurrency = concurrencies(entry)[0]
         run = super().run(name, entry, out, precision, seed, config) | {
             "concurrency": concurrency,

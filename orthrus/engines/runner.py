@@ -42,12 +42,12 @@ SERVER_KEY, SERVER_ENV = LLAMACPP_ENGINE.key, LLAMACPP_ENGINE.env
 __all__ = ["ENGINES", "SPECULATIVE", "converter", "gguf_path"]
 
 
-def declared(config: dict) -> dict:
-    """decode.engines as the config gives it."""
-    return (config.get("decode") or {}).get("engines") or {}
+def declared(config) -> dict:
+    """decode.engines as the config gives it (each entry as data: the keys given)."""
+    return {n: e.model_dump() for n, e in config.decode.engines.items()}
 
 
-def entries(config: dict) -> dict:
+def entries(config) -> dict:
     """decode.engines as the workflow runs it: an openai entry as one entry per concurrency (NAME-cC,
     orthrus/engines/openai_engine.py)."""
     return expand(declared(config))
@@ -62,88 +62,66 @@ def as_engine_entry(entry: dict) -> dict:
     return entry | {"engine": Transformers.name, "speculative": method}
 
 
-def standin_entries(config: dict) -> dict:
+def standin_entries(config) -> dict:
     """decode.external's entries with `stand_in`, as the transformers engine's entries (`path`: their file)."""
-    external = (config.get("decode") or {}).get("external") or {}
-    return {n: as_engine_entry(e) for n, e in external.items() if (e or {}).get("stand_in")}
+    return {n: as_engine_entry(e.model_dump()) for n, e in config.decode.external.items() if e.stand_in}
 
 
-def _run_entries(config: dict) -> dict:
+def _run_entries(config) -> dict:
     """Every entry the workflow decodes with an engine: decode.engines' and the stand-ins'."""
     return entries(config) | standin_entries(config)
 
 
-def llamacpp_server(config: dict) -> str | None:
+def llamacpp_server(config) -> str | None:
     """llama.cpp's server: engines.llamacpp_server, else $ORTHRUS_LLAMACPP_SERVER, else None."""
     return LLAMACPP_ENGINE.program(config)
 
 
-def vllm_python(config: dict) -> str | None:
-    """The engine environment's Python: engines.vllm_python, else $ORTHRUS_VLLM_PYTHON, else None."""
-    return VLLM_ENGINE.program(config)
-
-
-def server_problem(server: str | None, users: list[str], convert: bool) -> str | None:
-    return LLAMACPP_ENGINE.server_problem(server, users, convert)
-
-
-def python_problem(python: str | None, users: list[str]) -> str | None:
-    return VLLM_ENGINE.python_problem(python, users)
-
-
-def _entry_problems(name: str, entry: dict, config: dict) -> list[str]:
-    key, out = f"decode.engines.{name}", []
-    decode = config.get("decode") or {}
-    out += ENGINES[entry["engine"]].entry_problems(key, entry, config) if entry.get("engine") in ENGINES else []
-    if entry.get("precision") not in (decode.get("precisions") or []):
+def _entry_problems(name: str, config) -> list[str]:
+    """The entry's place in the study: its cell inside the decode grid, its reference a plain run at its
+    precision."""
+    key, decode = f"decode.engines.{name}", config.decode
+    entry, out = decode.engines[name], []
+    if entry.precision not in decode.precisions:
         out.append(
-            f"{key}.precision: {entry.get('precision')!r} not in decode.precisions (its ar-ref reference runs "
-            "only there)"
+            f"{key}.precision: {entry.precision!r} not in decode.precisions (its ar-ref reference runs only there)"
         )
-    attention = entry.get("attention")
-    if attention is not None and attention not in (decode.get("attentions") or []):
-        out.append(f"{key}.attention: {attention!r} not in decode.attentions")
-    ref = entry.get("reference")
-    if ref is not None:
-        other = declared(config).get(ref)
-        if other is None:
-            out.append(f"{key}.reference: {ref!r} is not an entry of decode.engines {sorted(declared(config))}")
-        elif other.get("reference"):
-            out.append(f"{key}.reference: {ref!r} has a reference of its own; an engine pair compares with a plain run")
-        elif other.get("precision") != entry.get("precision"):
-            out.append(
-                f"{key}.reference: {ref!r} runs at {other.get('precision')}, this at {entry.get('precision')}: "
-                "a pair compares one precision"
-            )
+    if entry.attention is not None and entry.attention not in decode.attentions:
+        out.append(f"{key}.attention: {entry.attention!r} not in decode.attentions")
+    ref = entry.reference
+    other = decode.engines.get(ref) if ref is not None else None
+    if ref is not None and other is None:
+        out.append(f"{key}.reference: {ref!r} is not an entry of decode.engines {sorted(decode.engines)}")
+    elif other is not None and other.reference:
+        out.append(f"{key}.reference: {ref!r} has a reference of its own; an engine pair compares with a plain run")
+    elif other is not None and other.precision != entry.precision:
+        out.append(
+            f"{key}.reference: {ref!r} runs at {other.precision}, this at {entry.precision}: "
+            "a pair compares one precision"
+        )
     return out
 
 
-def problems(config: dict) -> list[str]:
+def problems(config) -> list[str]:
     """decode.engines and engines.* rules a schema cannot state, one line per problem naming the key
     (called from the config model's whole-study rules, orthrus/plan/config/rules.py)."""
-    found = declared(config)
-    out = []
-    external = (config.get("decode") or {}).get("external") or {}
-    names = {
-        (config.get("teacher") or {}).get("name"),
-        *(config.get("models") or {}),
-        *(config.get("external_models") or {}),
-        *external,
-    }
+    found, out = declared(config), []
+    names = {config.teacher.name, *config.models, *config.external_models, *config.decode.external}
     for name, entry in found.items():
         if name in names:
             out.append(
                 f"decode.engines.{name}: the name is taken (teacher, models, external_models or decode.external)"
             )
-        out += _entry_problems(name, entry or {}, config)
-        if (entry or {}).get("engine") == OpenAI.name:  # its runs' names (NAME-cC) are taken too
+        out += ENGINES[entry["engine"]].entry_problems(f"decode.engines.{name}", entry, config)
+        out += _entry_problems(name, config)
+        if entry["engine"] == OpenAI.name:  # its runs' names (NAME-cC) are taken too
             out += [
                 f"decode.engines.{name}: its run {run!r} takes the name of another entry"
                 for run in expand({name: entry})
                 if run in names or run in found
             ]
     for engine in ENGINES.values():
-        mine = sorted(n for n in found if found[n].get("engine") == engine.name)
+        mine = sorted(n for n in found if found[n]["engine"] == engine.name)
         if mine:
             problem = engine.problem(config, [f"decode.engines.{n}" for n in mine], [found[n] for n in mine])
             out += [problem] if problem else []
@@ -160,9 +138,9 @@ def engine_file(results: str, name: str) -> str:
     return f"{results}/engine/{name}.jsonl"
 
 
-def external_entries(config: dict, results: str) -> dict:
+def external_entries(config, results: str) -> dict:
     """Each decode.engines entry as the decode.external entry of the file the workflow writes for it."""
-    attentions = (config.get("decode") or {}).get("attentions") or ["sdpa"]
+    attentions = config.decode.attentions
     return {
         name: {
             "path": engine_file(results, name),
@@ -174,7 +152,7 @@ def external_entries(config: dict, results: str) -> dict:
     }
 
 
-def jobs(config: dict) -> dict[str, list[str]]:
+def jobs(config) -> dict[str, list[str]]:
     """{job: the names of its engine runs}, as each entry's engine groups them (vLLM: one job, one
     process, per precision; llama.cpp: one job, a server a run; transformers: one job)."""
     groups: dict[str, list[str]] = {}
@@ -183,12 +161,12 @@ def jobs(config: dict) -> dict[str, list[str]]:
     return groups
 
 
-def job_engine(config: dict, names: list[str]) -> Engine:
+def job_engine(config, names: list[str]) -> Engine:
     """The engine of a job's runs (one job, one engine)."""
     return ENGINES[_run_entries(config)[names[0]]["engine"]]
 
 
-def runs_spec(config: dict, names: list[str], results: str, draft: str | None, teacher: str = "") -> list[dict]:
+def runs_spec(config, names: list[str], results: str, draft: str | None, teacher: str = "") -> list[dict]:
     """The runs of the decode.engines entries `names`, as their engine makes them (`teacher`: the
     teacher's name, which converted model files carry; `draft`: the study's draft's path)."""
     found = _run_entries(config)
@@ -198,7 +176,7 @@ def runs_spec(config: dict, names: list[str], results: str, draft: str | None, t
             found[n],
             found[n].get("path") or engine_file(results, n),
             found[n]["precision"],
-            config.get("seed", 0),
+            config.seed,
             config,
             results=results,
             teacher=teacher,

@@ -184,24 +184,24 @@ class Transformers(Engine):
     speculative = tuple(DECODERS)
     stand_in = True
 
-    def program(self, config: dict) -> str | None:
+    def program(self, config) -> str | None:
         return ""
 
-    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+    def problem(self, config, users: list[str], entries: list[dict]) -> str | None:
         return None
 
-    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config, **where) -> dict:
         """The run decodes at the entry's cell (its attention, else the first of decode.attentions) with the
         study's decoding setting, the entry's method as its decoder."""
         from orthrus.options import DecodeOptions
 
-        decode = config.get("decode") or {}
-        attention = entry.get("attention") or (decode.get("attentions") or ["sdpa"])[0]
+        decode = config.decode
+        attention = entry.get("attention") or decode.attentions[0]
         decoder = DECODERS[entry.get("speculative", "none")]
-        options = DecodeOptions.from_config(decode, decoder, precision, attention)
+        options = DecodeOptions.from_config(decode.model_dump(), decoder, precision, attention)
         return super().run(name, entry, out, precision, seed, config) | {
             "options": options.to_json(),
-            "device": decode.get("device", "cpu"),
+            "device": decode.device,
         }
 
     def model_path(self, teacher: str) -> str:

@@ -35,7 +35,7 @@ class VLLM(Engine):
     openai_server = staticmethod(openai_launch.vllm)  # --max-num-seqs: the largest load, one start
     openai_owner = "vllm"  # its /v1/models' owned_by (vLLM's ModelCard default)
 
-    def problem(self, config: dict, users: list[str], entries: list[dict]) -> str | None:
+    def problem(self, config, users: list[str], entries: list[dict]) -> str | None:
         return self.python_problem(self.program(config), users)
 
     def python_problem(self, python: str | None, users: list[str]) -> str | None:
@@ -59,7 +59,7 @@ class VLLM(Engine):
             return f"{self.key}: {python!r} has no vllm installed ({need}; build it with `{self.build}`)"
         return None
 
-    def entry_problems(self, key: str, entry: dict, config: dict) -> list[str]:
+    def entry_problems(self, key: str, entry: dict, config) -> list[str]:
         out = super().entry_problems(key, entry, config)
         if entry.get("kv_cache"):
             out.append(f"{key}.kv_cache: llamacpp's setting (vLLM's KV cache is the model's dtype)")
@@ -67,18 +67,17 @@ class VLLM(Engine):
             out.append(f"{key}.gguf: llamacpp's setting (vLLM serves the teacher's own files)")
         if entry.get("speculative") == "eagle3" and not entry.get("draft"):
             out.append(f"{key}.draft: speculative eagle3 needs the EAGLE-3 head's directory")
-        if entry.get("batch_invariant") and (config.get("decode") or {}).get("device", "cpu") == "cpu":
+        if entry.get("batch_invariant") and config.decode.device == "cpu":
             out.append(f"{key}.batch_invariant: {BATCH_INVARIANT_CPU}")
         return out
 
     def job(self, entry: dict) -> str:
         return f"vllm-{entry['precision']}"
 
-    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config: dict, **where) -> dict:
-        engines = config.get("engines") or {}
+    def run(self, name: str, entry: dict, out: str, precision: str, seed: int, config, **where) -> dict:
         run = super().run(name, entry, out, precision, seed, config) | {
-            "compile": bool(engines.get("compile", False)),
-            "kv_cache_gib": engines.get("kv_cache_gib", 1),
+            "compile": config.engines.compile,
+            "kv_cache_gib": config.engines.kv_cache_gib,
             "patches": list(entry.get("patches") or []),
         }
         if run["speculative"] in ("draft_model", "eagle3"):

@@ -17,9 +17,9 @@ class EnginesPlan:
     def __init__(self, config):
         from orthrus.engines.runner import external_entries
 
-        d, data = config.decode, config.model_dump()  # the engines read entries and the config as data
+        d = config.decode  # the entries as data: the keys given (orthrus/engines/engine.py)
         self.teacher = config.teacher.name
-        self.entries = data["decode"]["external"] | external_entries(data, R)
+        self.entries = {n: e.model_dump() for n, e in d.external.items()} | external_entries(config, R)
         self.cells = _cells(self.entries, d.precisions, d.attentions)
 
     def file(self, name: str) -> str:

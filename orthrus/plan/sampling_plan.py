@@ -48,11 +48,11 @@ class SamplingPlan:
         `stand_in` is the transformers engine's."""
         from orthrus.engines.runner import ENGINES, as_engine_entry
 
-        seeds, precision, data = self._seeds(), self.sampling.two_sample.precision, self.config.model_dump()
+        seeds, precision = self._seeds(), self.sampling.two_sample.precision
         found = {n: as_engine_entry(e) for n, e in self.engines().items()}
         return [
             ENGINES[engine].run(
-                n, e, e["path"], precision, seeds[n], data, results=R, teacher=self.models.teacher, draft=draft
+                n, e, e["path"], precision, seeds[n], self.config, results=R, teacher=self.models.teacher, draft=draft
             )
             for n, e in found.items()
             if e.get("engine") == engine

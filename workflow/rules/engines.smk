@@ -13,9 +13,9 @@ from orthrus.engines.runner import converter, entries as engine_entries_of, job_
 
 _ENGINE_RULES = set()
 _DRAFT = (S.models.draft_path() if DRAFT else None, S.models.draft_files())
-for _job, _names in engine_jobs(config).items():
-    _engine = job_engine(config, _names)
-    _runs = runs_spec(config, _names, R, _DRAFT[0], TEACHER)
+for _job, _names in engine_jobs(S.config).items():
+    _engine = job_engine(S.config, _names)
+    _runs = runs_spec(S.config, _names, R, _DRAFT[0], TEACHER)
 
     # one job per group its engine forms (vLLM: a process per precision, each run its own engine; llama.cpp:
     # one job, a server a run); the engine says what the job reads and which program runs it
@@ -29,7 +29,7 @@ for _job, _names in engine_jobs(config).items():
             [r["out"] for r in _runs],
         params:
             engine=_engine.name,
-            program=_engine.program(config) or "",
+            program=_engine.program(S.config) or "",
             model=_engine.model_path(S.models.teacher_path()),
             weights=lambda w, _runs=_runs: weights_fingerprint(S.models.teacher_path(), *([_DRAFT[0]] if drafts_with(_runs, _DRAFT[0]) else [])),  # new weights inside the directory rerun this
             runs=json.dumps(_runs),
@@ -48,7 +48,7 @@ for _job, _names in engine_jobs(config).items():
             " --prompts {input.prompts:q} --runs {params.runs:q} --threads {threads:q} > {log:q} 2>&1"
 
 
-if serves_gguf([*engine_entries_of(config).values(), *S.sampling.engines().values()]):
+if serves_gguf([*engine_entries_of(S.config).values(), *S.sampling.engines().values()]):
 
     rule gguf_export:
         """The teacher (or teacher.draft) as a GGUF file of one type, by llama.cpp's own converter."""
@@ -60,7 +60,7 @@ if serves_gguf([*engine_entries_of(config).values(), *S.sampling.engines().value
             gguf_type="f32|bf16|f16",
         params:
             path=lambda w: S.models.teacher_path() if w.model == TEACHER else S.models.draft_path(),
-            converter=converter(llamacpp_server(config) or "."),
+            converter=converter(llamacpp_server(S.config) or "."),
         log:
             f"{R}/logs/gguf/{{model}}-{{gguf_type}}.log",
         resources:

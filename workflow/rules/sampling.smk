@@ -120,7 +120,7 @@ for _engine in ENGINES.values():
             [r["out"] for r in _runs],
         params:
             engine=_engine.name,
-            program=_engine.program(config) or "",
+            program=_engine.program(S.config) or "",
             model=_engine.model_path(S.models.teacher_path()),
             weights=lambda w, _runs=_runs: weights_fingerprint(S.models.teacher_path(), *([_SAMPLED_DRAFT[0]] if drafts_with(_runs, _SAMPLED_DRAFT[0]) else [])),  # new weights inside the directory rerun this
             runs=json.dumps(_runs),

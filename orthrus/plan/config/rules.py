@@ -1,7 +1,7 @@
 """The whole study's rules over its models' sources and its environment (StudyConfig's validator runs
 them): the assisted decoder's draft, the families the loop runs on, the kernels this installation has,
 pinned revisions, the prompt sets the corpus needs, the evaluation file's domains, the device, and the
-engines (whose own rules are orthrus/engines/runner.py's, over the checked config's data)."""
+engines (whose own rules are orthrus/engines/runner.py's, over the checked config)."""
 
 from __future__ import annotations
 
@@ -223,21 +223,20 @@ def device_problems(cfg) -> list[str]:
 
 
 def engine_problems(cfg) -> list[str]:
-    """decode.engines (orthrus/engines/runner.py) and sampling.engines' entries as their engines take them,
-    and each engine's program where an entry needs it; the engines read the checked config as data."""
+    """decode.engines (orthrus/engines/runner.py) and sampling.engines' entries as their engines take them
+    (as data, orthrus/engines/engine.py), and each engine's program where an entry needs it."""
     from orthrus.engines.runner import ENGINES
     from orthrus.engines.runner import problems as decode_engine_problems
 
-    data, engines = cfg.model_dump(), cfg.sampling.engines
-    out = decode_engine_problems(data)
-    entries = data["sampling"]["engines"]
+    out, engines = decode_engine_problems(cfg), cfg.sampling.engines
+    entries = {n: e.model_dump() for n, e in engines.items()}
     for n, e in engines.items():
         if e.engine in ENGINES:
-            out += ENGINES[e.engine].entry_problems(f"sampling.engines.{n}", entries[n], data)
+            out += ENGINES[e.engine].entry_problems(f"sampling.engines.{n}", entries[n], cfg)
     for engine in ENGINES.values():
         mine = [n for n, e in engines.items() if e.engine == engine.name]
         problem = (
-            engine.problem(data, [f"sampling.engines.{n}" for n in mine], [entries[n] for n in mine]) if mine else None
+            engine.problem(cfg, [f"sampling.engines.{n}" for n in mine], [entries[n] for n in mine]) if mine else None
         )
         out += [problem] if problem else []
     return out
