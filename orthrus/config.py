@@ -65,7 +65,8 @@ def apply_sets(cfg: dict, items) -> dict:
 
 # ----------------------------------------------------------------------------- typed settings
 
-OMIT = "omit"  # Annotated marker: a key with no default, left out of the checked config until given
+OMIT = "omit"  # Annotated marker: a key left out of the checked config's data until given (its default, where
+# it has one, is the typed section's)
 SAYS: dict[str, str] = {}  # each pattern's rule in words, which its error line gives instead of the regex
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from orthrus import contracts
 from orthrus.data import corpus, prompt_set, prompts
+from orthrus.errors import InputError
 
 MICRO = {
     "steps": 2,
@@ -125,6 +126,24 @@ def test_hf_source_from_local_jsonl(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "distill qa: kept 20, dropped 13 (duplicate=10, empty=1, too_long=1, too_short=1)" in err
     assert "only 20 usable prompts of 100" in err
+
+
+def test_the_stage_reads_its_settings_with_the_configs_model(tmp_path, capsys):
+    """`orthrus prompts --config FILE` takes the defaults the workflow's `prompts` section has (one
+    model, orthrus/data/settings.py): an hf file without min_chars keeps a 10-character prompt (the
+    default is 1; the stage's own default was 50), and a misspelt key is refused naming it."""
+    src = tmp_path / "qa.jsonl"
+    src.write_text("\n".join(json.dumps({"text": f"question {i}"}) for i in range(6)) + "\n")
+    cfg = {"source": "hf", "eval": {"qa": {"path": "json", "data_files": str(src), "n": 3}}, "distill_n": 2}
+    cfg["distill"] = [{"domain": "qa", "path": "json", "data_files": str(src)}]
+    out = ["--eval-out", str(tmp_path / "e.parquet"), "--distill-out", str(tmp_path / "d.parquet")]
+    assert prompts.main(["--config", json.dumps(cfg), *out]) == 0
+    e, d = pd.read_parquet(tmp_path / "e.parquet"), pd.read_parquet(tmp_path / "d.parquet")
+    assert (len(e), len(d)) == (3, 2) and e["prompt"].str.len().min() == 10
+    with pytest.raises(InputError, match=r"bad prompts settings: min_char: unknown key"):
+        prompts.main(["--config", json.dumps(cfg | {"min_char": 50}), *out])
+    with pytest.raises(InputError, match=r"eval\.qa\.n: "):
+        prompts.main(["--config", json.dumps(cfg | {"eval": {"qa": {"path": "json", "n": 0}}}), *out])
 
 
 @pytest.fixture(scope="module")

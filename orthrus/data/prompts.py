@@ -24,7 +24,8 @@ Sources:
         - {domain: math, path: openai/gsm8k, name: main, split: train, column: question,
            n: 5000}
 
-  A spec takes `path`, optional `name`, `data_files`, `split` (default `train`),
+  A spec (orthrus/data/settings.py's `Dataset`, whose defaults these are) takes `path`, optional
+  `name`, `data_files`, `split` (default `train`),
   `column` (the text column) or `template` (a `str.format` over the row's columns),
   `n`, optional `min_chars`/`max_chars` (override the global ones) and `shuffle`
   (default true: rows are taken in a seeded random order).
@@ -58,6 +59,7 @@ import pandas as pd
 
 from orthrus.config import load_config
 from orthrus.data.prompt_set import check_prompt_set, control_token, visible
+from orthrus.data.settings import EVAL_PER_DOMAIN, HF_DISTILL_N, HF_EVAL_N, Dataset, Prompts, read_settings
 from orthrus.io import write_parquet
 
 
@@ -105,7 +107,7 @@ def check_prompt(text: Any, min_chars: int, max_chars: int) -> str:
 
 def tiny_prompts(
     seed: int = 0,
-    eval_per_domain: int = 20,
+    eval_per_domain: int = EVAL_PER_DOMAIN,
     distill_n: int = 1000,
     domains: list[str] | None = None,
     min_chars: int = 1,
@@ -174,33 +176,26 @@ def tiny_prompts(
 # --------------------------------------------------------------------------- HF datasets
 
 
-def _load_rows(spec: dict):
+def _load_rows(spec: Dataset):
     import datasets
 
-    kwargs = {}
-    if spec.get("name") is not None:
-        kwargs["name"] = spec["name"]
-    if spec.get("data_files") is not None:
-        kwargs["data_files"] = spec["data_files"]
-    if spec.get("revision") is not None:
-        kwargs["revision"] = spec["revision"]
-    return datasets.load_dataset(spec["path"], split=spec.get("split", "train"), **kwargs)
+    kwargs = {k: getattr(spec, k) for k in ("name", "data_files", "revision") if getattr(spec, k) is not None}
+    return datasets.load_dataset(spec.path, split=spec.split, **kwargs)
 
 
-def _row_text(row: dict, spec: dict):
-    if spec.get("template"):
+def _row_text(row: dict, spec: Dataset):
+    if spec.template:
         try:
-            return spec["template"].format(**row)
+            return spec.template.format(**row)
         except (KeyError, IndexError, ValueError):
             return None
-    col = spec.get("column", "text")
-    if col not in row:
-        raise KeyError(f"dataset {spec['path']!r}: no column {col!r} (have {sorted(row)})")
-    return row[col]
+    if spec.column not in row:
+        raise KeyError(f"dataset {spec.path!r}: no column {spec.column!r} (have {sorted(row)})")
+    return row[spec.column]
 
 
 def _take(
-    spec: dict,
+    spec: Dataset,
     domain: str,
     n: int,
     seed: int,
@@ -212,10 +207,10 @@ def _take(
 ) -> list[dict]:
     ds = _load_rows(spec)
     order = list(range(len(ds)))
-    if spec.get("shuffle", True):
-        random.Random(f"{seed}|{domain}|{spec['path']}|{prefix}").shuffle(order)
-    lo = spec.get("min_chars", min_chars)
-    hi = spec.get("max_chars", max_chars)
+    if spec.shuffle:
+        random.Random(f"{seed}|{domain}|{spec.path}|{prefix}").shuffle(order)
+    lo = min_chars if spec.min_chars is None else spec.min_chars
+    hi = max_chars if spec.max_chars is None else spec.max_chars
     out = []
     for idx in order:
         if len(out) >= n:
@@ -230,30 +225,28 @@ def _take(
         exclude.add(text)
         out.append({"domain": domain, "prompt": text})
     if len(out) < n:
-        _log(f"{prefix} {domain}: only {len(out)} usable prompts of {n} requested from {spec['path']!r}")
+        _log(f"{prefix} {domain}: only {len(out)} usable prompts of {n} requested from {spec.path!r}")
     return out
 
 
-def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None, distill_n: int | None = None):
-    """(eval_df, distill_df, log) from the datasets named in `cfg` (see module doc)."""
-    min_chars = int(cfg.get("min_chars", 50))
-    max_chars = int(cfg.get("max_chars", 1000))
+def hf_prompts(s: Prompts, seed: int = 0):
+    """(eval_df, distill_df, log) from the datasets named in `s` (see module doc)."""
+    min_chars, max_chars = s.min_chars, s.max_chars
     ev_drop, di_drop = DropCounter(), DropCounter()
     seen: set = set()
     rows = []
-    for domain, spec in (cfg.get("eval") or {}).items():
-        n = int(spec.get("n", eval_per_domain if eval_per_domain is not None else 100))
+    for domain, spec in (s.eval or {}).items():
+        n = spec.n or s.eval_per_domain or HF_EVAL_N
         taken = _take(spec, domain, n, seed, min_chars, max_chars, seen, ev_drop, "eval")
         rows += [{"prompt_id": f"{domain}-{k:04d}", **r} for k, r in enumerate(taken)]
     eval_df = pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"])
 
     rows = []
-    for spec in cfg.get("distill") or []:
-        domain = spec.get("domain", spec["path"])
-        n = int(spec.get("n", 1000))
-        rows += _take(spec, domain, n, seed, min_chars, max_chars, seen, di_drop, "distill")
-    if distill_n is not None:
-        rows = rows[:distill_n]
+    for spec in s.distill or []:
+        rows += _take(
+            spec, spec.domain or spec.path, spec.n or HF_DISTILL_N, seed, min_chars, max_chars, seen, di_drop, "distill"
+        )
+    rows = rows[: s.distill_n]
     rows = [{"prompt_id": f"distill-{k:06d}", **r} for k, r in enumerate(rows)]
     distill_df = pd.DataFrame(rows, columns=["prompt_id", "domain", "prompt"])
     log = {
@@ -267,19 +260,14 @@ def hf_prompts(cfg: dict, seed: int = 0, eval_per_domain: int | None = None, dis
     return eval_df, distill_df, log
 
 
-def _use_eval_file(cfg: dict, distill_df: pd.DataFrame, log: dict):
-    """The evaluation set of `cfg['eval_file']` (orthrus.data.prompt_file) in place of the source's;
+def _use_eval_file(s: Prompts, distill_df: pd.DataFrame, log: dict):
+    """The evaluation set of `s.eval_file` (orthrus.data.prompt_file) in place of the source's;
     distillation prompts that appear in it are dropped, so the two sets stay disjoint."""
-    from orthrus.data.prompt_file import TIMEOUT, load_eval_file
+    from orthrus.data.prompt_file import load_eval_file
 
-    eval_df, file_log = load_eval_file(
-        cfg["eval_file"],
-        cfg.get("eval_file_sha256"),
-        cfg.get("eval_duplicates", "error"),
-        float(cfg.get("eval_file_timeout", TIMEOUT)),
-    )
-    if cfg.get("eval_file_split"):
-        eval_df, distill_df = split_eval_file(eval_df, int(cfg["eval_file_split"]), cfg.get("distill_n"))
+    eval_df, file_log = load_eval_file(s.eval_file, s.eval_file_sha256, s.eval_duplicates, float(s.eval_file_timeout))
+    if s.eval_file_split:
+        eval_df, distill_df = split_eval_file(eval_df, s.eval_file_split, s.distill_n)
         file_log["eval_file_split"] = {"eval": len(eval_df), "distill": len(distill_df)}
     clash = distill_df["prompt"].isin(set(eval_df["prompt"]))
     if clash.any():
@@ -328,25 +316,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = load_config(args.config, args.section)
-    source = args.source or cfg.get("source", "tiny")
-    seed = args.seed if args.seed is not None else int(cfg.get("seed", 0))
-    epd = args.eval_per_domain if args.eval_per_domain is not None else cfg.get("eval_per_domain")
-    dn = args.distill_n if args.distill_n is not None else cfg.get("distill_n")
-    if source == "tiny":
+    seed = cfg.pop("seed", 0) if args.seed is None else args.seed  # a file may say `seed`; --seed overrides it
+    cfg.pop("seed", None)
+    given = {"source": args.source, "eval_per_domain": args.eval_per_domain, "distill_n": args.distill_n}
+    s = read_settings(cfg | {k: v for k, v in given.items() if v is not None})
+    if s.source == "tiny":
         eval_df, distill_df, log = tiny_prompts(
-            seed=seed,
-            eval_per_domain=int(epd if epd is not None else 20),
-            distill_n=int(dn if dn is not None else 1000),
-            domains=cfg.get("domains"),
-            min_chars=int(cfg.get("min_chars", 1)),
-            max_chars=int(cfg.get("max_chars", 1000)),
+            seed=int(seed),
+            eval_per_domain=s.eval_per_domain or EVAL_PER_DOMAIN,
+            distill_n=s.distill_n,
+            domains=s.domains,
+            min_chars=s.min_chars,
+            max_chars=s.max_chars,
         )
     else:
-        eval_df, distill_df, log = hf_prompts(
-            cfg, seed=seed, eval_per_domain=None if epd is None else int(epd), distill_n=None if dn is None else int(dn)
-        )
-    if cfg.get("eval_file"):
-        eval_df, distill_df, log = _use_eval_file(cfg, distill_df, log)
+        eval_df, distill_df, log = hf_prompts(s, seed=int(seed))
+    if s.eval_file:
+        eval_df, distill_df, log = _use_eval_file(s, distill_df, log)
     # the checks every later stage applies on reading (read_prompt_set), here before writing:
     # a prompt set from the sources or the eval file that they would refuse is never written
     check_prompt_set(eval_df, f"{args.eval_out} (evaluation prompts)")
