@@ -28,9 +28,9 @@ from orthrus.decoders import names
 from orthrus.plan import Study
 from orthrus.plan.config import StudyConfig
 from orthrus.plan.study_config import EMBEDDED, load
-from orthrus.stats import Pilot, needed_n, power
+from orthrus.report.claims.power import PLANNED, pilots
+from orthrus.stats import needed_n, power
 
-PLANNED = ("ppl-higher-when-diverging", "beta1-negative")  # the claims tested by an estimate and its error
 REDUCED = "bf16"  # the precision of Tables 5 and 6 (orthrus/report/claims/base.py)
 
 
@@ -72,8 +72,7 @@ def plan_rows(config: StudyConfig, counts: pd.Series) -> pd.DataFrame:
     target, alpha = section.target, config.analysis.alpha
     cells = planned_cells(Study(config), counts)
     rows = []
-    for claim, p in section.pilot.items():
-        pilot = Pilot(float(p.effect), float(p.se), p.n)
+    for claim, pilot in pilots(section).items():
         need = needed_n(pilot, alpha, target)
         for subject, n in cells.items():
             pw = power(pilot, n, alpha)

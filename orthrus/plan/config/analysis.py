@@ -1,5 +1,5 @@
 """`analysis`: the study's statistics (the verdicts' rounding bound is orthrus/audit/verdict.py
-ROUNDING_ULPS); `benchmarks`: the downstream tasks through lm-evaluation-harness; `resources`: what each
+ROUNDING_ULPS; `analysis.power` is the claims stage's own section, orthrus/report/claims/power.py); `benchmarks`: the downstream tasks through lm-evaluation-harness; `resources`: what each
 stage's jobs ask of a cluster."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from orthrus.audit.verdict import ROUNDING_ULPS
 from orthrus.config import Int, Name, Num, Section, check, opt, unique
 from orthrus.plan.config.decode import Attention, Precision
+from orthrus.report.claims.power import Power
 from orthrus.world.tiny_tasks import TASKS
 
 TINY_TASKS = tuple(sorted(TASKS))  # the tiny world's local lm-eval tasks
@@ -27,26 +28,6 @@ class RoundingUlps(Section):
     fp16: Ulps = ROUNDING_ULPS["fp16"]
     fp32: Ulps = ROUNDING_ULPS["fp32"]
     tf32: Ulps = ROUNDING_ULPS["tf32"]
-
-
-class Pilot(Section):
-    """One claim's pilot."""
-
-    SPARSE = True
-
-    effect: Num = Field(description="The pilot's estimate (not 0).")
-    se: Num = Field(gt=0, description="Its standard error.")
-    n: Int = Field(ge=2, description="The prompts it rested on.")
-
-
-class Power(Section):
-    """The power planned for the claims tested by an estimate and its standard error (`orthrus power`,
-    docs/USAGE.md): a claim whose power at its cell's n is below `target` says `underpowered`. No pilot: no plan."""
-
-    target: Num = Field(0.9, gt=0.5, lt=1, description="The power each planned claim needs.")
-    pilot: dict[Literal["ppl-higher-when-diverging", "beta1-negative"], Pilot] = Field(
-        {}, description="claim -> {effect, se, n}: the pilot's estimate, its standard error and its prompts."
-    )
 
 
 class Analysis(Section):

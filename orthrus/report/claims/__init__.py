@@ -212,7 +212,7 @@ def claims_table(tables, settings: Settings = DEFAULT_SETTINGS) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=CLAIMS_COLUMNS)
     if plan := power.pilots(settings.power):
         sizes = power.cell_sizes(read_table(tables, "match_overall.csv"))
-        df = power.apply(df, plan, sizes, settings.alpha, power.target(settings.power))
+        df = power.apply(df, plan, sizes, settings.alpha, settings.power.target)
     df["n"] = pd.array(df["n"], dtype="Int64")
     df[ERRORS] = pd.array(df[ERRORS], dtype="int64")
     return df
@@ -262,10 +262,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="CSV, with a Markdown twin (default: TABLES/claims.csv)")
     args = ap.parse_args(argv)
     try:
-        planned = json.loads(args.power)
-        power.pilots(planned)
-    except (ValueError, KeyError, TypeError) as e:
-        raise InputError(f"--power is not an analysis.power section as JSON ({e!r})") from None
+        planned = power.read_power(json.loads(args.power))
+    except ValueError as e:  # not JSON, or not the section (InputError names every wrong key)
+        raise InputError(f"--power: {e}") from None
     if not 0 < args.alpha < 0.5:
         raise InputError(f"--alpha must lie in (0, 0.5), got {args.alpha}")
     if not args.equivalence_margin > 0:

@@ -4,7 +4,7 @@ claim row (orthrus/report/claims/__init__.py adds the claim's description and so
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -31,8 +31,8 @@ DEFAULT_ALPHA = 0.05
 class Settings:
     alpha: float = DEFAULT_ALPHA  # level of the p-value tests (beta1, Welch, TOST)
     equivalence_margin: float = DEFAULT_MARGIN  # TOST margin, in points of the benchmark's score
-    # the config's analysis.power: {"target": power, "pilot": {claim: {effect, se, n}}} (claims/power.py)
-    power: dict = field(default_factory=dict)
+    # the config's analysis.power, checked (claims/power.py's Power); None: no plan
+    power: object = None
     # sampling.two_sample.power: the planted sampler's planned power per prompt, below which a miss is no failure
     sampled_power: float = 0.95
 

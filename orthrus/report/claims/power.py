@@ -12,24 +12,55 @@ fails on another by chance, and its verdict must say neither.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pandas as pd
+from pydantic import Field, ValidationError
 from scipy.stats import norm
 
+from orthrus.config import Int, Num, Section, problems
 from orthrus.contracts import CONFIG
+from orthrus.errors import InputError
 from orthrus.report.claims.base import UNDERPOWERED
 from orthrus.stats import Pilot, needed_n, power
 
+PLANNED = ("ppl-higher-when-diverging", "beta1-negative")  # the claims tested by an estimate and its error
 DEFAULT_TARGET = 0.9
 
 
-def pilots(section: dict | None) -> dict[str, Pilot]:
-    """The config's `analysis.power.pilot` (claim -> effect, se, n) as Pilots."""
-    given = (section or {}).get("pilot") or {}
-    return {c: Pilot(float(p["effect"]), float(p["se"]), int(p["n"])) for c, p in given.items()}
+class PilotEstimate(Section):
+    """One claim's pilot."""
+
+    SPARSE = True
+
+    effect: Num = Field(description="The pilot's estimate (not 0).")
+    se: Num = Field(gt=0, description="Its standard error.")
+    n: Int = Field(ge=2, description="The prompts it rested on.")
 
 
-def target(section: dict | None) -> float:
-    return float((section or {}).get("target", DEFAULT_TARGET))
+class Power(Section):
+    """The power planned for the claims tested by an estimate and its standard error (`orthrus power`,
+    docs/USAGE.md): a claim whose power at its cell's n is below `target` says `underpowered`. No pilot: no plan."""
+
+    target: Num = Field(DEFAULT_TARGET, gt=0.5, lt=1, description="The power each planned claim needs.")
+    pilot: dict[Literal[PLANNED], PilotEstimate] = Field(
+        {}, description="claim -> {effect, se, n}: the pilot's estimate, its standard error and its prompts."
+    )
+
+
+def read_power(data: dict) -> Power:
+    """An `analysis.power` section given as data, checked; raises InputError naming every problem."""
+    try:
+        return Power.model_validate(data)
+    except ValidationError as e:
+        raise InputError("bad analysis.power: " + "; ".join(problems(e, data, Power))) from None
+
+
+def pilots(section: Power | None) -> dict[str, Pilot]:
+    """The config's `analysis.power.pilot` (claim -> effect, se, n) as Pilots; None: no plan."""
+    if section is None:
+        return {}
+    return {c: Pilot(float(p.effect), float(p.se), p.n) for c, p in section.pilot.items()}
 
 
 def pilot_from_claims(claims: pd.DataFrame, claim: str) -> Pilot | None:
