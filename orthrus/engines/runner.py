@@ -37,8 +37,7 @@ VLLM_ENGINE, LLAMACPP_ENGINE = ENGINES["vllm"], ENGINES["llamacpp"]
 # names (the stand-in engine's)
 ENGINE_CHOICES = tuple(n for n, e in ENGINES.items() if not e.stand_in)
 STAND_IN_DECODERS = tuple(DECODERS.values())
-PYTHON_KEY, PYTHON_ENV = VLLM_ENGINE.key, VLLM_ENGINE.env
-SERVER_KEY, SERVER_ENV = LLAMACPP_ENGINE.key, LLAMACPP_ENGINE.env
+PYTHON_ENV, SERVER_ENV = VLLM_ENGINE.env, LLAMACPP_ENGINE.env  # the variables that name their programs
 __all__ = ["ENGINES", "SPECULATIVE", "converter", "gguf_path"]
 
 
