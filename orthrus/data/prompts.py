@@ -316,8 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = load_config(args.config, args.section)
-    seed = cfg.pop("seed", 0) if args.seed is None else args.seed  # a file may say `seed`; --seed overrides it
-    cfg.pop("seed", None)
+    file_seed = cfg.pop("seed", 0)  # a file of its own may say `seed` (the workflow passes --seed)
+    seed = file_seed if args.seed is None else args.seed
     given = {"source": args.source, "eval_per_domain": args.eval_per_domain, "distill_n": args.distill_n}
     s = read_settings(cfg | {k: v for k, v in given.items() if v is not None})
     if s.source == "tiny":
