@@ -152,6 +152,17 @@ class Section(BaseModel):
         return {k: v for k, v in data.items() if k in given or not (self.SPARSE or OMIT in fields[k].metadata)}
 
 
+def read_section(model: type[BaseModel], data, what: str):
+    """`data` (a section given as data, on a command line or in a file) validated by `model`, every key left
+    out at its default; raises InputError `bad <what>: ...` naming every wrong key."""
+    from orthrus.errors import InputError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"bad {what}: " + "; ".join(problems(e, data, model))) from None
+
+
 def members(t) -> list:
     """The types a field annotation admits: Annotated and unions unwrapped."""
     if get_origin(t) is Annotated:

@@ -6,9 +6,10 @@ import math
 import pandas as pd
 import pytest
 
+from orthrus.config import read_section
 from orthrus.report.claims import claims_table
 from orthrus.report.claims.base import Settings
-from orthrus.report.claims.power import apply, pilot_from_claims, read_power
+from orthrus.report.claims.power import Power, apply, pilot_from_claims
 from orthrus.report.compare_runs import compare, format_report
 from orthrus.stats import Pilot, needed_n, power
 
@@ -67,8 +68,10 @@ def test_the_claims_of_the_committed_real_model_run_under_a_plan():
     """The committed run decodes 72 prompts in each bf16 cell: enough for 0.9 at the pilot (59), short of
     0.99 (about 100), where only the planned claim's cells move, to underpowered, their statistics kept."""
     plain = claims_table(REAL)
-    assert claims_table(REAL, Settings(power=read_power(_plan())))["verdict"].equals(plain["verdict"])
-    planned = claims_table(REAL, Settings(power=read_power(_plan(target=0.99))))
+    assert claims_table(REAL, Settings(power=read_section(Power, _plan(), "analysis.power")))["verdict"].equals(
+        plain["verdict"]
+    )
+    planned = claims_table(REAL, Settings(power=read_section(Power, _plan(target=0.99), "analysis.power")))
     changed = planned["verdict"] != plain["verdict"]
     assert set(planned.loc[changed, "claim"]) == {"ppl-higher-when-diverging"}
     assert set(planned.loc[changed, "verdict"]) == {"underpowered"} and changed.sum() == 2

@@ -57,9 +57,9 @@ from typing import Any
 
 import pandas as pd
 
-from orthrus.config import load_config
+from orthrus.config import load_config, read_section
 from orthrus.data.prompt_set import check_prompt_set, control_token, visible
-from orthrus.data.settings import EVAL_PER_DOMAIN, HF_DISTILL_N, HF_EVAL_N, Dataset, Prompts, read_settings
+from orthrus.data.settings import EVAL_PER_DOMAIN, HF_DISTILL_N, HF_EVAL_N, Dataset, Prompts
 from orthrus.io import write_parquet
 
 
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     file_seed = cfg.pop("seed", 0)  # a file of its own may say `seed` (the workflow passes --seed)
     seed = file_seed if args.seed is None else args.seed
     given = {"source": args.source, "eval_per_domain": args.eval_per_domain, "distill_n": args.distill_n}
-    s = read_settings(cfg | {k: v for k, v in given.items() if v is not None})
+    s = read_section(Prompts, cfg | {k: v for k, v in given.items() if v is not None}, "prompts settings")
     if s.source == "tiny":
         eval_df, distill_df, log = tiny_prompts(
             seed=int(seed),

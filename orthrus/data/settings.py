@@ -1,7 +1,7 @@
 """The settings of the prompt sets, stated once: their defaults, types, descriptions and rules.
 
 `Prompts` is the study config's `prompts` section (orthrus/plan/config/) and what `orthrus prompts`
-reads its settings with (`read_settings`), so a direct call and the workflow get the same defaults;
+reads its settings with (orthrus/config.py's `read_section`), so a direct call and the workflow get the same defaults;
 `Dataset` is one dataset spec of its `hf` source."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from orthrus.config import OMIT, Int, Name, Num, Section, Sha256, check, opt, problems, unique
+from orthrus.config import OMIT, Int, Name, Num, Section, Sha256, check, opt, unique
 from orthrus.data.prompt_file import TIMEOUT
-from orthrus.errors import InputError
 from orthrus.world.domains import DOMAINS
 
 Path4k = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -157,12 +156,3 @@ class Prompts(Section):
                 lines.append((key, "set, but there is no prompts.eval_file for it to apply to"))
         check(lines)
         return self
-
-
-def read_settings(cfg: dict) -> Prompts:
-    """`cfg` (a prompts section as data) checked, every key left out at its default; raises InputError
-    naming every problem."""
-    try:
-        return Prompts.model_validate(cfg)
-    except ValidationError as e:
-        raise InputError("bad prompts settings: " + "; ".join(problems(e, cfg, Prompts))) from None

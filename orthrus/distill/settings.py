@@ -11,9 +11,9 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from orthrus.config import Int, Num, Section, check, opt, problems
+from orthrus.config import Int, Num, Section, check, opt, read_section
 from orthrus.errors import InputError
 
 OBJECTIVES = ("ce", "kl", "mix")
@@ -174,10 +174,7 @@ def resolve_settings(settings: dict | Settings | None) -> Settings:
     unknown = sorted(set(settings) - set(DEFAULTS))
     if unknown:
         raise InputError(f"unknown training settings: {unknown}; known: {sorted(DEFAULTS)}")
-    try:
-        return Settings.model_validate(settings)
-    except ValidationError as e:
-        raise InputError("bad training settings: " + "; ".join(problems(e, settings, Settings))) from None
+    return read_section(Settings, settings, "training settings")
 
 
 def offset_weights(weights, K: int) -> np.ndarray:

@@ -74,6 +74,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from orthrus.config import read_section
 from orthrus.contracts import CLAIMS_COLUMNS, ERRORS
 from orthrus.errors import InputError
 from orthrus.io import write_table
@@ -262,7 +263,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="CSV, with a Markdown twin (default: TABLES/claims.csv)")
     args = ap.parse_args(argv)
     try:
-        planned = power.read_power(json.loads(args.power))
+        planned = read_section(power.Power, json.loads(args.power), "analysis.power")
     except ValueError as e:  # not JSON, or not the section (InputError names every wrong key)
         raise InputError(f"--power: {e}") from None
     if not 0 < args.alpha < 0.5:

@@ -15,12 +15,11 @@ from __future__ import annotations
 from typing import Literal
 
 import pandas as pd
-from pydantic import Field, ValidationError
+from pydantic import Field
 from scipy.stats import norm
 
-from orthrus.config import Int, Num, Section, problems
+from orthrus.config import Int, Num, Section
 from orthrus.contracts import CONFIG
-from orthrus.errors import InputError
 from orthrus.report.claims.base import UNDERPOWERED
 from orthrus.stats import Pilot, needed_n, power
 
@@ -46,14 +45,6 @@ class Power(Section):
     pilot: dict[Literal[PLANNED], PilotEstimate] = Field(
         {}, description="claim -> {effect, se, n}: the pilot's estimate, its standard error and its prompts."
     )
-
-
-def read_power(data: dict) -> Power:
-    """An `analysis.power` section given as data, checked; raises InputError naming every problem."""
-    try:
-        return Power.model_validate(data)
-    except ValidationError as e:
-        raise InputError("bad analysis.power: " + "; ".join(problems(e, data, Power))) from None
 
 
 def pilots(section: Power | None) -> dict[str, Pilot]:
