@@ -217,16 +217,21 @@ SAMPLING["two_sample"] = TWO_SAMPLE | {"prompts_per_domain": 1, "domains": None}
 
 def _measure(monkeypatch, device: bool):
     from orthrus.audit import sampling
+    from orthrus.audit.settings import SampledAudit, TwoSample
     from orthrus.models import loading
     from orthrus.options import DecodeOptions
 
     model, tok = _model_and_tokenizer()
+    # built without the section's checks: 3 to 6 samples, under its floor of 10, keep the test quick
+    settings = SampledAudit.model_construct(
+        **SAMPLING | {"two_sample": TwoSample.model_construct(**SAMPLING["two_sample"])}
+    )
     prompts = pd.DataFrame(
         {"prompt_id": ["a", "b"], "domain": ["x", "y"], "prompt": ["w5 w9 w17 w3", "w22 w40 w7 w8 w2"]}
     )
     monkeypatch.setattr(loading, "load_model", lambda path, options, dev: (model, tok))
     base = DecodeOptions(attention="eager", eos="config", message="none")
-    run = lambda: sampling.measure("tiny", "tiny", prompts, base, SAMPLING, ["fp32"], ["eager"], "cuda")  # noqa: E731
+    run = lambda: sampling.measure("tiny", "tiny", prompts, base, settings, ["fp32"], ["eager"], "cuda")  # noqa: E731
     if not device:
         return run()
     with emulated_device(monkeypatch):

@@ -77,13 +77,14 @@ def test_the_plan_runs_the_planted_loop_of_a_tiny_orthrus():
     from helpers import teacher_and_orthrus, word_tokenizer
 
     from orthrus.audit.known_p import plan_table
+    from orthrus.audit.settings import TwoSample
     from orthrus.options import DecodeOptions
 
     _, model = teacher_and_orthrus(0, shift=2.0, block_size=4)
     prompts = pd.DataFrame({"prompt_id": ["a"], "domain": ["x"], "prompt": ["w5 w9 w17 w3"]})
     options = DecodeOptions(attention="eager", eos="config", message="none", temperature=0.5, max_new_tokens=4)
-    ts = {"domains": None, "alpha": 0.05, "plan_trajectories": 4, "seed": 0}
-    rows = pd.DataFrame(plan_table(model, word_tokenizer(), prompts, options, ts, sizes=(20, 200, 2000)))
+    ts = TwoSample(alpha=0.05, plan_trajectories=4)
+    rows = pd.DataFrame(plan_table(model, word_tokenizer(), prompts, options, ts, 0, sizes=(20, 200, 2000)))
     assert rows["n_samples"].tolist() == [20, 200, 2000]
     power = rows["power"].tolist()
     assert 0.05 - 1e-9 <= power[0] <= power[-1] and power[-1] > 0.9

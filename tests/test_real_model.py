@@ -254,6 +254,7 @@ def test_a_domain_the_prompt_file_lacks_is_refused_by_name(tmp_path):
     refuses a prompt set without it instead of testing nothing."""
     from types import SimpleNamespace
 
+    from orthrus.audit.settings import TwoSample
     from orthrus.audit.two_sample import two_sample_prompts
     from orthrus.errors import InputError
     from orthrus.plan.config.data import Corpus, Prompts
@@ -274,5 +275,5 @@ def test_a_domain_the_prompt_file_lacks_is_refused_by_name(tmp_path):
     assert source_problems(cfg(["code", "wmt ru-en"])) == []
     prompts = pd.DataFrame({"prompt_id": ["c", "w"], "domain": ["code", "wmt ru-en"], "prompt": ["x", "y"]})
     with pytest.raises(InputError, match=r"\['translate'\] not among the evaluation prompts' domains"):
-        two_sample_prompts(prompts, {"prompts_per_domain": 1, "domains": ["code", "translate"]})
-    assert two_sample_prompts(prompts, {"prompts_per_domain": 1, "domains": ["code"]}).prompt_id.tolist() == ["c"]
+        two_sample_prompts(prompts, TwoSample(domains=["code", "translate"]))
+    assert two_sample_prompts(prompts, TwoSample(domains=["code"])).prompt_id.tolist() == ["c"]

@@ -235,6 +235,38 @@ def test_sampling_config_problems_name_the_key():
     assert problems({"sampling": {"enabled": False, "model": "x"}}) == []
 
 
+def test_the_sampling_commands_read_their_section_with_its_model(tmp_path, capsys):
+    """`orthrus sampling measure --config` and `export-prompts --sampling` read the sampling audit's own section
+    (orthrus/audit/settings.py): what the workflow hands the job is that section whole, a key left out takes its
+    default, and a misspelt or foreign key is refused by name before any model loads."""
+    import json
+
+    from helpers import study
+
+    from orthrus.audit.sampling_cli import _settings
+    from orthrus.audit.sampling_cli import main as sampling
+    from orthrus.cli import main as cli
+    from orthrus.errors import InputError
+    from orthrus.plan import Study
+
+    config = study({"sampling": {"seed": 4, "two_sample": {"m": 3}}})
+    handed = json.loads(Study(config).sampling.audit_settings())
+    assert _settings(json.dumps(handed)).model_dump() == handed
+    assert (handed["seed"], handed["two_sample"]["m"]) == (4, 3)
+    read = _settings('{"two_sample": {"m": 3}}')  # the rest at the defaults the study's config shows
+    assert (read.seed, read.two_sample.n_samples, read.temperatures) == (0, 300, [0.7, 1.0])
+    missing = str(tmp_path / "no-model")
+    args = ["--model-path", missing, "--model-name", "m", "--prompts", missing, "--options", "{}"]
+    args += ["--out-tv", missing, "--out-two-sample", missing]
+    with pytest.raises(InputError, match=r"two_sample\.n_sample: unknown key"):
+        sampling(["measure", *args, "--config", '{"two_sample": {"n_sample": 50}}'])
+    with pytest.raises(InputError, match=r"engines: unknown key"):  # the plan's key, not the job's
+        sampling(["measure", *args, "--config", '{"engines": {}}'])
+    export = ["export-prompts", "--model-path", missing, "--prompts", missing, "--options", "{}", "--out", missing]
+    assert cli([*export, "--sampling", '{"temperatur": 0.7}']) == 2
+    assert "bad --sampling (sampling.two_sample): temperatur: unknown key" in capsys.readouterr().err
+
+
 def _measured(tmp_path, planted_rejected=True, fp32_tv=2e-6):
     """Measurement rows as `orthrus sampling measure` writes them, summarised by `orthrus sampling table`."""
     import pandas as pd

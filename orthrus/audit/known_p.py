@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from scipy.stats import chi2, ncx2
 
+from orthrus.audit.settings import TwoSample
+
 MIN_EXPECTED = 5.0  # Pearson's rule: categories expected fewer times are pooled
 MIN_STRATUM = 10  # as the two-sample test's strata
 
@@ -160,39 +162,41 @@ def planted_paths(model, ids: torch.Tensor, options, generator: torch.Generator,
     return paths
 
 
-def plan_n(model, ids: torch.Tensor, options, ts: dict, n_prompts: int, seed: int) -> dict:
+def plan_n(model, ids: torch.Tensor, options, ts: TwoSample, n_prompts: int, seed: int) -> dict:
     """A prompt's N: the fewest samples, within [n_samples, n_samples_max] (`two_sample`), at which the
     test rejects the planted control with probability `two_sample.power` at Holm's strictest level
     (alpha / prompts), or the cap where none does; the power that N reaches."""
-    alpha = ts["alpha"] / n_prompts
+    alpha = ts.alpha / n_prompts
     g = torch.Generator(device=model.device).manual_seed(seed)
-    paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
-    low, cap = ts["n_samples"], ts["n_samples_max"] or ts["n_samples"]
+    paths = planted_paths(model, ids, options, g, ts.plan_trajectories)
+    low, cap = ts.n_samples, ts.n_samples_max or ts.n_samples
     step = max(1, math.ceil((cap - low) / 50))
     planned = ((n, power_at(n, paths, alpha)) for n in [*range(low, cap, step), cap])
-    n, power = next(((n, pw) for n, pw in planned if pw >= ts["power"] or n == cap))
+    n, power = next(((n, pw) for n, pw in planned if pw >= ts.power or n == cap))
     return {"n_samples": n, "planned_power": power}
 
 
-def plan_table(model, tokenizer, prompts, options, ts: dict, sizes=(50, 100, 200, 300, 600, 1000)) -> list[dict]:
+def plan_table(
+    model, tokenizer, prompts, options, ts: TwoSample, seed: int, sizes=(50, 100, 200, 300, 600, 1000)
+) -> list[dict]:
     """`orthrus sampling plan`: per prompt (the first of each domain in `prompts`), the test's power
     against the planted control at each N of `sizes`, at Holm's strictest level over
-    `len(ts["domains"] or prompts)` prompts: where the planted bias can be seen, to choose
+    `len(ts.domains or prompts)` prompts: where the planted bias can be seen, to choose
     `sampling.two_sample.domains` from."""
     from orthrus.audit.distributions import prompt_ids
 
-    n_tested = len(ts["domains"] or prompts)
+    n_tested = len(ts.domains or prompts)
     rows = []
     for rank, r in enumerate(prompts.itertuples()):
         ids = prompt_ids(tokenizer, r.prompt, options, model.device)
-        g = torch.Generator(device=model.device).manual_seed(int(ts.get("seed", 0)) * 100_003 + rank)
-        paths = planted_paths(model, ids, options, g, ts["plan_trajectories"])
+        g = torch.Generator(device=model.device).manual_seed(seed * 100_003 + rank)
+        paths = planted_paths(model, ids, options, g, ts.plan_trajectories)
         rows += [
             {
                 "prompt_id": r.prompt_id,
                 "domain": r.domain,
                 "n_samples": n,
-                "power": power_at(n, paths, ts["alpha"] / n_tested),
+                "power": power_at(n, paths, ts.alpha / n_tested),
             }
             for n in sizes
         ]

@@ -3,7 +3,7 @@ line is orthrus/audit/sampling_cli.py, the exact distributions it compares are d
 
 `orthrus sampling measure --model-path DIR --model-name NAME --prompts eval.parquet --options JSON
  --config JSON [--precisions P...] [--attentions A...] [--device D] --out-tv F.parquet --out-two-sample F.parquet`
-measures one Orthrus model two ways, `--config` being the validated `sampling` section:
+measures one Orthrus model two ways, `--config` being the `sampling` section's own keys (orthrus/audit/settings.py):
 
 - Numerics, analytic: along reference trajectories sampled from the model's AR view (fixed
   seed, one token per forward), teacher-forced through the loop's own diffusion and verify
@@ -37,6 +37,7 @@ from orthrus.audit.distributions import (
     sample_prefixes,
     verify_rows,
 )
+from orthrus.audit.settings import SampledAudit
 from orthrus.audit.two_sample import two_sample_prompts, two_sample_test
 from orthrus.contracts import SAMPLING_TEST_ROWS, SAMPLING_TV_ROWS
 from orthrus.decoders import DIFFUSION_DECODER, PLANTED
@@ -47,20 +48,20 @@ def _top_p(value) -> float:
     return 1.0 if value is None else float(value)
 
 
-def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: dict, env: str) -> list[dict]:
+def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: SampledAudit, env: str) -> list[dict]:
     """The analytic part in one (precision, attention) cell: one row per (temperature, top-p,
     prompt), the honest loop's and the planted control's per-position TVs along one reference
-    trajectory sampled at that setting (seed `cfg["seed"]` and the prompt's rank)."""
+    trajectory sampled at that setting (seed `cfg.seed` and the prompt's rank)."""
     from orthrus.decode.loop import Sampler
 
     rows = []
-    for t in cfg["temperatures"]:
-        for top_p in cfg["top_p"]:
-            options = base.replace(temperature=float(t), top_p=top_p, max_new_tokens=cfg["max_new_tokens"])
+    for t in cfg.temperatures:
+        for top_p in cfg.top_p:
+            options = base.replace(temperature=float(t), top_p=top_p, max_new_tokens=cfg.max_new_tokens)
             sampler = Sampler(float(t), options.top_k, top_p)
             for rank, r in enumerate(prompts.itertuples()):
                 ids = prompt_ids(tokenizer, r.prompt, options, model.device)
-                g = torch.Generator(device=model.device).manual_seed(int(cfg["seed"]) * 100_003 + rank)
+                g = torch.Generator(device=model.device).manual_seed(cfg.seed * 100_003 + rank)
                 tokens, single = reference_trajectory(model, ids, options, g)
                 blocks = verify_rows(model, ids, tokens, options)
                 for decoder, planted in ((DIFFUSION_DECODER, False), (PLANTED, True)):
@@ -82,7 +83,9 @@ def measure_tv(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: di
     return rows
 
 
-def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: dict, env: str) -> list[dict]:
+def measure_two_sample(
+    model, tokenizer, name: str, prompts: pd.DataFrame, base, cfg: SampledAudit, env: str
+) -> list[dict]:
     """The empirical part: per prompt, N samples of the first m tokens from plain AR sampling and
     from the honest and the planted loop, each arm from its own seed, tested two ways: against the AR
     samples (`two_sample_test`) and against the AR model's probabilities (orthrus/audit/known_p.py).
@@ -93,12 +96,10 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
     from orthrus.decode.loop import Sampler
     from orthrus.models.loading import eos_ids
 
-    ts = cfg["two_sample"]
-    options = base.replace(
-        temperature=float(ts["temperature"]), top_p=ts["top_p"], top_k=ts.get("top_k"), max_new_tokens=ts["m"]
-    )
+    ts = cfg.two_sample
+    options = base.replace(temperature=float(ts.temperature), top_p=ts.top_p, top_k=ts.top_k, max_new_tokens=ts.m)
     eos = set(eos_ids(model, options.eos))
-    m, seed = ts["m"], int(cfg["seed"]) * 100_003
+    m, seed = ts.m, cfg.seed * 100_003
     sampler = Sampler(options.temperature, options.top_k, options.top_p)
     rows = []
     for rank, r in enumerate(prompts.itertuples()):
@@ -139,30 +140,39 @@ def measure_two_sample(model, tokenizer, name: str, prompts: pd.DataFrame, base,
 
 
 def measure(
-    model_path: str, name: str, prompts: pd.DataFrame, base, cfg: dict, precisions, attentions, device: str = "cpu"
+    model_path: str,
+    name: str,
+    prompts: pd.DataFrame,
+    base,
+    cfg: SampledAudit,
+    precisions,
+    attentions,
+    device: str = "cpu",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Both parts: the analytic TV in every (precision, attention) cell, the two-sample test in
-    `cfg["two_sample"]`'s precision and the first attention."""
+    `cfg.two_sample`'s precision and the first attention."""
     from orthrus.data.prompt_set import first_per_domain
     from orthrus.models.loading import load_model
     from orthrus.models.precision import numerical_env, sdpa_backends, with_sdpa
 
     tv_rows, test_rows = [], []
-    ts = cfg["two_sample"]
+    ts = cfg.two_sample
     cells = [(p, a) for p in precisions for a in attentions]
-    test_cell = (ts["precision"], attentions[0])
-    if ts["enabled"] and test_cell not in cells:
+    test_cell = (ts.precision, attentions[0])
+    if ts.enabled and test_cell not in cells:
         cells.append(test_cell)
-    tv_prompts = first_per_domain(prompts, cfg["prompts_per_domain"])
+    tv_prompts = first_per_domain(prompts, cfg.prompts_per_domain)
     test_prompts = two_sample_prompts(prompts, ts)
     for precision, attention in cells:
         options = base.replace(precision=precision, attention=attention, decoder=DIFFUSION_DECODER)
         model, tokenizer = load_model(model_path, options, device)
-        env = json.dumps(numerical_env(model) | {"options": options.record(), "sampling": cfg}, sort_keys=True)
+        env = json.dumps(
+            numerical_env(model) | {"options": options.record(), "sampling": cfg.model_dump()}, sort_keys=True
+        )
         with sdpa_backends() as used:  # the cell's SDPA kernels, for its rows' env
             if precision in precisions and attention in attentions:
                 tv_rows += measure_tv(model, tokenizer, name, tv_prompts, options, cfg, env)
-            if ts["enabled"] and (precision, attention) == test_cell:
+            if ts.enabled and (precision, attention) == test_cell:
                 test_rows += measure_two_sample(model, tokenizer, name, test_prompts, options, cfg, env)
         for r in tv_rows + test_rows:
             r["env"] = with_sdpa(env, used) if r["env"] == env else r["env"]  # this cell's rows

@@ -11,8 +11,19 @@ import pandas as pd
 import torch
 
 from orthrus.audit.sampling import measure
+from orthrus.audit.settings import SampledAudit
+from orthrus.config import read_section
 from orthrus.decoders import DIFFUSION_DECODER
 from orthrus.errors import InputError
+
+
+def _settings(text: str) -> SampledAudit:
+    """The `--config` JSON read by its model: every key left out at its default, a wrong one named."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"--config is not valid JSON ({e})") from None
+    return read_section(SampledAudit, data, "--config (the sampling section)")
 
 
 def main(argv=None) -> int:
@@ -28,7 +39,7 @@ def main(argv=None) -> int:
     m.add_argument("--model-name", required=True)
     m.add_argument("--prompts", required=True)
     m.add_argument("--options", required=True, help="the study's DecodeOptions JSON (decode.*) the cells vary")
-    m.add_argument("--config", required=True, help="the validated `sampling` config section as JSON")
+    m.add_argument("--config", required=True, help="the `sampling` section's own keys as JSON (audit/settings.py)")
     m.add_argument("--precisions", nargs="+", default=["bf16", "fp32"])
     m.add_argument("--attentions", nargs="+", default=["sdpa"])
     m.add_argument("--device", default="cpu")
@@ -55,21 +66,18 @@ def main(argv=None) -> int:
         from orthrus.data.prompt_set import first_per_domain
         from orthrus.models.loading import load_model
 
-        cfg = json.loads(args.config)
-        ts = cfg["two_sample"] | {"seed": cfg["seed"]}
+        cfg = _settings(args.config)
+        ts = cfg.two_sample
         options = DecodeOptions.from_json(args.options).replace(
-            precision=ts["precision"], temperature=float(ts["temperature"]), top_p=ts["top_p"], top_k=ts["top_k"]
+            precision=ts.precision, temperature=float(ts.temperature), top_p=ts.top_p, top_k=ts.top_k
         )
-        options = options.replace(decoder=DIFFUSION_DECODER, max_new_tokens=ts["m"])
+        options = options.replace(decoder=DIFFUSION_DECODER, max_new_tokens=ts.m)
         model, tokenizer = load_model(args.model_path, options, args.device)
         prompts = first_per_domain(read_prompt_set(args.prompts), 1)
-        write_table(pd.DataFrame(plan_table(model, tokenizer, prompts, options, ts)), args.out)
+        write_table(pd.DataFrame(plan_table(model, tokenizer, prompts, options, ts, cfg.seed)), args.out)
         return 0
     if args.command == "measure":
-        try:
-            cfg = json.loads(args.config)
-        except json.JSONDecodeError as e:
-            raise InputError(f"--config is not valid JSON ({e})") from None
+        cfg = _settings(args.config)
         torch.set_num_threads(args.threads)
         tv, test = measure(
             args.model_path,

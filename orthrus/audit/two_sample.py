@@ -11,6 +11,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from orthrus.audit.settings import TwoSample
+
 END = -1  # the label of a position past a sample's end (it stopped at EOS before m tokens)
 
 
@@ -95,17 +97,17 @@ def holm(pvalues, alpha: float) -> list[bool]:
     return reject
 
 
-def two_sample_prompts(prompts: pd.DataFrame, ts: dict) -> pd.DataFrame:
+def two_sample_prompts(prompts: pd.DataFrame, ts: TwoSample) -> pd.DataFrame:
     """The prompts of the two-sample test (the `sampling.two_sample` section): the first of each
     domain, of its domains where it names them; engines sample the same (export-prompts --sampling)."""
     from orthrus.data.prompt_set import first_per_domain
     from orthrus.errors import InputError
 
-    missing = sorted(set(ts["domains"] or []) - set(prompts["domain"]))
+    missing = sorted(set(ts.domains or []) - set(prompts["domain"]))
     if missing:  # a domain the prompt set lacks would be a test of nothing, said nowhere
         raise InputError(
             f"sampling.two_sample.domains: {missing} not among the evaluation prompts' domains "
             f"{sorted(set(prompts['domain']))}"
         )
-    out = first_per_domain(prompts, ts["prompts_per_domain"])
-    return out[out["domain"].isin(ts["domains"])] if ts["domains"] else out
+    out = first_per_domain(prompts, ts.prompts_per_domain)
+    return out[out["domain"].isin(ts.domains)] if ts.domains else out

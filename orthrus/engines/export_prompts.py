@@ -17,7 +17,7 @@ generation config's EOS ids, which the `ar-ref` reference stops on) and the mess
 fed `prompt_token_ids` with these settings runs the study's experiment; docs/EXTERNAL.md does it with
 vLLM and SGLang, and `decode.external` reads the trajectories back (`orthrus ingest`).
 
-With `--sampling` (the validated sampling.two_sample section as JSON) it writes the sampled export
+With `--sampling` (the sampling.two_sample section as JSON, checked by its model) it writes the sampled export
 instead: the two-sample test's prompts only, each with the test's sampling settings (`temperature`,
 `top_p`, `top_k`, `n_samples`, and `max_new_tokens` its m), for engines whose sampled files
 `orthrus engine-samples` tests (sampling.engines).
@@ -34,7 +34,9 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from orthrus.audit.settings import TwoSample
 from orthrus.chat import chat_messages, render_chat
+from orthrus.config import read_section
 from orthrus.data.prompt_set import read_prompt_set
 from orthrus.errors import InputError
 from orthrus.io import atomic_path
@@ -82,18 +84,18 @@ def export_records(tokenizer, prompts, stop: list[int], max_new_tokens: int, mes
     return records
 
 
-def sampled_records(records: list[dict], two_sample: dict) -> list[dict]:
-    """The sampled export: the records of the two-sample test's prompts (`two_sample` the validated
+def sampled_records(records: list[dict], two_sample: TwoSample) -> list[dict]:
+    """The sampled export: the records of the two-sample test's prompts (`two_sample`: the
     sampling.two_sample section), each with its sampling settings and `max_new_tokens` its m."""
     from orthrus.audit.two_sample import two_sample_prompts
 
     ids = set(two_sample_prompts(pd.DataFrame(records), two_sample)["prompt_id"])
     settings = {
-        "max_new_tokens": int(two_sample["m"]),
-        "temperature": float(two_sample["temperature"]),
-        "top_p": two_sample["top_p"],
-        "top_k": two_sample.get("top_k"),
-        "n_samples": int(two_sample["n_samples"]),
+        "max_new_tokens": two_sample.m,
+        "temperature": float(two_sample.temperature),
+        "top_p": two_sample.top_p,
+        "top_k": two_sample.top_k,
+        "n_samples": two_sample.n_samples,
     }
     return [r | settings for r in records if r["prompt_id"] in ids]
 
@@ -104,6 +106,14 @@ def write_jsonl(path, records: list[dict]) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             for r in records:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _two_sample(text: str) -> TwoSample:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"--sampling: not JSON ({e})") from None
+    return read_section(TwoSample, data, "--sampling (sampling.two_sample)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--sampling",
-        help="the validated sampling.two_sample section as JSON: export its prompts sampled (the sampled export)",
+        help="the sampling.two_sample section as JSON (orthrus/audit/settings.py): export its prompts sampled",
     )
     ap.add_argument("--out", required=True, help="the JSON Lines file to write")
     args = ap.parse_args(argv)
@@ -136,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             message=args.message if args.message is not None else DecodeOptions.message,
         )
+    two_sample = None if args.sampling is None else _two_sample(args.sampling)
     path = resolve_checkpoint(args.model_path)
     records = export_records(
         AutoTokenizer.from_pretrained(path),
@@ -144,11 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         options.max_new_tokens,
         options.message,
     )
-    if args.sampling is not None:
-        try:
-            records = sampled_records(records, json.loads(args.sampling))
-        except (json.JSONDecodeError, KeyError) as e:
-            raise InputError(f"--sampling: not the sampling.two_sample section as JSON ({e!r})") from None
+    if two_sample is not None:
+        records = sampled_records(records, two_sample)
     write_jsonl(args.out, records)
     print(f"[export-prompts] {len(records)} prompts -> {args.out}", file=sys.stderr)
     return 0

@@ -4,7 +4,9 @@ audit's model and tables, and the engines' sampled files (sampling.engines), eac
 from __future__ import annotations
 
 from orthrus import contracts
+from orthrus.audit.settings import SampledAudit
 from orthrus.plan.paths import R
+from orthrus.plan.rule_args import settings
 
 
 class SamplingPlan:
@@ -18,6 +20,12 @@ class SamplingPlan:
         if not self.sampling.enabled or not self.models.orthrus:
             return None
         return self.sampling.model or self.models.orthrus[0]
+
+    def audit_settings(self) -> str:
+        """The keys of `sampling` that `orthrus sampling measure` reads (orthrus/audit/settings.py), as JSON:
+        which model and cells it measures, and the engines' files, are the plan's."""
+        data = self.sampling.model_dump()
+        return settings({k: data[k] for k in SampledAudit.model_fields})
 
     def tables(self) -> list[str]:
         """The sampling audit's tables (none when it is off): the claims read them."""

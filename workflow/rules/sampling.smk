@@ -16,7 +16,7 @@ rule sampling:
         model=lambda w: S.models.path(w.model),
         # the study's decoding setting (decode.*): the cells vary its precision, kernel, temperature and top-p
         options=lambda w: cell_options(config["decode"], "orthrus", PRECISIONS[0], ATTENTIONS[0]),
-        cfg=settings(SAMPLING),
+        cfg=S.sampling.audit_settings(),
         precisions=SAMPLING["precisions"] or PRECISIONS,
         attentions=SAMPLING["attentions"] or ATTENTIONS,
         device=DEVICE,
