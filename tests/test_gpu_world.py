@@ -84,7 +84,9 @@ def test_the_training_device_is_the_studys_and_a_missing_gpu_is_named(tmp_path):
         with pytest.raises(InputError, match="'cuda' asked for, but torch sees no CUDA device"):
             dist.init("cuda")
         with pytest.raises(InputError, match="device 'cuda:1' asked for, but torch sees no CUDA device"):
-            train_teacher({"steps": 1, "eval_per_domain": 0}, tmp_path / "t", verbose=False, device="cuda:1")
+            train_teacher(
+                {"steps": 1, "warmup_steps": 0, "eval_per_domain": 0}, tmp_path / "t", verbose=False, device="cuda:1"
+            )
         assert not (tmp_path / "t").exists()
     with pytest.raises(InputError, match="auto, cpu, cuda or mps"):
         dist.init("tpu")

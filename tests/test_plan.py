@@ -41,7 +41,7 @@ def generated_defaults() -> dict[tuple[str, ...], object]:
     from orthrus.audit.verdict import ROUNDING_ULPS
     from orthrus.decode import frontier
     from orthrus.distill.settings import DEFAULTS as TRAIN
-    from orthrus.world.teacher import DEFAULTS as TINY
+    from orthrus.world.settings import DEFAULTS as TINY
 
     out: dict[tuple[str, ...], object] = {}
     for k, v in TRAIN.items():
@@ -304,17 +304,16 @@ def test_a_changed_setting_makes_the_committed_schema_stale(tmp_path):
 
 
 def test_each_setting_of_the_code_is_a_key_of_the_config():
-    """A variant's settings are the config's `models.<name>` section itself, and the tiny teacher's keys
-    are orthrus/world/teacher.py's, so a setting added to the code and not to the config (or the reverse)
-    fails here."""
+    """A variant's settings are the config's `models.<name>` section itself, and the tiny teacher's and
+    the draft's are the section `orthrus train-teacher` reads, so no setting is in one and not the other."""
     from typing import get_args
 
     from orthrus.distill.settings import Settings
-    from orthrus.plan.config.teacher import TinyTeacher
-    from orthrus.world.teacher import DEFAULTS as TINY
+    from orthrus.plan.config.teacher import Draft, Teacher
+    from orthrus.world.settings import TinyTeacher
 
     assert Settings in get_args(get_args(StudyConfig.model_fields["models"].annotation)[1])
-    assert list(TinyTeacher.model_fields) == list(TINY)
+    assert Teacher.model_fields["tiny"].annotation is TinyTeacher is Draft.model_fields["tiny"].annotation
 
 
 # the modules that state the defaults (the config model's sections and the settings objects they take them from)

@@ -13,6 +13,7 @@ from orthrus.errors import InputError
 
 MICRO = {
     "steps": 2,
+    "warmup_steps": 0,
     "batch_size": 4,
     "length_buckets": 1,
     "hidden_size": 32,

@@ -12,7 +12,8 @@ import yaml
 
 from orthrus.cli import main as cli
 from orthrus.world import subject
-from orthrus.world.teacher import DEFAULTS, train_teacher, world_fingerprint
+from orthrus.world.settings import DEFAULTS
+from orthrus.world.teacher import train_teacher, world_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +51,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("built")
     small = {
         "steps": 2,
+        "warmup_steps": 0,
         "hidden_size": 32,
         "intermediate_size": 64,
         "num_layers": 1,
@@ -109,7 +111,7 @@ def test_ship_then_check_and_what_check_refuses(built, tmp_path, capsys):
 
 
 def test_the_fingerprint_follows_the_world_text_not_the_model_settings():
-    base = {"steps": 8, "length_buckets": 4, "batch_size": 4}
+    base = {"steps": 8, "warmup_steps": 0, "length_buckets": 4, "batch_size": 4}
     fp = world_fingerprint(base)
     assert fp == world_fingerprint(base)
     assert fp == world_fingerprint({**base, "hidden_size": 512, "lr": 1.0})  # not text: same fingerprint

@@ -59,11 +59,11 @@ def teacher(tmp_path_factory):
     outputs vary), saved like `orthrus train-teacher` saves it."""
     from transformers import GenerationConfig
 
-    from orthrus.world.teacher import DEFAULTS, make_model
+    from orthrus.world.teacher import make_model
     from orthrus.world.tokenizer import train_tokenizer
 
     tok = train_tokenizer(vocab_size=300, n_per_domain=20)
-    model = make_model({**DEFAULTS, **MICRO}, tok)
+    model = make_model(MICRO, tok)
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 2:

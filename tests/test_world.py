@@ -12,6 +12,7 @@ from orthrus.world import code, domains
 
 MICRO = {
     "steps": 3,
+    "warmup_steps": 0,  # below steps, as the section asks
     "batch_size": 4,
     "length_buckets": 1,
     "hidden_size": 32,
@@ -250,5 +251,9 @@ def test_train_teacher_cli(tmp_path):
     assert teacher.main(["--config", str(cfgfile), "--out", str(out), "--steps", "1", "--set", "seed=3"]) == 0
     cfg = json.loads((out / "teacher_config.json").read_text())
     assert cfg["steps"] == 1 and cfg["seed"] == 3 and cfg["hidden_size"] == 32
-    with pytest.raises(ValueError, match="unknown teacher settings"):
+    with pytest.raises(ValueError, match=r"bad teacher settings: bogus: unknown key"):
         teacher.train_teacher({"bogus": 1}, tmp_path / "x", verbose=False)
+    # the section's rules, as the config's: a warm-up (default 30) that never ends within the steps
+    with pytest.raises(ValueError, match=r"warmup_steps: 30 is not below steps \(5\)"):
+        teacher.main(["--out", str(tmp_path / "y"), "--steps", "5"])
+    assert not (tmp_path / "y").exists()

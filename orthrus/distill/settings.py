@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from orthrus.config import Int, Num, Section, check, opt, read_section
 from orthrus.errors import InputError
+from orthrus.world.settings import LR, SEED_MAX
 
 OBJECTIVES = ("ce", "kl", "mix")
 SCHEDULES = ("cosine", "constant")
@@ -30,8 +31,6 @@ NON_TRAINING = {
     "eval_max_new_tokens",
 }
 MAX_LR = 1.0  # above it, every AdamW step overwrites the weights
-SEED_MAX = 2**64 - 1  # torch.manual_seed's largest; numpy's generators take any seed >= 0
-LR = "Peak learning rate, at most 1 (AdamW moves every weight by about lr per step: above 1 each step overwrites the weights)."
 
 
 class Settings(Section):

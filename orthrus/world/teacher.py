@@ -30,31 +30,7 @@ import sys
 import time
 
 from orthrus.errors import InputError
-
-DEFAULTS: dict = {
-    "seed": 0,
-    "threads": 1,  # 1 is fastest on a shared 2-core machine
-    "vocab_size": 768,  # tokenizer vocabulary (incl. special tokens)
-    "hidden_size": 128,
-    "num_layers": 3,
-    "num_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 384,
-    "max_len": 256,
-    "steps": 600,
-    "batch_size": 16,
-    "length_buckets": 4,  # draw batches of similar length from 4 x batch_size samples
-    "lr": 5e-3,
-    "min_lr_ratio": 0.05,
-    "warmup_steps": 30,
-    "weight_decay": 0.05,
-    "grad_clip": 1.0,
-    "domain_weights": None,  # {domain: weight}; default uniform
-    "eval_per_domain": 10,  # greedy held-out check at the end (0 = skip)
-    "eval_max_new_tokens": 128,
-    "log_every": 10,
-}
+from orthrus.world.settings import DEFAULTS, TinyTeacher, as_dict, resolve
 
 
 def padded_vocab(n_tokens: int, multiple: int = 64) -> int:
@@ -62,19 +38,21 @@ def padded_vocab(n_tokens: int, multiple: int = 64) -> int:
     return (n_tokens // multiple + 1) * multiple
 
 
-def make_model(cfg: dict, tokenizer):
+def make_model(cfg: dict | TinyTeacher, tokenizer):
+    """A Qwen3 of the settings' shape, its weights drawn from their seed."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    cfg = resolve(cfg)
     conf = Qwen3Config(
         vocab_size=padded_vocab(len(tokenizer)),
-        hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_layers"],
-        num_attention_heads=cfg["num_heads"],
-        num_key_value_heads=cfg["num_kv_heads"],
-        head_dim=cfg["head_dim"],
-        max_position_embeddings=max(512, cfg["max_len"] * 2),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=max(512, cfg.max_len * 2),
         rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -82,7 +60,7 @@ def make_model(cfg: dict, tokenizer):
         pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
     )
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(conf)
     return model
 
@@ -111,13 +89,13 @@ def _batch(examples, pad_id: int):
     return ids, att, lab
 
 
-def _lr_at(step: int, cfg: dict) -> float:
-    w, total = cfg["warmup_steps"], cfg["steps"]
+def _lr_at(step: int, cfg: TinyTeacher) -> float:
+    w, total = cfg.warmup_steps, cfg.steps
     if step < w:
-        return cfg["lr"] * (step + 1) / w
+        return cfg.lr * (step + 1) / w
     frac = (step - w) / max(1, total - w)
-    lo = cfg["min_lr_ratio"]
-    return cfg["lr"] * (lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+    lo = cfg.min_lr_ratio
+    return cfg.lr * (lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
 def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: int = 128, batch_size: int = 16) -> dict:
@@ -166,10 +144,11 @@ def greedy_eval(model, tokenizer, per_domain: int, seed: int, max_new_tokens: in
 
 
 def train_teacher(
-    cfg: dict | None, out_dir, verbose: bool = True, tokenizer: str | None = None, device: str = "cpu"
+    cfg: dict | TinyTeacher | None, out_dir, verbose: bool = True, tokenizer: str | None = None, device: str = "cpu"
 ) -> dict:
-    """Train a teacher with settings `DEFAULTS | cfg` and save it to `out_dir` (atomic); with
-    the tokenizer loaded from `tokenizer` (a checkpoint) when given, else a world BPE. On a CUDA
+    """Train a teacher with settings `cfg` (orthrus/world/settings.py: a key left out at its default, a wrong one
+    named) and save it to `out_dir` (atomic); with the tokenizer loaded from `tokenizer` (a checkpoint) when
+    given, else a world BPE. On a CUDA
     `device` the forward and backward passes run under bf16 autocast with fp32 weights (as the
     distillation does there): a GPU's fp32 products are a fifteenth of its bf16 rate.
 
@@ -179,20 +158,15 @@ def train_teacher(
 
     from orthrus.world.tokenizer import train_tokenizer
 
-    cfg = {**DEFAULTS, **(cfg or {})}
-    unknown = set(cfg) - set(DEFAULTS)
-    if unknown:
-        raise InputError(f"unknown teacher settings: {sorted(unknown)}")
-    if not 0 < cfg["lr"] <= 1:
-        raise InputError(f"lr must be in (0, 1], got {cfg['lr']!r}")
-    torch.set_num_threads(int(cfg["threads"]))
+    cfg = resolve(cfg)
+    torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     if tokenizer:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tokenizer)
     else:
-        tok = train_tokenizer(vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
+        tok = train_tokenizer(vocab_size=cfg.vocab_size, seed=cfg.seed)
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"train-teacher: device {device!r} asked for, but torch sees no CUDA device here")
     model = make_model(cfg, tok).to(device)
@@ -209,8 +183,8 @@ def train_teacher(
         max_new_tokens=128,
     )
     ev = {}
-    if cfg["eval_per_domain"]:
-        ev = greedy_eval(model, tok, int(cfg["eval_per_domain"]), int(cfg["seed"]), int(cfg["eval_max_new_tokens"]))
+    if cfg.eval_per_domain:
+        ev = greedy_eval(model, tok, cfg.eval_per_domain, cfg.seed, cfg.eval_max_new_tokens)
         for d, r in ev.items():
             _say(verbose, f"eval {d:12s} exact {r['exact']:.2f} distinct {r['distinct_outputs']:.2f}")
     summary = {"parameters": n_params, "train_seconds": round(train_seconds, 2), "final_loss_ema": ema, "eval": ev}
@@ -223,25 +197,25 @@ def _say(verbose: bool, msg: str) -> None:
         print(f"[teacher] {msg}", file=sys.stderr, flush=True)
 
 
-def _pools(cfg: dict):
+def _pools(cfg: TinyTeacher):
     """Endless pools of `length_buckets` batches of world samples `(domain, prompt, answer)`,
     domains drawn by `domain_weights`: the text the teacher trains on."""
     from orthrus.world.domains import DOMAINS, domain_rng, sample
 
-    weights = cfg["domain_weights"] or {}
+    weights = cfg.domain_weights or {}
     w = [float(weights.get(d, 1.0)) for d in DOMAINS]
-    data_rng = random.Random(f"teacher-data|{cfg['seed']}")
-    dom_rngs = {d: domain_rng(cfg["seed"], d, "teacher-train") for d in DOMAINS}
-    n = int(cfg["batch_size"]) * max(1, int(cfg["length_buckets"]))
+    data_rng = random.Random(f"teacher-data|{cfg.seed}")
+    dom_rngs = {d: domain_rng(cfg.seed, d, "teacher-train") for d in DOMAINS}
+    n = cfg.batch_size * max(1, cfg.length_buckets)
     while True:
         yield [(d, *sample(d, dom_rngs[d])) for d in data_rng.choices(DOMAINS, weights=w, k=n)], data_rng
 
 
-def _batches(tok, cfg: dict):
+def _batches(tok, cfg: TinyTeacher):
     """Endless training batches: each pool sorted by length, cut into batches and shuffled."""
-    bs = int(cfg["batch_size"])
+    bs = cfg.batch_size
     for samples, data_rng in _pools(cfg):
-        pool = [_example(tok, p, a, cfg["max_len"]) for _, p, a in samples]
+        pool = [_example(tok, p, a, cfg.max_len) for _, p, a in samples]
         pool.sort(key=lambda e: len(e[0]))
         queue = [pool[i * bs : (i + 1) * bs] for i in range(len(pool) // bs)]
         data_rng.shuffle(queue)
@@ -249,8 +223,8 @@ def _batches(tok, cfg: dict):
             yield _batch(queue.pop(), tok.pad_token_id)
 
 
-def world_fingerprint(cfg: dict | None, own_tokenizer: bool = True) -> str:
-    """SHA-256 of every world text a teacher with settings `DEFAULTS | cfg` learns from: its
+def world_fingerprint(cfg: dict | TinyTeacher | None, own_tokenizer: bool = True) -> str:
+    """SHA-256 of every world text a teacher with settings `cfg` learns from: its
     tokenizer's corpus (`own_tokenizer`; a draft takes its teacher's) and the samples of its
     `steps` batches, in order. A change of the world generator that changes no such text keeps
     a shipped teacher valid; any other change is caught (orthrus/world/subject)."""
@@ -260,7 +234,7 @@ def world_fingerprint(cfg: dict | None, own_tokenizer: bool = True) -> str:
     from orthrus.world.domains import corpus_text
     from orthrus.world.tokenizer import CORPUS_PER_DOMAIN
 
-    cfg = {**DEFAULTS, **(cfg or {})}
+    cfg = resolve(cfg)
     h = hashlib.sha256()
 
     def add(text: str) -> None:
@@ -268,16 +242,16 @@ def world_fingerprint(cfg: dict | None, own_tokenizer: bool = True) -> str:
         h.update(len(b).to_bytes(8, "little") + b)
 
     if own_tokenizer:
-        for t in corpus_text(n_per_domain=CORPUS_PER_DOMAIN, seed=int(cfg["seed"])):
+        for t in corpus_text(n_per_domain=CORPUS_PER_DOMAIN, seed=cfg.seed):
             add(t)
-    n_pools = -(-int(cfg["steps"]) // max(1, int(cfg["length_buckets"])))
+    n_pools = -(-cfg.steps // max(1, cfg.length_buckets))
     for samples, _ in islice(_pools(cfg), n_pools):
         for d, p, a in samples:
             add(d), add(p), add(a)
     return h.hexdigest()
 
 
-def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], float | None]:
+def _fit(model, tok, cfg: TinyTeacher, t0: float, verbose: bool) -> tuple[list[dict], float | None]:
     """The training loop: AdamW (decay on matrices only), the warm-up + cosine schedule, gradient
     clipping; returns the log rows and the final loss EMA."""
     import torch
@@ -285,8 +259,8 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"],
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
         betas=(0.9, 0.95),
         eps=1e-8,
     )
@@ -295,7 +269,7 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
     batches = _batches(tok, cfg)
     device = model.device
     cuda = device.type == "cuda"
-    for step in range(int(cfg["steps"])):
+    for step in range(cfg.steps):
         ids, att, lab = (t.to(device, non_blocking=True) for t in next(batches))
         lr = _lr_at(step, cfg)
         for g in opt.param_groups:
@@ -304,18 +278,18 @@ def _fit(model, tok, cfg: dict, t0: float, verbose: bool) -> tuple[list[dict], f
             loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         lv = loss.item()
         ema = lv if ema is None else 0.9 * ema + 0.1 * lv
-        if step % cfg["log_every"] == 0 or step == cfg["steps"] - 1:
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
             el = time.perf_counter() - t0
             log_rows.append({"step": step, "loss": round(lv, 5), "lr": lr, "seconds": round(el, 2)})
             _say(verbose, f"step {step} loss {lv:.4f} (ema {ema:.4f}) lr {lr:.2e} {el:.1f}s")
     return log_rows, ema
 
 
-def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -> None:
+def _save(out_dir, model, tok, cfg: TinyTeacher, log_rows: list[dict], summary: dict) -> None:
     """The Hugging Face folder, the training log, the settings and the summary (atomic)."""
     from orthrus.io import atomic_path
     from orthrus.models.checkpoint import record_model_digests
@@ -328,7 +302,7 @@ def _save(out_dir, model, tok, cfg: dict, log_rows: list[dict], summary: dict) -
             wr = csv.DictWriter(f, fieldnames=["step", "loss", "lr", "seconds"])
             wr.writeheader()
             wr.writerows(log_rows)
-        (tmp / "teacher_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        (tmp / "teacher_config.json").write_text(json.dumps(as_dict(cfg), indent=2, sort_keys=True) + "\n")
         (tmp / "teacher_eval.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_model_digests(tmp)  # hashed once, here: training fingerprints read the record
 

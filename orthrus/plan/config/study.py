@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, ValidationInfo, model_validator
 
 from orthrus.config import Int, Name, Section, check, matching
-from orthrus.distill.settings import SEED_MAX, Settings
+from orthrus.distill.settings import Settings
 from orthrus.plan.config.analysis import Analysis, Benchmarks, Resources
 from orthrus.plan.config.data import Corpus, Prompts
 from orthrus.plan.config.decode import Decode
@@ -19,6 +19,7 @@ from orthrus.plan.config.rules import name_problems, study_problems
 from orthrus.plan.config.side_runs import Frontier, Sampling, Tpf
 from orthrus.plan.config.teacher import Teacher
 from orthrus.plan.config.training import scatter_problems, variant_problems
+from orthrus.world.settings import SEED_MAX
 
 HubId = matching("^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*(?![\\s\\S])", "a hub id owner/name")
 Revision = matching("^[A-Za-z0-9][A-Za-z0-9_./-]*(?![\\s\\S])", "a commit, tag or branch name")

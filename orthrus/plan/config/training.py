@@ -9,7 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from orthrus.distill.settings import SEED_MAX, Settings
+from orthrus.distill.settings import Settings
+from orthrus.world.settings import SEED_MAX
 
 
 def distill_prompt_count(cfg) -> int | None:
