@@ -153,10 +153,15 @@ class Section(BaseModel):
 
 
 def read_section(model: type[BaseModel], data, what: str):
-    """`data` (a section given as data, on a command line or in a file) validated by `model`, every key left
-    out at its default; raises InputError `bad <what>: ...` naming every wrong key."""
+    """`data` (a section given as data, or as JSON text on a command line) validated by `model`, every key
+    left out at its default; raises InputError `bad <what>: ...` naming every wrong key."""
     from orthrus.errors import InputError
 
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise InputError(f"bad {what}: not JSON ({e})") from None
     try:
         return model.model_validate(data)
     except ValidationError as e:

@@ -100,7 +100,7 @@ def test_orthrus_claims_refuses_a_power_section_it_cannot_read(tmp_path):
     from orthrus.errors import InputError
     from orthrus.report.claims import main
 
-    with pytest.raises(InputError, match=r"--power: bad analysis.power: pilot.beta1-negative.n: required key"):
+    with pytest.raises(InputError, match=r"bad --power \(analysis.power\): pilot.beta1-negative.n: required key"):
         main(
             [
                 "--tables",

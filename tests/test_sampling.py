@@ -262,6 +262,8 @@ def test_the_sampling_commands_read_their_section_with_its_model(tmp_path, capsy
         sampling(["measure", *args, "--config", '{"two_sample": {"n_sample": 50}}'])
     with pytest.raises(InputError, match=r"engines: unknown key"):  # the plan's key, not the job's
         sampling(["measure", *args, "--config", '{"engines": {}}'])
+    with pytest.raises(InputError, match=r"bad --config \(the sampling section\): not JSON"):
+        sampling(["measure", *args, "--config", "{seed: 1"])
     export = ["export-prompts", "--model-path", missing, "--prompts", missing, "--options", "{}", "--out", missing]
     assert cli([*export, "--sampling", '{"temperatur": 0.7}']) == 2
     assert "bad --sampling (sampling.two_sample): temperatur: unknown key" in capsys.readouterr().err

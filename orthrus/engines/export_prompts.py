@@ -38,7 +38,6 @@ from orthrus.audit.settings import TwoSample
 from orthrus.chat import chat_messages, render_chat
 from orthrus.config import read_section
 from orthrus.data.prompt_set import read_prompt_set
-from orthrus.errors import InputError
 from orthrus.io import atomic_path
 from orthrus.models.loading import eos_ids
 from orthrus.options import DecodeOptions, check_message
@@ -108,14 +107,6 @@ def write_jsonl(path, records: list[dict]) -> None:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def _two_sample(text: str) -> TwoSample:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"--sampling: not JSON ({e})") from None
-    return read_section(TwoSample, data, "--sampling (sampling.two_sample)")
-
-
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
@@ -146,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             message=args.message if args.message is not None else DecodeOptions.message,
         )
-    two_sample = None if args.sampling is None else _two_sample(args.sampling)
+    two_sample = None
+    if args.sampling is not None:  # checked before any model loads
+        two_sample = read_section(TwoSample, args.sampling, "--sampling (sampling.two_sample)")
     path = resolve_checkpoint(args.model_path)
     records = export_records(
         AutoTokenizer.from_pretrained(path),

@@ -66,7 +66,6 @@ a run that predates it (`orthrus compare-runs`, `orthrus summary`).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -262,10 +261,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", help="CSV, with a Markdown twin (default: TABLES/claims.csv)")
     args = ap.parse_args(argv)
-    try:
-        planned = read_section(power.Power, json.loads(args.power), "analysis.power")
-    except ValueError as e:  # not JSON, or not the section (InputError names every wrong key)
-        raise InputError(f"--power: {e}") from None
+    planned = read_section(power.Power, args.power, "--power (analysis.power)")
     if not 0 < args.alpha < 0.5:
         raise InputError(f"--alpha must lie in (0, 0.5), got {args.alpha}")
     if not args.equivalence_margin > 0:
