@@ -656,6 +656,7 @@ def test_config_paths_reach_the_shell_quoted(tmp_path):
     nasty = tmp_path / "te a'ch\"er$(touch PWNED)"
     tiny = {
         "steps": 1,
+        "warmup_steps": 0,  # below steps, as the section asks
         "eval_per_domain": 0,
         "hidden_size": 16,
         "intermediate_size": 32,
