@@ -102,5 +102,5 @@ def resolve(settings: dict | TinyTeacher | None) -> TinyTeacher:
 
 
 def as_dict(settings: TinyTeacher) -> dict:
-    """Every setting, in field order (what teacher_config.json and the world's fingerprint record)."""
+    """Every setting, in field order: what teacher_config.json records."""
     return {k: getattr(settings, k) for k in TinyTeacher.model_fields}
